@@ -1,0 +1,11 @@
+# Turns each lua/NAME.lua into a string constant sluice::lua::NAME in one header.
+set(content "// Generated from lua/*.lua at build time. Do not edit.\n#pragma once\n#include <string_view>\nnamespace sluice::lua {\n")
+separate_arguments(files UNIX_COMMAND "${SOURCES}")
+foreach(f IN LISTS files)
+  get_filename_component(name "${f}" NAME_WE)
+  file(READ "${f}" body)
+  string(APPEND content "inline constexpr std::string_view ${name} = R\"sluice_lua(${body})sluice_lua\";\n")
+endforeach()
+string(APPEND content "}  // namespace sluice::lua\n")
+file(WRITE "${OUT}.tmp" "${content}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")

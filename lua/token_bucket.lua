@@ -1,0 +1,48 @@
+-- token_bucket: capacity `burst`, refilled continuously, kept GCRA-style.
+--
+-- Part of the decide script: the build sends token_bucket.lua, sliding_window.lua and
+-- decide.lua to Redis as ONE script, so this file only defines a local table.
+--
+-- State: one string key holding the "theoretical arrival time" (TAT) in microseconds of
+-- Redis TIME: the instant at which the bucket is full again. Tokens available at `now` are
+-- (now + tolerance - tat) / interval, where interval is the time one token takes to refill
+-- (per / rate, in whole microseconds) and tolerance = burst * interval (an empty bucket
+-- refilling to full). A request costs one interval. A missing key is a full bucket.
+-- The key expires when the bucket would be full, so an expired key and a full bucket are
+-- the same state. A key of another type (the limit's algorithm changed on reload) reads as
+-- a full bucket and is replaced when written.
+local token_bucket = {}
+
+-- Reads the state and works out whether one more request fits. Writes nothing.
+function token_bucket.check(key, now, interval, burst)
+  local tolerance = interval * burst
+  local tat = tonumber(redis.pcall('GET', key)) or now
+  if tat < now then tat = now end
+  local next_tat = tat + interval
+  local allow_at = next_tat - tolerance
+  return {
+    key = key, now = now, interval = interval, tolerance = tolerance,
+    tat = tat, next_tat = next_tat,
+    allowed = allow_at <= now,
+    retry_us = allow_at - now,
+  }
+end
+
+-- Consumes one token: the key is written only here. It expires when the bucket is full
+-- again (absolute time, rounded up to the millisecond: a relative PX would count from
+-- Redis's millisecond clock and could expire the key up to 1 ms early).
+function token_bucket.commit(c)
+  redis.call('SET', c.key, string.format('%.0f', c.next_tat),
+             'PXAT', string.format('%.0f', math.ceil(c.next_tat / 1000)))
+end
+
+-- remaining, retry_after_us, reset_us after this request (consumed or not).
+function token_bucket.report(c, consumed)
+  local tat = c.tat
+  if consumed then tat = c.next_tat end
+  local remaining = math.floor((c.now + c.tolerance - tat) / c.interval)
+  if remaining < 0 then remaining = 0 end
+  local retry_us = 0
+  if not c.allowed then retry_us = c.retry_us end
+  return remaining, retry_us, tat - c.now
+end

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing sluice needs (Debian bookworm packages).
+# Idempotent: does nothing when everything is already there.
+set -euo pipefail
+
+packages=(
+  build-essential cmake make pkg-config ccache
+  libboost1.81-dev libhiredis-dev libyaml-cpp-dev libspdlog-dev catch2
+  redis-server python3 curl
+  chromium                 # tests/integration/test_stats_page.py: the /stats page in a real browser
+  docker-compose systemd   # tests/integration/test_containers.py: `docker-compose config`,
+                           # `systemd-analyze verify` (no Docker engine is needed for either)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

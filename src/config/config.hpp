@@ -1,0 +1,138 @@
+// The configuration as plain structs. yaml-cpp types never leave src/config/.
+// Every default here is the one documented in INTERFACE.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "net/cidr.hpp"
+
+namespace sluice::config {
+
+using Duration = std::chrono::milliseconds;
+using namespace std::chrono_literals;
+
+// host:port. host is kept as written, without IPv6 brackets ("::", "127.0.0.1", "redis").
+struct Endpoint {
+    std::string host;
+    std::uint16_t port = 0;
+    std::string str() const;  // "127.0.0.1:8080", "[::1]:8080"
+};
+
+struct ServerConfig {
+    std::vector<Endpoint> listen{{"0.0.0.0", 8080}};
+    unsigned workers = 0;  // 0 = one per CPU core
+    std::size_t max_connections = 10000;
+    Duration header_timeout = 10s;
+    Duration idle_timeout = 60s;
+    std::size_t max_header_bytes = 16384;
+    std::uint64_t max_body_bytes = 10485760;
+    Duration shutdown_timeout = 30s;
+};
+
+struct AdminConfig {
+    std::optional<Endpoint> listen = Endpoint{"127.0.0.1", 9901};  // nullopt: disabled ("")
+};
+
+struct ClientIpConfig {
+    std::vector<net::Cidr> trusted_proxies;
+};
+
+enum class StoreType { redis, memory };
+enum class OnError { allow, deny };
+
+struct RedisConfig {
+    std::optional<Endpoint> tcp = Endpoint{"127.0.0.1", 6379};
+    std::string unix_path;  // set (and tcp empty) for "unix:/path"
+    std::string username;
+    std::string password;
+    int database = 0;
+    Duration timeout = 25ms;
+    std::string key_prefix = "sluice";
+};
+
+struct StoreConfig {
+    StoreType type = StoreType::redis;
+    RedisConfig redis;
+    OnError on_error = OnError::allow;
+};
+
+struct UpstreamConfig {
+    std::string name;
+    std::vector<Endpoint> servers;
+    Duration connect_timeout = 2s;
+    Duration timeout = 30s;
+    std::size_t max_idle = 64;
+};
+
+enum class Algorithm { token_bucket, sliding_window };
+
+struct KeyPart {
+    enum class Kind { client_ip, header, method, path };
+    Kind kind = Kind::client_ip;
+    std::string header_name;  // for Kind::header, lower-case
+};
+
+struct LimitConfig {
+    std::string name;
+    Algorithm algorithm = Algorithm::token_bucket;
+    // token_bucket
+    double rate = 0;         // tokens added per `per`
+    Duration per = 1s;
+    std::uint64_t burst = 0;  // capacity
+    // sliding_window
+    std::uint64_t limit = 0;
+    Duration window = 0ms;
+    std::vector<KeyPart> key{KeyPart{}};  // default [client_ip]
+    bool shadow = false;
+};
+
+struct RouteMatch {
+    std::optional<std::string> path;         // exact
+    std::optional<std::string> path_prefix;  // prefix
+    std::vector<std::string> methods;        // upper-case; empty = any
+    std::optional<std::string> host;         // lower-case; "*.example.com" matches subdomains
+};
+
+struct RouteConfig {
+    std::string name;
+    RouteMatch match;
+    std::string upstream;
+    std::size_t upstream_index = 0;  // index into Config::upstreams
+    std::optional<OnError> on_error;
+    std::vector<LimitConfig> limits;
+};
+
+enum class HeaderStyle { ietf, legacy, both, none };
+
+struct ResponsesConfig {
+    unsigned limited_status = 429;
+    HeaderStyle headers = HeaderStyle::ietf;
+};
+
+enum class LogFormat { text, json };
+
+struct LoggingConfig {
+    std::string level = "info";  // trace | debug | info | warn | error
+    std::string access_log = "stdout";  // stdout | off | path
+    LogFormat format = LogFormat::text;
+    Duration summary_interval = 10s;  // 0 disables
+};
+
+struct Config {
+    std::string source_path;
+    ServerConfig server;
+    AdminConfig admin;
+    ClientIpConfig client_ip;
+    StoreConfig store;
+    std::vector<UpstreamConfig> upstreams;  // file order
+    std::vector<RouteConfig> routes;        // file order
+    ResponsesConfig responses;
+    LoggingConfig logging;
+};
+
+}  // namespace sluice::config

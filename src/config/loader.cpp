@@ -1,0 +1,818 @@
+// YAML to Config. The walk mirrors the schema in INTERFACE.md: one reader per section, each
+// checking the shape (map, list, single value) before the values. Problems are collected, never
+// thrown, so every one of them is reported in a single run.
+#include "config/loader.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include "config/duration.hpp"
+#include "config/endpoint.hpp"
+#include "config/message_text.hpp"
+#include "config/route_checks.hpp"
+#include "config/spelling_suggestion.hpp"
+#include "config/value_syntax.hpp"
+
+namespace sluice::config {
+namespace {
+
+using Keys = std::vector<std::string_view>;
+
+const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "responses", "logging"};
+const Keys server_keys{"listen",           "workers",        "max_connections", "header_timeout",
+                       "idle_timeout",     "max_header_bytes", "max_body_bytes", "shutdown_timeout"};
+const Keys admin_keys{"listen"};
+const Keys client_ip_keys{"trusted_proxies"};
+const Keys store_keys{"type", "redis", "on_error"};
+const Keys redis_keys{"address", "username", "password", "database", "timeout", "key_prefix"};
+const Keys upstream_keys{"servers", "connect_timeout", "timeout", "max_idle"};
+const Keys route_keys{"name", "match", "upstream", "on_error", "limits"};
+const Keys match_keys{"path", "path_prefix", "methods", "host"};
+const Keys limit_keys{"name", "algorithm", "rate", "per", "burst", "limit", "window", "key", "shadow"};
+const Keys token_bucket_keys{"rate", "per", "burst"};
+const Keys sliding_window_keys{"limit", "window"};
+const Keys responses_keys{"limited_status", "headers"};
+const Keys logging_keys{"level", "access_log", "format", "summary_interval"};
+
+constexpr std::int64_t no_maximum = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t max_workers = 1024;
+constexpr std::int64_t min_header_bytes = 1024;
+constexpr std::int64_t max_header_bytes = 1024 * 1024;
+
+template <class T>
+using Choices = std::vector<std::pair<std::string_view, T>>;
+
+bool contains(const Keys& keys, std::string_view key) { return std::find(keys.begin(), keys.end(), key) != keys.end(); }
+
+Position position_of(const YAML::Mark& mark) {
+    if (mark.is_null()) return {};
+    return {mark.line + 1, mark.column + 1};
+}
+
+// What a node is, for "got ..." in messages: the text of a single value, else its kind.
+std::string description_of(const YAML::Node& node) {
+    switch (node.Type()) {
+        case YAML::NodeType::Scalar: return quoted(node.Scalar());
+        case YAML::NodeType::Sequence: return "a list";
+        case YAML::NodeType::Map: return "a map";
+        default: return "nothing";
+    }
+}
+
+// A value and the name it goes by in messages: a map entry ('listen'), or an item of a list
+// ('listen' entry).
+struct Field {
+    std::string key;
+    YAML::Node value;
+    Position key_at;
+    Position at;  // the value itself, or the key when the value is empty
+    bool list_item = false;
+
+    std::string label() const { return quoted(key) + (list_item ? " entry" : ""); }
+    bool empty() const { return !value.IsDefined() || value.IsNull(); }
+};
+
+Field entry_field(const YAML::Node& key, const YAML::Node& value) {
+    const Position key_at = position_of(key.Mark());
+    const bool empty = !value.IsDefined() || value.IsNull();
+    return Field{key.Scalar(), value, key_at, empty ? key_at : position_of(value.Mark()), false};
+}
+
+std::vector<Field> items_of(const Field& list) {
+    std::vector<Field> items;
+    for (const YAML::Node& item : list.value) {
+        const Position at = item.IsNull() ? list.at : position_of(item.Mark());
+        items.push_back(Field{list.key, item, at, at, true});
+    }
+    return items;
+}
+
+template <class T>
+std::string choice_list(const Choices<T>& choices) {
+    std::string text;
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+        if (i > 0) text += i + 1 == choices.size() ? " or " : ", ";
+        text += choices[i].first;
+    }
+    return text;
+}
+
+std::string keys_list(const Keys& keys) {
+    std::string text;
+    for (std::string_view key : keys) text += (text.empty() ? "" : ", ") + std::string(key);
+    return text;
+}
+
+template <class Target, class Value>
+void assign(Target& target, const std::optional<Value>& value) {
+    if (value) target = static_cast<Target>(*value);
+}
+
+// The entries of one map, in file order, checked against the keys the schema knows.
+class Section {
+public:
+    Section(const Field& field, std::string context, const Keys& known, DiagnosticList& diagnostics)
+        : at_(field.at) {
+        for (const Field& entry : entries(field, diagnostics)) {
+            if (!contains(known, entry.key)) {
+                diagnostics.error(entry.key_at, unknown_key_message(entry.key, context, known));
+                continue;
+            }
+            fields_.push_back(entry);
+        }
+    }
+
+    // The entries of any map; keys that are not single values or that repeat are reported.
+    static std::vector<Field> entries(const Field& field, DiagnosticList& diagnostics) {
+        std::vector<Field> result;
+        std::map<std::string, Position, std::less<>> seen;
+        if (!field.value.IsMap()) return result;
+        for (const auto& entry : field.value) {
+            if (!entry.first.IsScalar()) {
+                diagnostics.error(position_of(entry.first.Mark()), "keys must be plain names, got " +
+                                                                       description_of(entry.first));
+                continue;
+            }
+            Field item = entry_field(entry.first, entry.second);
+            const auto [first, inserted] = seen.try_emplace(item.key, item.key_at);
+            if (!inserted) {
+                diagnostics.error(item.key_at, "duplicate key " + quoted(item.key) + " (first at line " +
+                                                   std::to_string(first->second.line) + ")");
+                continue;
+            }
+            result.push_back(std::move(item));
+        }
+        return result;
+    }
+
+    const Field* find(std::string_view key) const {
+        for (const Field& field : fields_)
+            if (field.key == key) return &field;
+        return nullptr;
+    }
+
+    Position at() const { return at_; }
+
+private:
+    static std::string unknown_key_message(std::string_view key, const std::string& context, const Keys& known) {
+        std::string message = "unknown key " + quoted(key) + " " + context;
+        if (auto suggestion = closest_spelling(key, known)) return message + " (did you mean " + quoted(*suggestion) + "?)";
+        return message + " (known keys: " + keys_list(known) + ")";
+    }
+
+    Position at_;
+    std::vector<Field> fields_;
+};
+
+class ConfigReader {
+public:
+    explicit ConfigReader(const std::string& name) : diagnostics_(name) { config_.source_path = name; }
+
+    void read_document(const YAML::Node& root);
+    DiagnosticList& diagnostics() { return diagnostics_; }
+    const Config& config() const { return config_; }
+
+private:
+    // Shapes. An empty value counts as an empty map or list.
+    bool expect_map(const Field& field);
+    bool expect_list(const Field& field);
+    bool expect_single_value(const Field& field);
+
+    // Single values; nullopt (and an error) when the value is not acceptable.
+    std::optional<std::string> text(const Field& field);
+    std::optional<std::int64_t> integer(const Field& field, std::int64_t min, std::int64_t max);
+    std::optional<double> positive_number(const Field& field);
+    std::optional<Duration> duration(const Field& field, bool zero_allowed);
+    std::optional<bool> boolean(const Field& field);
+    std::optional<Endpoint> endpoint(const Field& field, bool allow_port_zero);
+    std::optional<std::string> name(const Field& field);
+    template <class T>
+    std::optional<T> choice(const Field& field, const Choices<T>& choices);
+
+    void read_server(const Field& field);
+    void read_listen(const Field& field);
+    void read_admin(const Field& field);
+    void read_client_ip(const Field& field);
+    void read_store(const Field& field);
+    void read_redis(const Field& field);
+    void read_upstreams(const Field& field);
+    void read_upstream(const Field& field);
+    void read_servers(const Field& field, UpstreamConfig& upstream);
+    void read_routes(const Field& field);
+    void read_route(const Field& field);
+    void read_route_name(const Section& section, RouteConfig& route, RouteSite& site);
+    void read_route_upstream(const Section& section, RouteConfig& route, RouteSite& site);
+    bool read_match(const Section& route_section, RouteConfig& route);
+    void read_path(const Section& section, RouteMatch& match);
+    void read_methods(const Field& field, RouteMatch& match);
+    void read_limits(const Field& field, RouteConfig& route, RouteSite& site);
+    void read_limit(const Field& field, RouteConfig& route, RouteSite& site);
+    void read_token_bucket(const Section& section, LimitConfig& limit);
+    void read_sliding_window(const Section& section, LimitConfig& limit);
+    void refuse_parameters(const Section& section, const Keys& keys, const LimitConfig& limit);
+    void read_key(const Field& field, LimitConfig& limit);
+    void read_responses(const Field& field);
+    void read_logging(const Field& field);
+    void warn_when_no_routes(const Field* routes);
+
+    DiagnosticList diagnostics_;
+    Config config_;
+    std::vector<RouteSite> route_sites_;
+};
+
+// ---- shapes ----------------------------------------------------------------------------------
+
+bool ConfigReader::expect_map(const Field& field) {
+    if (field.empty() || field.value.IsMap()) return true;
+    diagnostics_.error(field.at, field.label() + " must be a map, got " + description_of(field.value));
+    return false;
+}
+
+bool ConfigReader::expect_list(const Field& field) {
+    if (field.empty() || field.value.IsSequence()) return true;
+    diagnostics_.error(field.at, field.label() + " must be a list, got " + description_of(field.value));
+    return false;
+}
+
+bool ConfigReader::expect_single_value(const Field& field) {
+    if (field.value.IsScalar()) return true;
+    if (field.empty()) {
+        diagnostics_.error(field.at, field.label() + " has no value");
+    } else {
+        diagnostics_.error(field.at, field.label() + " must be a single value, got " + description_of(field.value));
+    }
+    return false;
+}
+
+// ---- single values ---------------------------------------------------------------------------
+
+std::optional<std::string> ConfigReader::text(const Field& field) {
+    if (!expect_single_value(field)) return std::nullopt;
+    return field.value.Scalar();
+}
+
+std::optional<std::int64_t> ConfigReader::integer(const Field& field, std::int64_t min, std::int64_t max) {
+    const auto written = text(field);
+    if (!written) return std::nullopt;
+    std::int64_t value = 0;
+    const char* end = written->data() + written->size();
+    const auto [stop, error] = std::from_chars(written->data(), end, value);
+    if (stop != end || (error != std::errc{} && error != std::errc::result_out_of_range)) {
+        diagnostics_.error(field.at, field.label() + " must be an integer, got " + quoted(*written));
+        return std::nullopt;
+    }
+    if (error == std::errc::result_out_of_range || value < min || value > max) {
+        const std::string range = max == no_maximum ? "at least " + std::to_string(min)
+                                                    : "between " + std::to_string(min) + " and " + std::to_string(max);
+        diagnostics_.error(field.at, field.label() + " must be " + range + ", got " + *written);
+        return std::nullopt;
+    }
+    return value;
+}
+
+std::optional<double> ConfigReader::positive_number(const Field& field) {
+    const auto written = text(field);
+    if (!written) return std::nullopt;
+    double value = 0;
+    const char* end = written->data() + written->size();
+    const auto [stop, error] = std::from_chars(written->data(), end, value);
+    if (stop != end || error != std::errc{} || !std::isfinite(value)) {
+        diagnostics_.error(field.at, field.label() + " must be a number, got " + quoted(*written));
+        return std::nullopt;
+    }
+    if (value <= 0) {
+        diagnostics_.error(field.at, field.label() + " must be greater than 0, got " + *written);
+        return std::nullopt;
+    }
+    return value;
+}
+
+std::optional<Duration> ConfigReader::duration(const Field& field, bool zero_allowed) {
+    const auto written = text(field);
+    if (!written) return std::nullopt;
+    const auto value = parse_duration(*written);
+    if (!value) {
+        diagnostics_.error(field.at, field.label() + " must be a duration such as 250ms, 10s, 5m, 1h or 1d, got " +
+                                         quoted(*written));
+        return std::nullopt;
+    }
+    if (!zero_allowed && value->count() == 0) {
+        diagnostics_.error(field.at, field.label() + " must be greater than 0, got " + *written);
+        return std::nullopt;
+    }
+    return value;
+}
+
+std::optional<bool> ConfigReader::boolean(const Field& field) {
+    const auto written = text(field);
+    if (!written) return std::nullopt;
+    if (*written == "true" || *written == "True" || *written == "TRUE") return true;
+    if (*written == "false" || *written == "False" || *written == "FALSE") return false;
+    diagnostics_.error(field.at, field.label() + " must be true or false, got " + quoted(*written));
+    return std::nullopt;
+}
+
+std::optional<Endpoint> ConfigReader::endpoint(const Field& field, bool allow_port_zero) {
+    const auto written = text(field);
+    if (!written) return std::nullopt;
+    EndpointParse parsed = parse_endpoint(*written, allow_port_zero);
+    if (!parsed.endpoint) diagnostics_.error(field.at, field.label() + ": " + parsed.error);
+    return parsed.endpoint;
+}
+
+std::optional<std::string> ConfigReader::name(const Field& field) {
+    auto written = text(field);
+    if (written && !is_valid_name(*written)) {
+        diagnostics_.error(field.at, field.label() + " must be 1 to 64 letters, digits, '_', '-' or '.', got " +
+                                         quoted(*written));
+        return std::nullopt;
+    }
+    return written;
+}
+
+template <class T>
+std::optional<T> ConfigReader::choice(const Field& field, const Choices<T>& choices) {
+    const auto written = text(field);
+    if (!written) return std::nullopt;
+    for (const auto& [spelling, value] : choices)
+        if (spelling == *written) return value;
+    diagnostics_.error(field.at, field.label() + " must be " + choice_list(choices) + ", got " + quoted(*written));
+    return std::nullopt;
+}
+
+// ---- document and sections -------------------------------------------------------------------
+
+void ConfigReader::read_document(const YAML::Node& root) {
+    const Field document{"", root, position_of(root.Mark()), position_of(root.Mark()), false};
+    if (!document.empty() && !root.IsMap()) {
+        diagnostics_.error(document.at, "the top level must be a map of sections (" + keys_list(top_level_keys) +
+                                            "), got " + description_of(root));
+        return;
+    }
+    const Section top(document, "at the top level", top_level_keys, diagnostics_);
+    if (const Field* f = top.find("server")) read_server(*f);
+    if (const Field* f = top.find("admin")) read_admin(*f);
+    if (const Field* f = top.find("client_ip")) read_client_ip(*f);
+    if (const Field* f = top.find("store")) read_store(*f);
+    if (const Field* f = top.find("upstreams")) read_upstreams(*f);
+    if (const Field* f = top.find("routes")) read_routes(*f);
+    if (const Field* f = top.find("responses")) read_responses(*f);
+    if (const Field* f = top.find("logging")) read_logging(*f);
+    check_routes(config_.routes, route_sites_, config_.upstreams, diagnostics_);
+    warn_when_no_routes(top.find("routes"));
+}
+
+void ConfigReader::read_server(const Field& field) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in server", server_keys, diagnostics_);
+    ServerConfig& server = config_.server;
+    if (const Field* f = section.find("listen")) read_listen(*f);
+    if (const Field* f = section.find("workers")) assign(server.workers, integer(*f, 0, max_workers));
+    if (const Field* f = section.find("max_connections")) assign(server.max_connections, integer(*f, 1, no_maximum));
+    if (const Field* f = section.find("header_timeout")) assign(server.header_timeout, duration(*f, false));
+    if (const Field* f = section.find("idle_timeout")) assign(server.idle_timeout, duration(*f, false));
+    if (const Field* f = section.find("max_header_bytes"))
+        assign(server.max_header_bytes, integer(*f, min_header_bytes, max_header_bytes));
+    if (const Field* f = section.find("max_body_bytes")) assign(server.max_body_bytes, integer(*f, 0, no_maximum));
+    if (const Field* f = section.find("shutdown_timeout")) assign(server.shutdown_timeout, duration(*f, false));
+}
+
+void ConfigReader::read_listen(const Field& field) {
+    if (!expect_list(field)) return;
+    std::vector<Endpoint> listen;
+    for (const Field& item : items_of(field))
+        if (auto address = endpoint(item, true)) listen.push_back(*address);
+    if (field.empty() || field.value.size() == 0)
+        diagnostics_.error(field.at, field.label() + " needs at least one address");
+    config_.server.listen = std::move(listen);
+}
+
+void ConfigReader::read_admin(const Field& field) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in admin", admin_keys, diagnostics_);
+    const Field* listen = section.find("listen");
+    if (!listen) return;
+    const auto written = text(*listen);
+    if (!written) return;
+    if (written->empty()) {
+        config_.admin.listen.reset();
+        return;
+    }
+    if (auto address = endpoint(*listen, false)) config_.admin.listen = *address;
+}
+
+void ConfigReader::read_client_ip(const Field& field) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in client_ip", client_ip_keys, diagnostics_);
+    const Field* proxies = section.find("trusted_proxies");
+    if (!proxies || !expect_list(*proxies)) return;
+    for (const Field& item : items_of(*proxies)) {
+        const auto written = text(item);
+        if (!written) continue;
+        if (auto cidr = net::Cidr::parse(*written)) {
+            config_.client_ip.trusted_proxies.push_back(*cidr);
+        } else {
+            diagnostics_.error(item.at, item.label() + ": " + cidr_error(*written));
+        }
+    }
+}
+
+void ConfigReader::read_store(const Field& field) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in store", store_keys, diagnostics_);
+    StoreConfig& store = config_.store;
+    if (const Field* f = section.find("type"))
+        assign(store.type, choice<StoreType>(*f, {{"redis", StoreType::redis}, {"memory", StoreType::memory}}));
+    if (const Field* f = section.find("redis")) read_redis(*f);
+    if (const Field* f = section.find("on_error"))
+        assign(store.on_error, choice<OnError>(*f, {{"allow", OnError::allow}, {"deny", OnError::deny}}));
+}
+
+void ConfigReader::read_redis(const Field& field) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in store.redis", redis_keys, diagnostics_);
+    RedisConfig& redis = config_.store.redis;
+    if (const Field* f = section.find("address")) {
+        const auto written = text(*f);
+        if (written) {
+            if (auto error = apply_redis_address(*written, redis); !error.empty())
+                diagnostics_.error(f->at, f->label() + ": " + error);
+        }
+    }
+    if (const Field* f = section.find("username")) assign(redis.username, text(*f));
+    if (const Field* f = section.find("password")) assign(redis.password, text(*f));
+    if (const Field* f = section.find("database"))
+        assign(redis.database, integer(*f, 0, std::numeric_limits<int>::max()));
+    if (const Field* f = section.find("timeout")) assign(redis.timeout, duration(*f, false));
+    if (const Field* f = section.find("key_prefix")) assign(redis.key_prefix, text(*f));
+}
+
+void ConfigReader::read_upstreams(const Field& field) {
+    if (!field.empty() && !field.value.IsMap()) {
+        diagnostics_.error(field.at, field.label() + " must be a map of name: settings, got " +
+                                         description_of(field.value));
+        return;
+    }
+    for (const Field& entry : Section::entries(field, diagnostics_)) read_upstream(entry);
+}
+
+void ConfigReader::read_upstream(const Field& field) {
+    UpstreamConfig upstream;
+    upstream.name = field.key;
+    if (!is_valid_name(field.key))
+        diagnostics_.error(field.key_at, "upstream name must be 1 to 64 letters, digits, '_', '-' or '.', got " +
+                                             quoted(field.key));
+    if (expect_map(field)) {
+        const Section section(field, "in upstream", upstream_keys, diagnostics_);
+        if (const Field* f = section.find("servers")) read_servers(*f, upstream);
+        if (const Field* f = section.find("connect_timeout")) assign(upstream.connect_timeout, duration(*f, false));
+        if (const Field* f = section.find("timeout")) assign(upstream.timeout, duration(*f, false));
+        if (const Field* f = section.find("max_idle")) assign(upstream.max_idle, integer(*f, 0, no_maximum));
+        if (!section.find("servers")) diagnostics_.error(field.key_at, "upstream " + quoted(field.key) + " has no servers");
+    }
+    config_.upstreams.push_back(std::move(upstream));
+}
+
+void ConfigReader::read_servers(const Field& field, UpstreamConfig& upstream) {
+    if (!expect_list(field)) return;
+    for (const Field& item : items_of(field))
+        if (auto address = endpoint(item, false)) upstream.servers.push_back(*address);
+    if (field.empty() || field.value.size() == 0)
+        diagnostics_.error(field.at, "upstream " + quoted(upstream.name) + " has no servers");
+}
+
+void ConfigReader::read_responses(const Field& field) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in responses", responses_keys, diagnostics_);
+    ResponsesConfig& responses = config_.responses;
+    if (const Field* f = section.find("limited_status")) assign(responses.limited_status, integer(*f, 400, 599));
+    if (const Field* f = section.find("headers"))
+        assign(responses.headers, choice<HeaderStyle>(*f, {{"ietf", HeaderStyle::ietf},
+                                                           {"legacy", HeaderStyle::legacy},
+                                                           {"both", HeaderStyle::both},
+                                                           {"none", HeaderStyle::none}}));
+}
+
+void ConfigReader::read_logging(const Field& field) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in logging", logging_keys, diagnostics_);
+    LoggingConfig& logging = config_.logging;
+    if (const Field* f = section.find("level"))
+        assign(logging.level, choice<std::string_view>(*f, {{"trace", "trace"},
+                                                            {"debug", "debug"},
+                                                            {"info", "info"},
+                                                            {"warn", "warn"},
+                                                            {"error", "error"}}));
+    if (const Field* f = section.find("access_log")) {
+        const auto written = text(*f);
+        if (written && written->empty())
+            diagnostics_.error(f->at, f->label() + " must be stdout, off or a file path, got ''");
+        else
+            assign(logging.access_log, written);
+    }
+    if (const Field* f = section.find("format"))
+        assign(logging.format, choice<LogFormat>(*f, {{"text", LogFormat::text}, {"json", LogFormat::json}}));
+    if (const Field* f = section.find("summary_interval")) assign(logging.summary_interval, duration(*f, true));
+}
+
+// ---- routes ----------------------------------------------------------------------------------
+
+void ConfigReader::read_routes(const Field& field) {
+    if (!expect_list(field)) return;
+    for (const Field& item : items_of(field)) read_route(item);
+}
+
+void ConfigReader::read_route(const Field& field) {
+    if (!expect_map(field)) return;
+    if (field.empty()) {
+        diagnostics_.error(field.at, "empty route (a route needs name, match and upstream)");
+        return;
+    }
+    const Section section(field, "in route", route_keys, diagnostics_);
+    RouteConfig route;
+    RouteSite site;
+    site.at = field.at;
+    read_route_name(section, route, site);
+    site.match_valid = read_match(section, route);
+    read_route_upstream(section, route, site);
+    if (const Field* f = section.find("on_error"))
+        route.on_error = choice<OnError>(*f, {{"allow", OnError::allow}, {"deny", OnError::deny}});
+    if (const Field* f = section.find("limits")) read_limits(*f, route, site);
+    config_.routes.push_back(std::move(route));
+    route_sites_.push_back(std::move(site));
+}
+
+void ConfigReader::read_route_name(const Section& section, RouteConfig& route, RouteSite& site) {
+    const Field* field = section.find("name");
+    site.name_at = field ? field->at : section.at();
+    if (!field) {
+        diagnostics_.error(section.at(), "route needs a 'name'");
+        return;
+    }
+    assign(route.name, name(*field));
+}
+
+void ConfigReader::read_route_upstream(const Section& section, RouteConfig& route, RouteSite& site) {
+    const Field* field = section.find("upstream");
+    site.upstream_at = field ? field->at : section.at();
+    if (!field) {
+        diagnostics_.error(section.at(), named("route", route.name) + " needs an 'upstream'");
+        return;
+    }
+    assign(route.upstream, text(*field));
+    if (field->value.IsScalar() && route.upstream.empty())
+        diagnostics_.error(field->at, named("route", route.name) + " needs an 'upstream'");
+}
+
+// True when the match is complete and valid.
+bool ConfigReader::read_match(const Section& route_section, RouteConfig& route) {
+    const std::size_t errors_before = diagnostics_.error_count();
+    const Field* field = route_section.find("match");
+    if (!field) {
+        diagnostics_.error(route_section.at(), named("route", route.name) + " needs a 'match' with 'path' or 'path_prefix'");
+        return false;
+    }
+    if (!expect_map(*field)) return false;
+    const Section section(*field, "in match", match_keys, diagnostics_);
+    read_path(section, route.match);
+    if (!section.find("path") && !section.find("path_prefix"))
+        diagnostics_.error(field->at, named("route", route.name) + " needs 'path' or 'path_prefix' in its match");
+    if (const Field* f = section.find("methods")) read_methods(*f, route.match);
+    if (const Field* f = section.find("host")) {
+        const auto written = text(*f);
+        if (!written) return false;
+        route.match.host = normalized_route_host(*written);
+        if (!route.match.host)
+            diagnostics_.error(f->at, f->label() + " must be a host name such as example.com or *.example.com, got " +
+                                          quoted(*written));
+    }
+    return diagnostics_.error_count() == errors_before;
+}
+
+void ConfigReader::read_path(const Section& section, RouteMatch& match) {
+    const Field* path = section.find("path");
+    const Field* prefix = section.find("path_prefix");
+    if (path && prefix) {
+        diagnostics_.error(prefix->key_at, "'path' and 'path_prefix' cannot both be set; use one");
+        return;
+    }
+    const Field* field = path ? path : prefix;
+    if (!field) return;
+    const auto written = text(*field);
+    if (!written) return;
+    if (auto error = route_path_error(field->key, *written); !error.empty()) {
+        diagnostics_.error(field->at, error);
+        return;
+    }
+    (path ? match.path : match.path_prefix) = *written;
+}
+
+void ConfigReader::read_methods(const Field& field, RouteMatch& match) {
+    if (!expect_list(field)) return;
+    if (field.empty() || field.value.size() == 0) {
+        diagnostics_.error(field.at, "'methods' must not be empty (leave it out to match every method)");
+        return;
+    }
+    for (const Field& item : items_of(field)) {
+        const auto written = text(item);
+        if (!written) continue;
+        if (!is_http_token(*written)) {
+            diagnostics_.error(item.at, "invalid method " + quoted(*written));
+            continue;
+        }
+        std::string method = to_upper(*written);
+        if (std::find(match.methods.begin(), match.methods.end(), method) == match.methods.end())
+            match.methods.push_back(std::move(method));
+    }
+}
+
+void ConfigReader::read_limits(const Field& field, RouteConfig& route, RouteSite& site) {
+    if (!expect_list(field)) return;
+    for (const Field& item : items_of(field)) read_limit(item, route, site);
+}
+
+void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite& site) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in limit", limit_keys, diagnostics_);
+    LimitConfig limit;
+    const Field* name_field = section.find("name");
+    if (name_field) {
+        assign(limit.name, name(*name_field));
+    } else {
+        diagnostics_.error(field.at, "limit needs a 'name'");
+    }
+    const Field* algorithm_field = section.find("algorithm");
+    std::optional<Algorithm> algorithm;
+    if (algorithm_field) {
+        algorithm = choice<Algorithm>(*algorithm_field, {{"token_bucket", Algorithm::token_bucket},
+                                                         {"sliding_window", Algorithm::sliding_window}});
+    } else {
+        diagnostics_.error(field.at, named("limit", limit.name) + " needs an 'algorithm' (token_bucket or sliding_window)");
+    }
+    if (algorithm) {
+        limit.algorithm = *algorithm;
+        if (*algorithm == Algorithm::token_bucket) read_token_bucket(section, limit);
+        if (*algorithm == Algorithm::sliding_window) read_sliding_window(section, limit);
+    }
+    if (const Field* f = section.find("key")) read_key(*f, limit);
+    if (const Field* f = section.find("shadow")) assign(limit.shadow, boolean(*f));
+    site.limit_name_at.push_back(name_field ? name_field->at : field.at);
+    route.limits.push_back(std::move(limit));
+}
+
+void ConfigReader::read_token_bucket(const Section& section, LimitConfig& limit) {
+    refuse_parameters(section, sliding_window_keys, limit);
+    const std::string which = named("token_bucket limit", limit.name);
+    if (const Field* f = section.find("rate")) {
+        assign(limit.rate, positive_number(*f));
+    } else {
+        diagnostics_.error(section.at(), which + " needs 'rate'");
+    }
+    if (const Field* f = section.find("per")) assign(limit.per, duration(*f, false));
+    if (const Field* f = section.find("burst")) {
+        assign(limit.burst, integer(*f, 1, no_maximum));
+    } else {
+        diagnostics_.error(section.at(), which + " needs 'burst'");
+    }
+}
+
+void ConfigReader::read_sliding_window(const Section& section, LimitConfig& limit) {
+    refuse_parameters(section, token_bucket_keys, limit);
+    const std::string which = named("sliding_window limit", limit.name);
+    if (const Field* f = section.find("limit")) {
+        assign(limit.limit, integer(*f, 1, no_maximum));
+    } else {
+        diagnostics_.error(section.at(), which + " needs 'limit'");
+    }
+    if (const Field* f = section.find("window")) {
+        assign(limit.window, duration(*f, false));
+    } else {
+        diagnostics_.error(section.at(), which + " needs 'window'");
+    }
+}
+
+// Parameters of the other algorithm are errors: they would be silently ignored otherwise.
+void ConfigReader::refuse_parameters(const Section& section, const Keys& keys, const LimitConfig& limit) {
+    const std::string_view mine = limit.algorithm == Algorithm::token_bucket ? "token_bucket" : "sliding_window";
+    const std::string_view theirs = limit.algorithm == Algorithm::token_bucket ? "sliding_window" : "token_bucket";
+    for (std::string_view key : keys) {
+        if (const Field* f = section.find(key))
+            diagnostics_.error(f->key_at, quoted(key) + " is a " + std::string(theirs) + " parameter, but " +
+                                              named("limit", limit.name) + " is " + std::string(mine));
+    }
+}
+
+void ConfigReader::read_key(const Field& field, LimitConfig& limit) {
+    if (!expect_list(field)) return;
+    std::vector<KeyPart> parts;
+    std::vector<std::string> seen;
+    for (const Field& item : items_of(field)) {
+        const auto written = text(item);
+        if (!written) continue;
+        KeyPartParse parsed = parse_key_part(*written);
+        if (!parsed.part) {
+            diagnostics_.error(item.at, parsed.error);
+            continue;
+        }
+        const std::string canonical = to_lower(*written);
+        if (std::find(seen.begin(), seen.end(), canonical) != seen.end()) {
+            diagnostics_.error(item.at, "'key' lists " + quoted(*written) + " twice");
+            continue;
+        }
+        seen.push_back(canonical);
+        parts.push_back(*parsed.part);
+    }
+    limit.key = std::move(parts);
+}
+
+void ConfigReader::warn_when_no_routes(const Field* routes) {
+    if (routes && !routes->empty() && !routes->value.IsSequence()) return;  // already an error
+    if (routes && !routes->empty() && routes->value.size() > 0) return;
+    diagnostics_.warning(routes ? routes->at : Position{1, 1}, "no routes: every request answers 404");
+}
+
+// ---- entry points ----------------------------------------------------------------------------
+
+LoadResult result_of(ConfigReader& reader) {
+    LoadResult result;
+    result.diagnostics = reader.diagnostics().sorted();
+    if (!reader.diagnostics().has_errors()) result.config = std::make_shared<const Config>(reader.config());
+    return result;
+}
+
+// yaml-cpp says "illegal map value" and the like for a tab in the indentation; say why.
+std::string syntax_hint(std::string_view yaml, const YAML::Exception& error) {
+    const YAML::Mark& mark = error.mark;
+    if (mark.is_null() || error.msg.find("tab") != std::string::npos) return {};
+    std::size_t start = 0;
+    for (int line = 0; line < mark.line && start != std::string_view::npos; ++line) {
+        start = yaml.find('\n', start);
+        if (start != std::string_view::npos) ++start;
+    }
+    if (start == std::string_view::npos) return {};
+    const std::string_view line = yaml.substr(start, yaml.find('\n', start) - start);
+    const std::string_view indentation = line.substr(0, line.find_first_not_of(" \t"));
+    if (indentation.find('\t') != std::string_view::npos) return " (a tab in the indentation: YAML allows only spaces)";
+    return {};
+}
+
+std::optional<YAML::Node> parse_single_document(std::string_view yaml, DiagnosticList& diagnostics) {
+    try {
+        const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+        if (documents.size() > 1) {
+            diagnostics.error(position_of(documents[1].Mark()), "only one YAML document is allowed");
+            return std::nullopt;
+        }
+        return documents.empty() ? YAML::Node() : documents.front();
+    } catch (const YAML::Exception& error) {
+        diagnostics.error(position_of(error.mark), "invalid YAML: " + error.msg + syntax_hint(yaml, error));
+        return std::nullopt;
+    }
+}
+
+}  // namespace
+
+LoadResult load_string(std::string_view yaml, const std::string& name) {
+    ConfigReader reader(name);
+    const auto root = parse_single_document(yaml, reader.diagnostics());
+    if (root) {
+        try {
+            reader.read_document(*root);
+        } catch (const YAML::Exception& error) {  // not expected: every access above checks the node first
+            reader.diagnostics().error(position_of(error.mark), "invalid YAML: " + error.msg);
+        }
+    }
+    return result_of(reader);
+}
+
+LoadResult load_file(const std::string& path) {
+    std::FILE* file = std::fopen(path.c_str(), "rb");
+    std::string content;
+    int read_errno = 0;
+    if (!file) {
+        read_errno = errno;
+    } else {
+        char buffer[65536];
+        std::size_t count = 0;
+        while ((count = std::fread(buffer, 1, sizeof buffer, file)) > 0) content.append(buffer, count);
+        if (std::ferror(file)) read_errno = errno ? errno : EIO;
+        std::fclose(file);
+    }
+    if (read_errno != 0) {
+        LoadResult result;
+        result.io_error = true;
+        result.diagnostics.push_back(Diagnostic{path, 0, 0, std::string("cannot read: ") + std::strerror(read_errno), false});
+        return result;
+    }
+    return load_string(content, path);
+}
+
+}  // namespace sluice::config

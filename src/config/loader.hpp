@@ -1,0 +1,26 @@
+// Reads and validates the YAML configuration. Every problem is collected with its position,
+// so `sluice --check` can list them all at once.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.hpp"
+#include "config/diagnostic.hpp"
+
+namespace sluice::config {
+
+struct LoadResult {
+    std::shared_ptr<const Config> config;  // null when there is any error (warnings do not count)
+    std::vector<Diagnostic> diagnostics;   // errors and warnings, in file order
+    bool io_error = false;                 // the file could not be read
+    bool ok() const { return config != nullptr; }
+};
+
+LoadResult load_file(const std::string& path);
+// `name` stands for the file in diagnostics and in Config::source_path.
+LoadResult load_string(std::string_view yaml, const std::string& name);
+
+}  // namespace sluice::config

@@ -1,0 +1,744 @@
+// The request path, top to bottom: read head, validate, route, decide, forward, relay,
+// loop for keep-alive. One coroutine per client connection, on its worker's io_context.
+#include "http/client_session.hpp"
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+#include "http/head_scan.hpp"
+#include "http/header_rules.hpp"
+#include "http/problem.hpp"
+#include "http/route_match.hpp"
+#include "limit/client_ip.hpp"
+#include "limit/rate_limit_headers.hpp"
+#include "observe/access_log.hpp"
+#include "server/worker.hpp"
+
+namespace sluice::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using RequestParser = bhttp::request_parser<bhttp::buffer_body>;
+using ResponseParser = bhttp::response_parser<bhttp::buffer_body>;
+
+namespace {
+
+constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+constexpr std::size_t relay_chunk = 32 * 1024;
+constexpr std::size_t drain_limit = 64 * 1024;      // unread request body we read and discard to keep the connection
+constexpr auto linger_time = std::chrono::seconds(1);  // reading what a client still sends after our final response
+constexpr std::uint32_t upstream_header_limit = 64 * 1024;
+
+std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
+
+double ms_since(Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// The request line's method and target for the access log, from a head Beast did not parse.
+void describe_raw_request(std::string_view head, observe::AccessRecord& rec) {
+    auto line = head.substr(0, head.find('\r'));
+    auto printable = [](std::string_view s) {
+        std::string out;
+        for (char c : s.substr(0, 200)) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+        return out;
+    };
+    auto sp1 = line.find(' ');
+    rec.method = printable(line.substr(0, sp1));
+    if (sp1 == std::string_view::npos) {
+        rec.target = "-";
+        return;
+    }
+    auto rest = line.substr(sp1 + 1);
+    rec.target = printable(rest.substr(0, rest.find(' ')));
+    if (rec.method.empty()) rec.method = "-";
+    if (rec.target.empty()) rec.target = "-";
+}
+
+// Store trouble is logged at most once a second per worker: under load every request
+// would otherwise log it. The access log and metrics count every request.
+void warn_store_error(std::string_view route, std::string_view error, config::OnError policy) {
+    thread_local Clock::time_point last{};
+    thread_local std::uint64_t suppressed = 0;
+    auto now = Clock::now();
+    if (now - last < std::chrono::seconds(1)) {
+        ++suppressed;
+        return;
+    }
+    last = now;
+    spdlog::warn("route {}: rate-limit store error: {}; {} the request ({} similar errors not logged)", route, error,
+                 policy == config::OnError::allow ? "allowing" : "denying", suppressed);
+    suppressed = 0;
+}
+
+// Per-limit outcomes for sluice_ratelimit_decisions_total, and the route's counters.
+void count_decision(const server::Snapshot& snap, std::size_t route_index, const limit::Decision& decision,
+                    config::OnError policy) {
+    using observe::DecisionKind;
+    auto& route = *snap.route_metrics[route_index];
+    const auto& limits = snap.limit_metrics[route_index];
+    auto bump = [](observe::LimitMetrics* m, DecisionKind kind) { observe::add(m->decisions[static_cast<std::size_t>(kind)]); };
+    if (decision.outcome == limit::Decision::Outcome::store_error) {
+        observe::add(snap.metrics->store_errors);
+        observe::add(route.store_errors);
+        auto kind = policy == config::OnError::allow ? DecisionKind::store_error_allowed : DecisionKind::store_error_denied;
+        for (auto* m : limits) bump(m, kind);
+        return;
+    }
+    for (std::size_t i = 0; i < limits.size() && i < decision.limits.size(); ++i) {
+        const auto& r = decision.limits[i];
+        if (!r.applies) continue;
+        bump(limits[i], r.allowed ? DecisionKind::allowed : r.shadow ? DecisionKind::shadow_limited : DecisionKind::limited);
+    }
+    if (decision.outcome == limit::Decision::Outcome::limited) observe::add(route.limited);
+    if (decision.shadow_limited()) observe::add(route.shadow_limited);
+}
+
+bool is_connection_lost(const boost::system::error_code& ec) {
+    return ec == net::error::eof || ec == bhttp::error::end_of_stream || ec == net::error::connection_reset ||
+           ec == net::error::broken_pipe || ec == bhttp::error::partial_message;
+}
+
+class Session final : public ClientSession, public std::enable_shared_from_this<Session> {
+public:
+    Session(server::Worker& worker, tcp::socket socket)
+        : worker_(worker), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+        boost::system::error_code ec;
+        auto peer = socket_.remote_endpoint(ec);
+        peer_ip_ = ec ? "-" : peer.address().to_string();
+        socket_.set_option(tcp::no_delay(true), ec);
+    }
+
+    ~Session() override { worker_.connections().fetch_sub(1); }
+
+    net::awaitable<void> run();
+
+    void stop_if_idle() override {
+        if (idle_) {
+            boost::system::error_code ec;
+            socket_.cancel(ec);
+        }
+    }
+
+private:
+    struct Head {
+        enum class Kind { ready, closed, timeout, too_large, malformed } kind = Kind::closed;
+        std::size_t size = 0;
+        std::string_view problem;
+    };
+
+    enum class Upstream { ok, refused, timed_out };
+
+    net::awaitable<bool> serve_one(bool first);
+    net::awaitable<Head> read_head(const config::ServerConfig& server, bool first);
+    net::awaitable<bool> forward(const server::Snapshot& snap, const config::RouteConfig& route, RequestParser& parser,
+                                 bool keep_alive, const limit::HeaderList& rate_headers, observe::AccessRecord& rec);
+    net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(const server::Snapshot& snap,
+                                                                         std::size_t upstream, bool fresh,
+                                                                         Upstream& failure);
+    net::awaitable<bool> reply(const config::ServerConfig& server, RequestParser* parser, unsigned status,
+                               std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
+                               const limit::HeaderList* headers = nullptr, bool name_route_and_limit = false);
+    net::awaitable<bool> drain_body(RequestParser& parser, const config::ServerConfig& server);
+    net::awaitable<void> close_gracefully();
+
+    // Client-side deadline: one timer per connection; on expiry the pending socket
+    // operation is cancelled and timed_out_ tells why. (beast::tcp_stream closes the
+    // socket on timeout, which would make answering 408 impossible.)
+    //
+    // Arming only moves `deadline_`: the timer is restarted only when the new deadline is
+    // earlier than the one it waits for. When it fires early (the deadline moved later
+    // meanwhile) it waits again. So the request path does not cancel and restart a timer
+    // for every read and write.
+    void arm(config::Duration d) {
+        timed_out_ = false;
+        deadline_ = Clock::now() + d;
+        if (!timer_waiting_ || deadline_ < timer_expiry_) start_timer();
+    }
+    void disarm() { deadline_ = Clock::time_point::max(); }
+    void stop_timer() {
+        ++timer_generation_;
+        timer_waiting_ = false;
+        timer_.cancel();
+    }
+    void start_timer() {
+        timer_waiting_ = true;
+        timer_expiry_ = deadline_;
+        auto generation = ++timer_generation_;
+        timer_.expires_at(deadline_);  // a wait already pending completes as superseded
+        timer_.async_wait([self = shared_from_this(), generation](boost::system::error_code ec) {
+            if (generation != self->timer_generation_) return;
+            self->timer_waiting_ = false;
+            if (ec || self->deadline_ == Clock::time_point::max()) return;
+            if (Clock::now() < self->deadline_) return self->start_timer();
+            self->timed_out_ = true;
+            boost::system::error_code ignored;
+            self->socket_.cancel(ignored);
+        });
+    }
+
+    server::Worker& worker_;
+    tcp::socket socket_;
+    net::steady_timer timer_;
+    Clock::time_point deadline_ = Clock::time_point::max();  // of the current operation
+    Clock::time_point timer_expiry_{};                        // what timer_ waits for
+    bool timer_waiting_ = false;
+    std::uint64_t timer_generation_ = 0;
+    bool timed_out_ = false;
+    bool idle_ = false;  // waiting for a request with nothing received: graceful stop may close it
+    beast::flat_buffer buffer_;
+    std::string peer_ip_;
+};
+
+net::awaitable<void> Session::run() {
+    worker_.add_session(this);
+    bool first = true;
+    try {
+        while (true) {
+            if (!co_await serve_one(first)) break;
+            first = false;
+        }
+    } catch (const std::exception& e) {
+        spdlog::error("client {}: {}", peer_ip_, e.what());
+    }
+    co_await close_gracefully();
+    stop_timer();
+    worker_.remove_session(this);
+}
+
+net::awaitable<void> Session::close_gracefully() {
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (!ec && !worker_.stopping()) {
+        // Read what the client still sends, so that closing does not reset the connection
+        // before it has read our last response.
+        arm(std::chrono::duration_cast<config::Duration>(linger_time));
+        std::array<char, 4096> scratch;
+        while (true) {
+            auto [rec, n] = co_await socket_.async_read_some(net::buffer(scratch), nothrow);
+            if (rec || timed_out_) break;
+        }
+        disarm();
+    }
+    socket_.close(ec);
+}
+
+net::awaitable<Session::Head> Session::read_head(const config::ServerConfig& server, bool first) {
+    Head head;
+    std::size_t scanned = 0;
+    bool got_bytes = buffer_.size() > 0;
+    arm(first || got_bytes ? server.header_timeout : server.idle_timeout);
+    while (true) {
+        std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+        auto scan = scan_request_head(data, scanned);
+        if (scan.leading_crlf && scan.state != HeadScan::State::incomplete) {
+            buffer_.consume(scan.leading_crlf);
+            scanned -= scan.leading_crlf;
+        }
+        if (scan.state == HeadScan::State::complete) {
+            disarm();
+            head.kind = scan.head_size > server.max_header_bytes ? Head::Kind::too_large : Head::Kind::ready;
+            head.size = scan.head_size;
+            co_return head;
+        }
+        if (scan.state == HeadScan::State::malformed) {
+            disarm();
+            head.kind = Head::Kind::malformed;
+            head.problem = scan.problem;
+            co_return head;
+        }
+        if (data.size() - scan.leading_crlf > server.max_header_bytes) {
+            disarm();
+            head.kind = Head::Kind::too_large;
+            co_return head;
+        }
+        if (worker_.stopping() && !got_bytes) co_return head;  // closed
+
+        idle_ = !got_bytes;
+        // An idle keep-alive connection keeps no buffer that a large body grew.
+        if (!got_bytes && buffer_.capacity() > 16 * 1024) buffer_.shrink_to_fit();
+        auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(8192), nothrow);
+        idle_ = false;
+        if (timed_out_) {
+            head.kind = got_bytes ? Head::Kind::timeout : Head::Kind::closed;
+            co_return head;
+        }
+        if (ec) {
+            disarm();
+            co_return head;  // closed (EOF, reset, or cancelled by a graceful stop)
+        }
+        buffer_.commit(n);
+        if (!got_bytes && n > 0) {
+            got_bytes = true;
+            if (!first) arm(server.header_timeout);
+        }
+    }
+}
+
+net::awaitable<bool> Session::serve_one(bool first) {
+    // The snapshot is taken when the head has arrived, not before waiting for it: a reload
+    // during a keep-alive pause applies to the next request on that connection too.
+    const auto head = co_await read_head(worker_.snapshot()->config->server, first);
+    const std::shared_ptr<const server::Snapshot> current = worker_.snapshot();
+    const auto& snap = *current;
+    const auto& cfg = *snap.config;
+    const auto started = Clock::now();
+    observe::AccessRecord rec;
+    rec.client_ip = peer_ip_;
+    rec.method = "-";
+    rec.target = "-";
+
+    const config::RouteConfig* route = nullptr;
+    auto finish = [&](bool keep) {
+        rec.total_ms = ms_since(started);
+        observe::log_access(rec, cfg.logging.format);
+        auto& counters = route ? *snap.route_metrics[static_cast<std::size_t>(route - cfg.routes.data())]
+                               : snap.metrics->no_route();
+        counters.count_status(rec.status);
+        if (rec.forwarded) observe::add(counters.forwarded);
+        return keep;
+    };
+
+    switch (head.kind) {
+    case Head::Kind::closed:
+        co_return false;
+    case Head::Kind::timeout:
+        co_return finish(co_await reply(cfg.server, nullptr, 408, "request head not received in time", false, rec));
+    case Head::Kind::too_large:
+        co_return finish(co_await reply(cfg.server, nullptr, 431, "request head larger than max_header_bytes", false, rec));
+    case Head::Kind::malformed:
+        co_return finish(co_await reply(cfg.server, nullptr, 400, head.problem, false, rec));
+    case Head::Kind::ready:
+        break;
+    }
+
+    std::string_view raw(static_cast<const char*>(buffer_.data().data()), head.size);
+    if (auto problem = check_request_head(raw); !problem.empty()) {
+        describe_raw_request(raw, rec);
+        co_return finish(co_await reply(cfg.server, nullptr, 400, problem, false, rec));
+    }
+
+    RequestParser parser;
+    parser.header_limit(static_cast<std::uint32_t>(cfg.server.max_header_bytes + 4));
+    parser.body_limit(cfg.server.max_body_bytes);
+    beast::error_code ec;
+    parser.put(net::buffer(raw.data(), raw.size()), ec);
+    if (!parser.is_header_done()) describe_raw_request(raw, rec);
+    buffer_.consume(head.size);
+    if (ec == bhttp::error::body_limit)
+        co_return finish(co_await reply(cfg.server, nullptr, 413, "request body larger than max_body_bytes", false, rec));
+    if (ec || !parser.is_header_done()) {
+        // Named, not a temporary: GCC 12 destroys temporaries of a conditional inside co_await twice.
+        const std::string problem = ec ? ec.message() : "incomplete request head";
+        co_return finish(co_await reply(cfg.server, nullptr, 400, problem, false, rec));
+    }
+
+    auto& req = parser.get();
+    rec.method = std::string(sv(req.method_string()));
+    rec.target = std::string(sv(req.target()));
+    rec.version = req.version();
+    if (req.version() != 10 && req.version() != 11) {
+        rec.version = 11;
+        co_return finish(co_await reply(cfg.server, nullptr, 505, "only HTTP/1.0 and HTTP/1.1 are supported", false, rec));
+    }
+    if (auto problem = check_request_framing(req.base(), req.version()); !problem.empty())
+        co_return finish(co_await reply(cfg.server, nullptr, 400, problem, false, rec));
+
+    // Absolute-form targets ("http://host/path") are turned into origin-form.
+    std::string_view target = sv(req.target());
+    if (target.starts_with("http://")) {
+        auto rest = target.substr(7);
+        auto slash = rest.find('/');
+        std::string authority(rest.substr(0, slash));
+        std::string path(slash == std::string_view::npos ? "/" : rest.substr(slash));
+        req.set(bhttp::field::host, authority);
+        req.target(path);
+        target = sv(req.target());
+    }
+    if (!target.starts_with('/') && !(target == "*" && req.method() == bhttp::verb::options))
+        co_return finish(co_await reply(cfg.server, nullptr, 400, "invalid request target", false, rec));
+
+    const bool keep_alive = req.keep_alive() && !worker_.stopping();
+    auto path = target.substr(0, target.find('?'));
+    route = match_route(cfg.routes, sv(req.method_string()), path, sv(req[bhttp::field::host]));
+    if (!route) co_return finish(co_await reply(cfg.server, &parser, 404, "no route matches the request", keep_alive, rec));
+    rec.route = route->name;
+
+    limit::HeaderList rate_headers;
+    if (!route->limits.empty()) {
+        std::vector<std::string_view> xff;
+        for (const auto& f : req)
+            if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
+        const std::string client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
+        const limit::RouteLimits limits{route->name, route->limits};
+        const limit::RequestKeyValues values{client, sv(req.method_string()), path,
+                                             [&req](std::string_view name) -> std::optional<std::string_view> {
+                                                 auto it = req.find(name);
+                                                 if (it == req.end()) return std::nullopt;
+                                                 return sv(it->value());
+                                             }};
+        const auto decide_started = Clock::now();
+        const limit::Decision decision = co_await worker_.decide(limits, values);
+        snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
+        count_decision(snap, static_cast<std::size_t>(route - cfg.routes.data()), decision,
+                       route->on_error.value_or(cfg.store.on_error));
+        if (decision.outcome == limit::Decision::Outcome::limited) worker_.limited_clients().add(route->name, client);
+
+        if (decision.outcome == limit::Decision::Outcome::store_error) {
+            const auto policy = route->on_error.value_or(cfg.store.on_error);
+            warn_store_error(route->name, decision.error, policy);
+            if (policy == config::OnError::deny) {
+                rec.decision = "store_error_denied";
+                rate_headers.emplace_back("Retry-After", "1");
+                co_return finish(co_await reply(cfg.server, &parser, 503, "the rate-limit store is unavailable",
+                                                keep_alive, rec, &rate_headers));
+            }
+            rec.decision = "store_error_allowed";
+        } else {
+            rate_headers = limit::rate_limit_headers(*route, decision, cfg.responses.headers);
+            if (auto shown = limit::advertised_limit(decision)) {
+                rec.limit = route->limits[*shown].name;
+                rec.remaining = decision.limits[*shown].remaining;
+            }
+            if (decision.outcome == limit::Decision::Outcome::limited) {
+                const auto index = *decision.limited_by;
+                rec.decision = "limited";
+                rate_headers.emplace_back(
+                    "Retry-After", std::to_string(limit::retry_after_seconds(decision.limits[index].retry_after)));
+                const std::string detail =
+                    fmt::format("rate limit '{}' of route '{}' exceeded", route->limits[index].name, route->name);
+                co_return finish(co_await reply(cfg.server, &parser, cfg.responses.limited_status, detail, keep_alive,
+                                                rec, &rate_headers, true));
+            }
+            if (decision.shadow_limited()) {
+                rec.decision = "shadow_limited";
+                for (std::size_t i = 0; i < decision.limits.size(); ++i)
+                    if (decision.limits[i].applies && decision.limits[i].shadow && !decision.limits[i].allowed) {
+                        rec.limit = route->limits[i].name;
+                        rec.remaining = 0;
+                        break;
+                    }
+            } else {
+                rec.decision = "allowed";
+            }
+        }
+    }
+
+    co_return finish(co_await forward(snap, *route, parser, keep_alive, rate_headers, rec));
+}
+
+net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(const server::Snapshot& snap,
+                                                                              std::size_t upstream, bool fresh,
+                                                                              Upstream& failure) {
+    const auto& servers = snap.servers[upstream];
+    const auto& upstream_cfg = snap.config->upstreams[upstream];
+    auto first = worker_.next_server(upstream, servers.size());
+    failure = Upstream::refused;
+    // Round-robin; a server that refuses or does not answer the connect is skipped
+    // for this request (as nginx's proxy_next_upstream error timeout).
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+        const auto& server = servers[(first + i) % servers.size()];
+        if (!fresh) {
+            if (auto conn = worker_.upstream_pool().take(server.key)) co_return conn;
+        }
+        auto conn = std::make_unique<UpstreamConnection>(socket_.get_executor());
+        conn->key = server.key;
+        conn->stream.expires_after(upstream_cfg.connect_timeout);
+        auto [ec] = co_await conn->stream.async_connect(server.endpoint, nothrow);
+        if (!ec) {
+            boost::system::error_code ignored;
+            conn->stream.socket().set_option(tcp::no_delay(true), ignored);
+            co_return conn;
+        }
+        failure = ec == beast::error::timeout ? Upstream::timed_out : Upstream::refused;
+        spdlog::warn("upstream {} server {}: connect failed: {}", upstream_cfg.name, server.key,
+                     ec == beast::error::timeout ? "timed out" : ec.message());
+    }
+    co_return nullptr;
+}
+
+net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config::RouteConfig& route,
+                                      RequestParser& parser, bool keep_alive, const limit::HeaderList& rate_headers,
+                                      observe::AccessRecord& rec) {
+    const auto& cfg = *snap.config;
+    const auto& upstream_cfg = cfg.upstreams[route.upstream_index];
+    auto& req = parser.get();
+    const unsigned client_version = req.version();
+    const bool is_head = req.method() == bhttp::verb::head;
+
+    bool expect_continue = false;
+    if (auto it = req.find(bhttp::field::expect); it != req.end()) {
+        if (!beast::iequals(it->value(), "100-continue"))
+            co_return co_await reply(cfg.server, &parser, 417, "only Expect: 100-continue is supported", false, rec);
+        expect_continue = client_version >= 11 && !parser.is_done();
+        req.erase(bhttp::field::expect);
+    }
+
+    // The request as the upstream gets it.
+    const bool has_body = !parser.is_done();
+    const bool chunked = parser.chunked();
+    auto peer = sluice::net::IpAddress::parse(peer_ip_);
+    strip_hop_by_hop(req.base());
+    add_forwarding_headers(req.base(), {peer_ip_, peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer),
+                                        client_version});
+    req.version(11);
+    if (chunked) req.chunked(true);
+
+    std::array<char, relay_chunk> chunk;
+    std::unique_ptr<UpstreamConnection> conn;
+    std::optional<ResponseParser> res_parser;
+    Clock::time_point upstream_started;
+    bool continue_sent = false;
+
+    // A pooled connection the server closed just as we used it fails before any byte
+    // of response: a request without a body is then sent once more on a new connection.
+    for (int attempt = 0;; ++attempt) {
+        Upstream failure;
+        upstream_started = Clock::now();
+        conn = co_await connect_upstream(snap, route.upstream_index, attempt > 0, failure);
+        if (!conn) {
+            rec.upstream_ms = ms_since(upstream_started);
+            if (failure == Upstream::timed_out)
+                co_return co_await reply(cfg.server, &parser, 504, "upstream connect timed out", keep_alive, rec);
+            co_return co_await reply(cfg.server, &parser, 502, "upstream refused the connection", keep_alive, rec);
+        }
+        const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
+
+        if (expect_continue && !continue_sent) {
+            static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
+            arm(cfg.server.idle_timeout);
+            auto [wec, wn] = co_await net::async_write(socket_, net::buffer(continue_line), nothrow);
+            disarm();
+            if (wec) co_return false;
+            continue_sent = true;
+        }
+
+        // Request head and body, streamed.
+        bhttp::request_serializer<bhttp::buffer_body> sr{req};
+        boost::system::error_code upstream_error;
+        do {
+            auto& body = req.body();
+            if (!parser.is_done()) {
+                body.data = chunk.data();
+                body.size = chunk.size();
+                arm(cfg.server.idle_timeout);
+                auto [rec_ec, n] = co_await bhttp::async_read(socket_, buffer_, parser, nothrow);
+                disarm();
+                if (rec_ec == bhttp::error::need_buffer) rec_ec = {};
+                if (rec_ec == bhttp::error::body_limit) {
+                    spdlog::warn("client {}: request body over max_body_bytes while forwarding", peer_ip_);
+                    co_return co_await reply(cfg.server, nullptr, 413, "request body larger than max_body_bytes",
+                                             false, rec);
+                }
+                if (rec_ec || timed_out_) {
+                    if (!is_connection_lost(rec_ec) && !timed_out_ && rec_ec != net::error::operation_aborted) {
+                        const std::string problem = rec_ec.message();
+                        co_return co_await reply(cfg.server, nullptr, 400, problem, false, rec);
+                    }
+                    rec.status = 499;  // client went away (nginx's convention)
+                    co_return false;
+                }
+                body.size = chunk.size() - body.size;
+                body.data = chunk.data();
+                body.more = !parser.is_done();
+            } else {
+                body.data = nullptr;
+                body.size = 0;
+                body.more = false;
+            }
+            conn->stream.expires_after(upstream_cfg.timeout);
+            auto [wec, wn] = co_await bhttp::async_write(conn->stream, sr, nothrow);
+            if (wec == bhttp::error::need_buffer) wec = {};
+            if (wec) {
+                upstream_error = wec;
+                break;
+            }
+        } while (!parser.is_done() || !sr.is_done());
+
+        // Response head; informational (1xx) responses are relayed and the final one awaited.
+        while (!upstream_error) {
+            res_parser.emplace();
+            res_parser->header_limit(upstream_header_limit);
+            res_parser->body_limit(boost::none);
+            if (is_head) res_parser->skip(true);
+            conn->stream.expires_after(upstream_cfg.timeout);
+            auto [hec, hn] = co_await bhttp::async_read_header(conn->stream, conn->buffer, *res_parser, nothrow);
+            if (hec) {
+                upstream_error = hec;
+                break;
+            }
+            auto status = res_parser->get().result_int();
+            if (status < 100 || status >= 200) break;
+            if (status == 101) {
+                upstream_error = bhttp::error::bad_status;
+                break;
+            }
+            if (client_version >= 11) {
+                auto& info = res_parser->get();
+                strip_hop_by_hop(info.base());
+                append_via(info.base(), info.version());
+                bhttp::response_serializer<bhttp::buffer_body> isr{info};
+                arm(cfg.server.idle_timeout);
+                auto [iec, in] = co_await bhttp::async_write_header(socket_, isr, nothrow);
+                disarm();
+                if (iec) co_return false;
+            }
+        }
+        if (!upstream_error) break;
+
+        rec.upstream_ms = ms_since(upstream_started);
+        if (retryable && is_connection_lost(upstream_error)) {
+            spdlog::debug("upstream {} server {}: pooled connection closed, retrying", upstream_cfg.name, conn->key);
+            continue;
+        }
+        if (upstream_error == beast::error::timeout) {
+            spdlog::warn("upstream {} server {}: no response within {} ms", upstream_cfg.name, conn->key,
+                         upstream_cfg.timeout.count());
+            co_return co_await reply(cfg.server, nullptr, 504, "upstream did not answer in time", false, rec);
+        }
+        spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, upstream_error.message());
+        const std::string problem = "upstream failed: " + upstream_error.message();
+        auto* unread = parser.is_done() ? &parser : nullptr;
+        co_return co_await reply(cfg.server, unread, 502, problem, keep_alive && parser.is_done(), rec);
+    }
+    rec.upstream_ms = ms_since(upstream_started);
+    rec.forwarded = true;
+    snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
+
+    // The response as the client gets it.
+    auto& res = res_parser->get();
+    const unsigned status = res.result_int();
+    const bool no_body = is_head || status == 204 || status == 304;
+    const bool length_known = res_parser->content_length().has_value();
+    const bool upstream_framed = no_body || length_known || res_parser->chunked();
+    strip_hop_by_hop(res.base());
+    append_via(res.base(), res.version());
+    bool keep = keep_alive && !worker_.stopping();
+    if (!no_body && !length_known) {
+        if (client_version >= 11)
+            res.chunked(true);
+        else
+            keep = false;  // HTTP/1.0: the body ends when the connection closes
+    }
+    for (const auto& [name, value] : rate_headers) res.set(name, value);
+    res.version(client_version);
+    res.keep_alive(keep);
+    rec.status = status;
+
+    bhttp::response_serializer<bhttp::buffer_body> sr{res};
+    auto& body = res.body();
+    body.data = nullptr;
+    body.size = 0;
+    body.more = !no_body && !res_parser->is_done();
+    arm(cfg.server.idle_timeout);
+    auto [hec, hn] = co_await bhttp::async_write_header(socket_, sr, nothrow);
+    disarm();
+    if (hec) co_return false;
+    while (!sr.is_done()) {
+        if (!res_parser->is_done()) {
+            body.data = chunk.data();
+            body.size = chunk.size();
+            conn->stream.expires_after(upstream_cfg.timeout);
+            auto [rec_ec, n] = co_await bhttp::async_read(conn->stream, conn->buffer, *res_parser, nothrow);
+            if (rec_ec == bhttp::error::need_buffer) rec_ec = {};
+            if (rec_ec) {
+                spdlog::warn("upstream {} server {}: response body cut short: {}", upstream_cfg.name, conn->key,
+                             rec_ec == beast::error::timeout ? "timed out" : rec_ec.message());
+                co_return false;  // the client sees the connection close mid-body
+            }
+            body.size = chunk.size() - body.size;
+            body.data = chunk.data();
+            body.more = !res_parser->is_done();
+        } else {
+            body.data = nullptr;
+            body.size = 0;
+            body.more = false;
+        }
+        const auto size = body.size;
+        arm(cfg.server.idle_timeout);
+        auto [wec, wn] = co_await bhttp::async_write(socket_, sr, nothrow);
+        disarm();
+        if (wec == bhttp::error::need_buffer) wec = {};
+        if (wec || timed_out_) co_return false;
+        rec.bytes_sent += size;
+    }
+
+    if (upstream_framed && res_parser->keep_alive() && conn->buffer.size() == 0 && !worker_.stopping()) {
+        ++conn->uses;
+        conn->buffer.shrink_to_fit();
+        worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
+    }
+    co_return keep;
+}
+
+net::awaitable<bool> Session::drain_body(RequestParser& parser, const config::ServerConfig& server) {
+    std::array<char, 8192> scratch;
+    std::size_t total = 0;
+    while (!parser.is_done()) {
+        if (auto length = parser.content_length_remaining(); length && *length > drain_limit - total) co_return false;
+        parser.get().body().data = scratch.data();
+        parser.get().body().size = scratch.size();
+        arm(server.header_timeout);
+        auto [ec, n] = co_await bhttp::async_read(socket_, buffer_, parser, nothrow);
+        disarm();
+        if (ec == bhttp::error::need_buffer) ec = {};
+        if (ec || timed_out_) co_return false;
+        total += scratch.size() - parser.get().body().size;
+        if (total > drain_limit) co_return false;
+    }
+    co_return true;
+}
+
+net::awaitable<bool> Session::reply(const config::ServerConfig& server, RequestParser* parser, unsigned status,
+                                    std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
+                                    const limit::HeaderList* headers, bool name_route_and_limit) {
+    // A request body we did not read must be read and discarded to keep the connection;
+    // a large one (or one the client waits for a 100 Continue to send) closes it instead.
+    if (keep_alive && parser && !parser->is_done()) {
+        auto expect = parser->get()[bhttp::field::expect];
+        keep_alive = expect.empty() && co_await drain_body(*parser, server);
+    }
+    keep_alive = keep_alive && !worker_.stopping();
+    bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), rec.version == 10 ? 10u : 11u};
+    res.set(bhttp::field::server, "sluice");
+    res.set(bhttp::field::content_type, "application/problem+json");
+    if (headers)
+        for (const auto& [name, value] : *headers) res.set(name, value);
+    if (name_route_and_limit)
+        res.body() = problem_json(status, detail, {{"route", rec.route}, {"limit", rec.limit}});
+    else
+        res.body() = problem_json(status, detail);
+    res.keep_alive(keep_alive);
+    res.prepare_payload();
+    rec.status = status;
+    rec.bytes_sent = res.body().size();
+    arm(server.idle_timeout);
+    auto [ec, n] = co_await bhttp::async_write(socket_, res, nothrow);
+    disarm();
+    co_return keep_alive && !ec;
+}
+
+}  // namespace
+
+void start_client_session(server::Worker& worker, tcp::socket socket) {
+    auto session = std::make_shared<Session>(worker, std::move(socket));
+    net::co_spawn(worker.io(), [session]() -> net::awaitable<void> { co_await session->run(); }, net::detached);
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,28 @@
+// Finds and checks a raw HTTP/1.1 request head before it reaches Beast's parser.
+// Pure: no sockets. Beast 1.81 accepts obs-fold and some stray bytes that a proxy
+// must reject (request smuggling), so the raw bytes are checked here first.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace sluice::http {
+
+struct HeadScan {
+    enum class State { incomplete, complete, malformed };
+    State state = State::incomplete;
+    std::size_t head_size = 0;    // bytes up to and including the blank line (when complete)
+    std::size_t leading_crlf = 0; // empty lines before the request line, to be skipped
+    std::string_view problem;     // why it is malformed
+};
+
+// Scans `data` (everything received so far). `scanned` is where a previous call on
+// the same data stopped; it is updated so rescanning stays linear.
+HeadScan scan_request_head(std::string_view data, std::size_t& scanned);
+
+// Checks the bytes of a complete head (request line, fields, blank line):
+// bare LF, bare CR, NUL and other control bytes, obs-fold, whitespace before the colon.
+// Returns an empty view when the head is acceptable, else the problem.
+std::string_view check_request_head(std::string_view head);
+
+}  // namespace sluice::http

@@ -1,0 +1,162 @@
+#include "http/header_rules.hpp"
+
+#include <algorithm>
+#include <iterator>
+#include <vector>
+
+namespace sluice::http {
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+template <class F>
+void for_each_token(std::string_view list, F&& f) {
+    while (!list.empty()) {
+        auto comma = list.find(',');
+        auto item = trim(list.substr(0, comma));
+        if (!item.empty()) f(item);
+        if (comma == std::string_view::npos) break;
+        list.remove_prefix(comma + 1);
+    }
+}
+
+std::string_view sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+// Calls f(value) for every field with this name, in received order.
+template <class F>
+void for_each_value(const Fields& fields, bhttp::field name, F&& f) {
+    for (const auto& field : fields)
+        if (field.name() == name) f(sv(field.value()));
+}
+
+template <class F>
+void for_each_value(const Fields& fields, std::string_view name, F&& f) {
+    for (const auto& field : fields)
+        if (iequals(sv(field.name_string()), name)) f(sv(field.value()));
+}
+
+constexpr std::string_view x_forwarded_for = "X-Forwarded-For";
+constexpr std::string_view x_forwarded_proto = "X-Forwarded-Proto";
+
+}  // namespace
+
+bool has_token(std::string_view value, std::string_view token) {
+    bool found = false;
+    for_each_token(value, [&](std::string_view t) { found = found || iequals(t, token); });
+    return found;
+}
+
+std::string_view check_request_framing(const Fields& fields, unsigned version) {
+    std::size_t content_lengths = 0;
+    std::size_t transfer_encodings = 0;
+    std::size_t hosts = 0;
+    std::string_view last_coding;
+    for (const auto& f : fields) {
+        switch (f.name()) {
+        case bhttp::field::content_length: {
+            ++content_lengths;
+            auto v = trim(sv(f.value()));
+            if (v.empty() || v.size() > 19 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+                return "invalid Content-Length";
+            break;
+        }
+        case bhttp::field::transfer_encoding:
+            ++transfer_encodings;
+            for_each_token(sv(f.value()), [&](std::string_view t) { last_coding = t; });
+            break;
+        case bhttp::field::host:
+            ++hosts;
+            break;
+        default:
+            break;
+        }
+    }
+    if (content_lengths > 1) return "repeated Content-Length";
+    if (content_lengths && transfer_encodings) return "Content-Length together with Transfer-Encoding";
+    if (transfer_encodings) {
+        if (version < 11) return "Transfer-Encoding in an HTTP/1.0 request";
+        if (!iequals(last_coding, "chunked")) return "Transfer-Encoding does not end in chunked";
+    }
+    if (hosts > 1) return "repeated Host";
+    if (hosts == 0 && version >= 11) return "missing Host";
+    return {};
+}
+
+void strip_hop_by_hop(Fields& fields) {
+    // One pass over the fields. The tokens named in Connection are views into its values,
+    // so Connection itself goes last.
+    std::vector<std::string_view> named;
+    bool has_connection = false;
+    for (const auto& f : fields) {
+        if (f.name() != bhttp::field::connection) continue;
+        has_connection = true;
+        for_each_token(sv(f.value()), [&](std::string_view t) { named.push_back(t); });
+    }
+    for (auto it = fields.begin(); it != fields.end();) {
+        bool hop = false;
+        switch (it->name()) {
+        case bhttp::field::keep_alive:
+        case bhttp::field::proxy_connection:
+        case bhttp::field::te:
+        case bhttp::field::trailer:
+        case bhttp::field::transfer_encoding:
+        case bhttp::field::upgrade:
+        case bhttp::field::proxy_authenticate:
+        case bhttp::field::proxy_authorization:
+            hop = true;
+            break;
+        case bhttp::field::connection:
+            break;  // below
+        default:
+            if (!named.empty()) {
+                auto name = sv(it->name_string());
+                for (auto token : named) hop = hop || iequals(name, token);
+            }
+        }
+        it = hop ? fields.erase(it) : std::next(it);
+    }
+    if (has_connection) fields.erase(bhttp::field::connection);
+}
+
+void append_via(Fields& fields, unsigned version) {
+    std::string_view ours = version >= 11 ? "1.1 sluice" : "1.0 sluice";
+    std::string joined;
+    for_each_value(fields, bhttp::field::via, [&](std::string_view v) {
+        joined += v;
+        joined += ", ";
+    });
+    joined += ours;
+    fields.set(bhttp::field::via, joined);
+}
+
+void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
+    std::string xff;
+    if (info.peer_trusted) {
+        for_each_value(fields, x_forwarded_for, [&](std::string_view v) {
+            v = trim(v);
+            if (v.empty()) return;
+            xff += v;
+            xff += ", ";
+        });
+    }
+    xff += info.peer_ip;
+    fields.set(x_forwarded_for, xff);
+
+    if (!info.peer_trusted || fields.find(x_forwarded_proto) == fields.end())
+        fields.set(x_forwarded_proto, "http");
+    append_via(fields, info.client_version);
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,48 @@
+#include "limit/client_ip.hpp"
+
+#include <optional>
+
+namespace sluice::limit {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+}  // namespace
+
+bool is_trusted(const std::vector<net::Cidr>& trusted, const net::IpAddress& ip) {
+    for (const auto& cidr : trusted)
+        if (cidr.contains(ip)) return true;
+    return false;
+}
+
+std::string client_ip(std::string_view peer, const std::vector<std::string_view>& xff,
+                      const std::vector<net::Cidr>& trusted) {
+    auto peer_ip = net::IpAddress::parse(peer);
+    if (!peer_ip || !is_trusted(trusted, *peer_ip)) return std::string(peer);
+
+    std::string current = peer_ip->unmapped().str();
+    // Walk the fields right to left, and each field's list right to left.
+    for (auto field = xff.rbegin(); field != xff.rend(); ++field) {
+        std::string_view list = *field;
+        while (true) {
+            auto comma = list.rfind(',');
+            auto item = trim(comma == std::string_view::npos ? list : list.substr(comma + 1));
+            if (!item.empty()) {
+                auto ip = net::IpAddress::parse(item);
+                if (!ip) return current;
+                current = ip->unmapped().str();
+                if (!is_trusted(trusted, *ip)) return current;
+            }
+            if (comma == std::string_view::npos) break;
+            list = list.substr(0, comma);
+        }
+    }
+    return current;
+}
+
+}  // namespace sluice::limit

@@ -1,0 +1,37 @@
+// The Redis side of a decision: the Lua script, its arguments, its reply. Pure.
+//
+// The script is lua/token_bucket.lua + lua/sliding_window.lua + lua/decide.lua, joined here
+// (each algorithm keeps its own file; decide.lua runs them). See lua/decide.lua for the
+// protocol:
+//   KEYS  one per limit
+//   ARGV  four per limit: algorithm ("token_bucket" | "sliding_window"), shadow ("0" | "1"),
+//         then interval_us, burst (token_bucket) or limit, window_us (sliding_window)
+//   reply flat integer array: now_us, then per limit: allowed (0|1), remaining,
+//         retry_after_ms, reset_ms
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "limit/decision.hpp"
+#include "redis/redis_reply.hpp"
+
+namespace sluice::limit {
+
+std::string decide_script_source();
+
+// Appends the four ARGV entries of one limit.
+void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args);
+
+struct DecideReply {
+    std::int64_t now_us = 0;            // Redis TIME the script used
+    std::vector<LimitResult> results;  // one per key sent; `applies` set, `shadow` not
+};
+
+// nullopt when the reply is not `limits` results in the documented shape.
+std::optional<DecideReply> parse_decide_reply(const redis::RedisReply& reply, std::size_t limits);
+
+}  // namespace sluice::limit

@@ -1,0 +1,50 @@
+// The outcome of rate limiting one request: per limit, and for the route as a whole.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::limit {
+
+// One limit of the route, for one request.
+struct LimitResult {
+    bool applies = false;  // false: a header its key names is absent; nothing else is meaningful
+    bool shadow = false;   // copied from the limit's config
+    bool allowed = true;   // this limit alone admits the request (shadow limits too)
+    std::uint64_t remaining = 0;                // after this request (a rejected one takes nothing)
+    std::chrono::milliseconds retry_after{0};  // !allowed: until this limit admits, rounded up
+    std::chrono::milliseconds reset{0};        // until this limit is back to its full quota, rounded up
+};
+
+struct Decision {
+    enum class Outcome {
+        allowed,     // forward: every enforced limit that applies admits it
+        limited,     // reject: `limited_by` names the first enforced limit that rejected
+        store_error  // the store could not decide in time (down, timeout, error reply)
+    };
+    Outcome outcome = Outcome::allowed;
+    std::optional<std::size_t> limited_by;  // index into the route's limits
+    std::vector<LimitResult> limits;         // one per limit of the route, in order; empty on store_error
+    // When it was decided, on the store's clock (Redis TIME, or the memory limiter's clock),
+    // in microseconds; 0 when nothing was asked (no limit applied, or store_error).
+    std::int64_t time_us = 0;
+    std::string error;         // store_error: what went wrong
+
+    // Some shadow limit would have rejected the request.
+    bool shadow_limited() const;
+
+    // Builds the route-level decision from per-limit results.
+    static Decision from_results(std::vector<LimitResult> limits, std::int64_t time_us);
+    static Decision store_failure(std::string error);
+};
+
+// Rounds a non-negative duration in microseconds up to whole milliseconds.
+constexpr std::chrono::milliseconds ceil_to_ms(std::int64_t microseconds) {
+    return std::chrono::milliseconds(microseconds <= 0 ? 0 : (microseconds + 999) / 1000);
+}
+
+}  // namespace sluice::limit

@@ -1,0 +1,54 @@
+// Rate-limit keys: which counter a request counts against, per limit of its route.
+// Pure: no sockets, no store.
+//
+// Key format:  <prefix>:{<route>[:<shared values>]}:<limit>[:<other values>]
+//   e.g.       sluice:{login:203.0.113.7}:burst
+//              sluice:{login:203.0.113.7}:minute
+//              sluice:{api}:per_ip:203.0.113.7          (limits with no key part in common)
+//              sluice:{api}:per_token:abc123
+// The part in braces is the Redis Cluster hash tag. All keys of one request must sit in
+// one slot (one EVALSHA decides them all), so the tag is the same for every limit of the
+// route: the route name plus the values of the key parts that EVERY limit of the route has.
+// Key parts are taken in a canonical order (client_ip, headers by name, method, path), so
+// `[method, client_ip]` and `[client_ip, method]` name the same counter.
+// Each name and value is escaped (% : { } space, control bytes as %XX), so keys are
+// unambiguous and only the route's tag is a tag; the prefix keeps its colons ("app:rl").
+// Keys depend only on the prefix, the route and limit names, the key parts of the route's
+// limits and the request's values: changing rates, bursts or windows, or other routes, keeps
+// every counter. Changing a limit's key parts can change the tag of its route's other limits.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace sluice::limit {
+
+// The limits of one route, as configured (a view: the config outlives the call).
+struct RouteLimits {
+    std::string_view route;
+    std::span<const config::LimitConfig> limits;
+};
+
+// The request values key parts can name.
+struct RequestKeyValues {
+    std::string_view client_ip;
+    std::string_view method;
+    std::string_view path;
+    // The value of a header by lower-case name, nullopt when absent. A lambda capturing one
+    // reference fits std::function's small buffer, so this does not allocate.
+    std::function<std::optional<std::string_view>(std::string_view)> header;
+};
+
+// One key per limit of the route, in order; nullopt for a limit that does not apply
+// because a header its key names is absent.
+std::vector<std::optional<std::string>> build_limit_keys(std::string_view key_prefix,
+                                                         const RouteLimits& route,
+                                                         const RequestKeyValues& request);
+
+}  // namespace sluice::limit

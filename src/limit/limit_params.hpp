@@ -1,0 +1,25 @@
+// A limit's config turned into the integer parameters both limiters use, in microseconds.
+// Rounding happens here, once, so the Redis script and the memory limiter agree exactly.
+#pragma once
+
+#include <cstdint>
+
+#include "config/config.hpp"
+
+namespace sluice::limit {
+
+struct TokenBucketParams {
+    std::int64_t interval_us = 1;  // time to refill one token: per / rate, to the nearest us, >= 1
+    std::int64_t burst = 0;        // capacity
+};
+
+struct SlidingWindowParams {
+    std::int64_t limit = 0;      // requests per window
+    std::int64_t window_us = 1;  // >= 1
+};
+
+// rate <= 0 (rejected by config validation) is treated as 1 token per `per`.
+TokenBucketParams token_bucket_params(const config::LimitConfig& limit);
+SlidingWindowParams sliding_window_params(const config::LimitConfig& limit);
+
+}  // namespace sluice::limit

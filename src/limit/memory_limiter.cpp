@@ -1,0 +1,143 @@
+#include "limit/memory_limiter.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "limit/limit_params.hpp"
+
+namespace sluice::limit {
+namespace {
+
+// What checking one limit found, before anything is written (cf. *.check in lua/).
+struct Check {
+    bool allowed = false;
+    std::int64_t retry_us = 0;
+    // token bucket
+    std::int64_t tat = 0;
+    std::int64_t next_tat = 0;
+    std::int64_t tolerance = 0;
+    std::int64_t interval = 1;
+    // sliding window
+    std::int64_t count = 0;
+    std::optional<std::int64_t> newest;
+};
+
+std::int64_t floor_div_nonneg(std::int64_t a, std::int64_t b) { return a <= 0 ? 0 : a / b; }
+
+}  // namespace
+
+std::int64_t MemoryLimiter::steady_microseconds() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+MemoryLimiter::MemoryLimiter(std::string key_prefix, Clock clock)
+    : key_prefix_(std::move(key_prefix)), clock_(std::move(clock)) {}
+
+std::size_t MemoryLimiter::size() const {
+    std::lock_guard lock(mutex_);
+    return states_.size();
+}
+
+Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues& request) {
+    auto keys = build_limit_keys(key_prefix_, route, request);
+    const std::size_t n = route.limits.size();
+    std::vector<Check> checks(n);
+    std::vector<LimitResult> results(n);
+
+    std::lock_guard lock(mutex_);
+    const std::int64_t now = clock_();
+
+    // Check every limit without writing.
+    bool admit = true;
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto& limit = route.limits[i];
+        results[i].shadow = limit.shadow;
+        if (!keys[i]) continue;
+        results[i].applies = true;
+        Check& c = checks[i];
+        const auto found = states_.find(*keys[i]);
+        if (limit.algorithm == config::Algorithm::token_bucket) {
+            const auto params = token_bucket_params(limit);
+            c.interval = params.interval_us;
+            c.tolerance = params.interval_us * params.burst;
+            c.tat = now;
+            if (found != states_.end())
+                if (const auto* bucket = std::get_if<TokenBucket>(&found->second))
+                    c.tat = std::max(bucket->tat, now);
+            c.next_tat = c.tat + c.interval;
+            const std::int64_t allow_at = c.next_tat - c.tolerance;
+            c.allowed = allow_at <= now;
+            c.retry_us = allow_at - now;
+        } else {
+            const auto params = sliding_window_params(limit);
+            const SlidingWindow* window = nullptr;
+            if (found != states_.end()) window = std::get_if<SlidingWindow>(&found->second);
+            std::int64_t first_counted = 0;  // index of the oldest request still in the window
+            if (window) {
+                const auto& times = window->times;
+                first_counted = std::upper_bound(times.begin(), times.end(), now - params.window_us) - times.begin();
+                c.count = static_cast<std::int64_t>(times.size()) - first_counted;
+                if (c.count > 0) c.newest = times.back();
+            }
+            c.allowed = c.count < params.limit;
+            if (!c.allowed) {
+                const std::int64_t leaving = first_counted + c.count - params.limit;
+                c.retry_us = window && leaving < static_cast<std::int64_t>(window->times.size())
+                                 ? window->times[leaving] + params.window_us - now
+                                 : params.window_us;
+            }
+        }
+        if (!c.allowed && !limit.shadow) admit = false;
+    }
+
+    // Write all or nothing, then report.
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!results[i].applies) continue;
+        const auto& limit = route.limits[i];
+        const Check& c = checks[i];
+        const bool consumed = admit && c.allowed;
+        LimitResult& r = results[i];
+        r.allowed = c.allowed;
+        r.retry_after = ceil_to_ms(c.allowed ? 0 : c.retry_us);
+        if (limit.algorithm == config::Algorithm::token_bucket) {
+            const std::int64_t tat = consumed ? c.next_tat : c.tat;
+            if (consumed) states_[*keys[i]] = TokenBucket{c.next_tat};
+            r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));
+            r.reset = ceil_to_ms(tat - now);
+        } else {
+            const auto params = sliding_window_params(limit);
+            if (consumed) {
+                State& state = states_[*keys[i]];
+                if (!std::holds_alternative<SlidingWindow>(state)) state = SlidingWindow{};
+                auto& window = std::get<SlidingWindow>(state);
+                window.window_us = params.window_us;
+                auto& times = window.times;
+                times.erase(times.begin(), std::upper_bound(times.begin(), times.end(), now - params.window_us));
+                times.insert(std::upper_bound(times.begin(), times.end(), now), now);
+                r.remaining = static_cast<std::uint64_t>(params.limit - c.count - 1);
+                r.reset = ceil_to_ms(params.window_us);
+            } else {
+                r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(params.limit - c.count, 0));
+                r.reset = ceil_to_ms(c.newest ? *c.newest + params.window_us - now : 0);
+            }
+        }
+    }
+
+    if (++decisions_since_sweep_ >= std::max<std::size_t>(1024, states_.size())) sweep(now);
+    return Decision::from_results(std::move(results), now);
+}
+
+// Drops keys whose state is back to empty: amortised O(1) per decision.
+void MemoryLimiter::sweep(std::int64_t now) {
+    decisions_since_sweep_ = 0;
+    std::erase_if(states_, [now](const auto& entry) {
+        if (const auto* bucket = std::get_if<TokenBucket>(&entry.second)) return bucket->tat <= now;
+        const auto& window = std::get<SlidingWindow>(entry.second);
+        return window.times.empty() || window.times.back() + window.window_us <= now;
+    });
+}
+
+}  // namespace sluice::limit

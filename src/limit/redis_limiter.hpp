@@ -1,0 +1,68 @@
+// Decides a request against all limits of its route with ONE EVALSHA on the worker's
+// Redis connection, within a deadline.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "limit/decision.hpp"
+#include "limit/limit_key.hpp"
+#include "redis/redis_connection.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace sluice::limit {
+
+// One per worker, on the worker's io_context, next to its RedisConnection. Not thread-safe.
+class RedisLimiter {
+public:
+    using Callback = std::function<void(Decision)>;
+
+    // Registers the decide script on `connection`: construct before connection.start().
+    // `timeout` is store.redis.timeout: the most a decision may take.
+    // `remember_rejections`: answer repeated requests against a limit Redis rejected from
+    // memory until its retry time (see Rejection below); off only where every decision must
+    // be Redis's own (the differential test).
+    RedisLimiter(boost::asio::io_context& io_context, redis::RedisConnection& connection,
+                 std::string key_prefix, std::chrono::milliseconds timeout, bool remember_rejections = true);
+
+    // The callback runs exactly once, on the io_context, never inside this call:
+    //  - allowed/limited from Redis;
+    //  - store_error when the connection is down, Redis answers an error, or no reply came
+    //    within `timeout` (then at the deadline; the late reply is ignored);
+    //  - allowed without a round trip when no limit of the route applies.
+    // `route` and `request` are only read during the call.
+    void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback);
+
+    // Forgets every remembered rejection (on reload: a limit's parameters may change).
+    void clear_rejections() { rejections_.clear(); }
+    std::size_t remembered_rejections() const { return rejections_.size(); }
+
+private:
+    // A rejection Redis computed stays exact until its retry time: other instances can only
+    // consume quota, never return it. So a client that keeps hammering a limit it exhausted
+    // is answered from here, without a round trip, until then.
+    struct Rejection {
+        std::chrono::steady_clock::time_point until;
+        LimitResult result;  // the rejecting limit's, as Redis answered; retry_after recomputed on use
+        std::size_t limit = 0;
+    };
+    void remember(const std::string& key, std::chrono::steady_clock::time_point sent, const Decision& decision);
+    std::optional<Decision> remembered(const std::vector<std::optional<std::string>>& keys, const RouteLimits& route);
+
+    boost::asio::io_context& io_context_;
+    redis::RedisConnection& connection_;
+    redis::RedisConnection::ScriptId script_;
+    std::string key_prefix_;
+    std::chrono::milliseconds timeout_;
+    bool remember_rejections_;
+    std::unordered_map<std::string, Rejection> rejections_;
+};
+
+}  // namespace sluice::limit

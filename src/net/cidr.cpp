@@ -1,0 +1,171 @@
+#include <algorithm>
+#include "net/cidr.hpp"
+
+#include <arpa/inet.h>
+
+#include <cstdio>
+
+namespace sluice::net {
+namespace {
+
+constexpr std::size_t v4_offset = 12;  // IPv4 lives in the last 4 bytes of ::ffff:a.b.c.d
+constexpr std::size_t max_address_text = 64;
+
+std::string_view without_brackets(std::string_view text, bool& bracketed) {
+    bracketed = text.size() >= 2 && text.front() == '[' && text.back() == ']';
+    return bracketed ? text.substr(1, text.size() - 2) : text;
+}
+
+std::optional<IpAddress> parse_v4(const std::string& text) {
+    in_addr raw{};
+    if (inet_pton(AF_INET, text.c_str(), &raw) != 1) return std::nullopt;
+    IpAddress address;
+    address.v4 = true;
+    address.bytes[10] = 0xff;
+    address.bytes[11] = 0xff;
+    const auto* octets = reinterpret_cast<const std::uint8_t*>(&raw);
+    for (std::size_t i = 0; i < 4; ++i) address.bytes[v4_offset + i] = octets[i];
+    return address;
+}
+
+std::optional<IpAddress> parse_v6(const std::string& text) {
+    in6_addr raw{};
+    if (inet_pton(AF_INET6, text.c_str(), &raw) != 1) return std::nullopt;
+    IpAddress address;
+    const auto* octets = reinterpret_cast<const std::uint8_t*>(&raw);
+    for (std::size_t i = 0; i < 16; ++i) address.bytes[i] = octets[i];
+    return address;
+}
+
+bool is_v4_mapped(const std::array<std::uint8_t, 16>& bytes) {
+    for (std::size_t i = 0; i < 10; ++i)
+        if (bytes[i] != 0) return false;
+    return bytes[10] == 0xff && bytes[11] == 0xff;
+}
+
+std::string dotted_quad(const std::array<std::uint8_t, 16>& bytes) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%u.%u.%u.%u", bytes[12], bytes[13], bytes[14], bytes[15]);
+    return text;
+}
+
+// The longest run of two or more zero groups (the first one on a tie), as RFC 5952 asks.
+struct ZeroRun {
+    int start = -1;
+    int length = 0;
+};
+
+ZeroRun longest_zero_run(const std::array<unsigned, 8>& groups) {
+    ZeroRun best;
+    for (int i = 0; i < 8;) {
+        if (groups[i] != 0) {
+            ++i;
+            continue;
+        }
+        int end = i;
+        while (end < 8 && groups[end] == 0) ++end;
+        if (end - i >= 2 && end - i > best.length) best = {i, end - i};
+        i = end;
+    }
+    return best;
+}
+
+std::string v6_text(const std::array<std::uint8_t, 16>& bytes) {
+    if (is_v4_mapped(bytes)) return "::ffff:" + dotted_quad(bytes);
+    std::array<unsigned, 8> groups{};
+    for (std::size_t i = 0; i < 8; ++i) groups[i] = (unsigned{bytes[2 * i]} << 8) | bytes[2 * i + 1];
+    const ZeroRun run = longest_zero_run(groups);
+    std::string text;
+    for (int i = 0; i < 8; ++i) {
+        if (i == run.start) {
+            text += "::";
+            i += run.length - 1;
+            continue;
+        }
+        if (!text.empty() && text.back() != ':') text += ':';
+        char group[8];
+        std::snprintf(group, sizeof group, "%x", groups[i]);
+        text += group;
+    }
+    return text;
+}
+
+std::optional<unsigned> parse_prefix_length(std::string_view text) {
+    if (text.empty() || text.size() > 3) return std::nullopt;
+    unsigned value = 0;
+    for (char c : text) {
+        if (c < '0' || c > '9') return std::nullopt;
+        value = value * 10 + static_cast<unsigned>(c - '0');
+    }
+    return value;
+}
+
+// Compares the first `bits` bits of two addresses.
+bool same_leading_bits(const std::array<std::uint8_t, 16>& a, const std::array<std::uint8_t, 16>& b,
+                       unsigned bits) {
+    std::size_t byte = 0;
+    for (; bits >= 8; bits -= 8, ++byte)
+        if (a[byte] != b[byte]) return false;
+    if (bits == 0) return true;
+    const auto mask = static_cast<std::uint8_t>(0xff << (8 - bits));
+    return (a[byte] & mask) == (b[byte] & mask);
+}
+
+void clear_bits_after(std::array<std::uint8_t, 16>& bytes, unsigned bits) {
+    for (std::size_t byte = 0; byte < bytes.size(); ++byte) {
+        const unsigned first_bit = static_cast<unsigned>(byte) * 8;
+        if (first_bit >= bits) {
+            bytes[byte] = 0;
+        } else if (bits - first_bit < 8) {
+            bytes[byte] &= static_cast<std::uint8_t>(0xff << (8 - (bits - first_bit)));
+        }
+    }
+}
+
+unsigned bits_in_bytes(const Cidr& cidr) { return cidr.base.v4 ? cidr.prefix + 96 : cidr.prefix; }
+
+}  // namespace
+
+std::optional<IpAddress> IpAddress::parse(std::string_view text) {
+    bool bracketed = false;
+    const std::string_view inner = without_brackets(text, bracketed);
+    if (inner.empty() || inner.size() > max_address_text) return std::nullopt;
+    if (inner.find('\0') != std::string_view::npos) return std::nullopt;
+    const std::string copy(inner);
+    if (copy.find(':') != std::string::npos) return parse_v6(copy);
+    if (bracketed) return std::nullopt;  // "[1.2.3.4]" is not a valid form
+    return parse_v4(copy);
+}
+
+std::string IpAddress::str() const { return v4 ? dotted_quad(bytes) : v6_text(bytes); }
+
+IpAddress IpAddress::unmapped() const {
+    static constexpr std::uint8_t prefix[v4_offset] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    IpAddress out = *this;
+    if (!v4 && std::equal(std::begin(prefix), std::end(prefix), bytes.begin())) out.v4 = true;
+    return out;
+}
+
+std::optional<Cidr> Cidr::parse(std::string_view text) {
+    const auto slash = text.find('/');
+    auto base = IpAddress::parse(text.substr(0, slash));
+    if (!base) return std::nullopt;
+    const unsigned max_prefix = base->v4 ? 32 : 128;
+    unsigned prefix = max_prefix;
+    if (slash != std::string_view::npos) {
+        const auto parsed = parse_prefix_length(text.substr(slash + 1));
+        if (!parsed || *parsed > max_prefix) return std::nullopt;
+        prefix = *parsed;
+    }
+    Cidr cidr{*base, prefix};
+    clear_bits_after(cidr.base.bytes, bits_in_bytes(cidr));
+    return cidr;
+}
+
+bool Cidr::contains(const IpAddress& ip) const {
+    return same_leading_bits(base.bytes, ip.bytes, bits_in_bytes(*this));
+}
+
+std::string Cidr::str() const { return base.str() + "/" + std::to_string(prefix); }
+
+}  // namespace sluice::net

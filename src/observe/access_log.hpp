@@ -1,0 +1,34 @@
+// One access line per request, in the text or json form of INTERFACE.md.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "config/config.hpp"
+
+namespace sluice::observe {
+
+struct AccessRecord {
+    std::string client_ip;
+    std::string method;
+    std::string target;
+    unsigned version = 11;  // 10 or 11
+    unsigned status = 0;
+    std::uint64_t bytes_sent = 0;  // response body bytes
+    std::string_view route;        // empty: no route
+    std::string_view limit;        // empty: none
+    std::string_view decision = "unlimited";
+    std::optional<std::uint64_t> remaining;
+    std::optional<double> upstream_ms;
+    double total_ms = 0;
+    bool forwarded = false;  // the request reached an upstream (not logged: for the counters)
+};
+
+std::string format_access_text(const AccessRecord& r);
+std::string format_access_json(const AccessRecord& r);
+
+// Writes the line through the "access" logger (no-op when access_log is off).
+void log_access(const AccessRecord& r, config::LogFormat format);
+
+}  // namespace sluice::observe

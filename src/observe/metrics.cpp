@@ -1,0 +1,152 @@
+#include "observe/metrics.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "observe/json_text.hpp"
+
+namespace sluice::observe {
+
+namespace {
+
+// Rate-limit decisions take well under a millisecond on loopback; the deadline is tens of ms.
+std::vector<double> store_buckets() { return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}; }
+std::vector<double> upstream_buckets() {
+    return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+}
+
+// Label values escape backslash, double quote and newline.
+std::string label(std::string_view value) {
+    std::string out;
+    for (char c : value) {
+        if (c == '\\' || c == '"') out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out;
+}
+
+std::string number(double v) { return fmt::format("{}", v); }
+
+void histogram_text(std::string& out, const char* name, const char* help, const Histogram& h) {
+    auto r = h.reading();
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    for (std::size_t i = 0; i < r.upper_bounds.size(); ++i)
+        fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"{}\"}} {}\n", name, number(r.upper_bounds[i]),
+                       r.cumulative[i]);
+    fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name,
+                   r.cumulative.back(), name, number(r.sum), name, r.count);
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), buckets_(new Counter[bounds_.size() + 1]) {
+    for (std::size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0);
+}
+
+void Histogram::observe(double seconds) {
+    auto it = std::lower_bound(bounds_.begin(), bounds_.end(), seconds);
+    add(buckets_[static_cast<std::size_t>(it - bounds_.begin())]);
+    add(count_);
+    add(sum_ns_, static_cast<std::uint64_t>(std::max(0.0, seconds) * 1e9));
+}
+
+Histogram::Reading Histogram::reading() const {
+    Reading r;
+    r.upper_bounds = bounds_;
+    std::uint64_t running = 0;
+    for (std::size_t i = 0; i <= bounds_.size(); ++i) {
+        running += read(buckets_[i]);
+        r.cumulative.push_back(running);
+    }
+    r.count = running;
+    r.sum = static_cast<double>(read(sum_ns_)) / 1e9;
+    return r;
+}
+
+Metrics::Metrics() : store_latency(store_buckets()), upstream_latency(upstream_buckets()) {
+    no_route_ = &routes_.emplace_back("-");
+}
+
+RouteMetrics& Metrics::route(const std::string& name) {
+    std::lock_guard lock(mutex_);
+    for (auto& r : routes_)
+        if (r.name == name) return r;
+    return routes_.emplace_back(name);
+}
+
+LimitMetrics& Metrics::limit(RouteMetrics& route, const std::string& name) {
+    std::lock_guard lock(mutex_);
+    for (auto& l : route.limits)
+        if (l.name == name) return l;
+    return route.limits.emplace_back(name);
+}
+
+void Metrics::for_each_route(const std::function<void(const RouteMetrics&)>& f) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& r : routes_) f(r);
+}
+
+std::string prometheus_text(const Metrics& m) {
+    std::string out;
+    auto it = std::back_inserter(out);
+    fmt::format_to(it, "# HELP sluice_requests_total Requests answered, by route and status code.\n"
+                       "# TYPE sluice_requests_total counter\n");
+    m.for_each_route([&](const RouteMetrics& r) {
+        for (unsigned code = 100; code < r.by_status.size(); ++code)
+            if (auto n = read(r.by_status[code]))
+                fmt::format_to(it, "sluice_requests_total{{route=\"{}\",code=\"{}\"}} {}\n", label(r.name), code, n);
+    });
+    fmt::format_to(it, "# HELP sluice_ratelimit_decisions_total Rate-limit outcomes, by route, limit and decision.\n"
+                       "# TYPE sluice_ratelimit_decisions_total counter\n");
+    m.for_each_route([&](const RouteMetrics& r) {
+        for (const auto& l : r.limits)
+            for (std::size_t d = 0; d < decision_names.size(); ++d)
+                if (auto n = read(l.decisions[d]))
+                    fmt::format_to(it, "sluice_ratelimit_decisions_total{{route=\"{}\",limit=\"{}\",decision=\"{}\"}} {}\n",
+                                   label(r.name), label(l.name), decision_names[d], n);
+    });
+    fmt::format_to(it,
+                   "# HELP sluice_store_errors_total Rate-limit decisions the store could not make in time.\n"
+                   "# TYPE sluice_store_errors_total counter\nsluice_store_errors_total {}\n",
+                   read(m.store_errors));
+    histogram_text(out, "sluice_store_latency_seconds", "Time for one rate-limit decision.", m.store_latency);
+    histogram_text(out, "sluice_upstream_latency_seconds", "Time from picking an upstream connection to the response head.",
+                   m.upstream_latency);
+    fmt::format_to(it,
+                   "# HELP sluice_connections_active Client connections open now.\n"
+                   "# TYPE sluice_connections_active gauge\nsluice_connections_active {}\n"
+                   "# HELP sluice_store_up 1 when the rate-limit store answers.\n"
+                   "# TYPE sluice_store_up gauge\nsluice_store_up {}\n"
+                   "# HELP sluice_reloads_total Configuration reloads, by result.\n"
+                   "# TYPE sluice_reloads_total counter\n"
+                   "sluice_reloads_total{{result=\"ok\"}} {}\nsluice_reloads_total{{result=\"failed\"}} {}\n"
+                   "# HELP sluice_log_dropped_total Log lines dropped because the log queue was full.\n"
+                   "# TYPE sluice_log_dropped_total counter\nsluice_log_dropped_total {}\n",
+                   m.connections_active(), m.store_ready() ? 1 : 0, read(m.reloads_ok), read(m.reloads_failed),
+                   m.log_dropped());
+    return out;
+}
+
+std::string stats_json(const Metrics& m, double uptime_seconds) {
+    std::string out = fmt::format("{{\"uptime_seconds\":{:.3f},\"connections_active\":{},\"store_up\":{},\"routes\":[",
+                                  uptime_seconds, m.connections_active(), m.store_ready() ? "true" : "false");
+    bool first = true;
+    m.for_each_route([&](const RouteMetrics& r) {
+        if (!first) out += ',';
+        first = false;
+        fmt::format_to(std::back_inserter(out),
+                       "{{\"route\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},\"shadow_limited\":{},"
+                       "\"store_errors\":{}}}",
+                       json_string(r.name), read(r.requests), read(r.forwarded), read(r.limited),
+                       read(r.shadow_limited), read(r.store_errors));
+    });
+    out += "]}";
+    return out;
+}
+
+}  // namespace sluice::observe

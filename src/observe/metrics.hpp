@@ -1,0 +1,105 @@
+// Counters and histograms for /metrics, /stats and the summary lines. Workers update them
+// with relaxed atomic adds (no locks on the request path); the admin thread reads them.
+// Entries for routes and limits are created once, when a config is loaded, and never
+// removed, so counts survive reloads and references stay valid.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace sluice::observe {
+
+using Counter = std::atomic<std::uint64_t>;
+
+inline void add(Counter& c, std::uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+inline std::uint64_t read(const Counter& c) { return c.load(std::memory_order_relaxed); }
+
+class Histogram {
+public:
+    explicit Histogram(std::vector<double> upper_bounds);  // seconds, ascending
+    void observe(double seconds);
+
+    struct Reading {
+        std::vector<double> upper_bounds;
+        std::vector<std::uint64_t> cumulative;  // one per bound, then +Inf
+        std::uint64_t count = 0;
+        double sum = 0;
+    };
+    Reading reading() const;
+
+private:
+    std::vector<double> bounds_;
+    std::unique_ptr<Counter[]> buckets_;  // bounds_.size() + 1
+    Counter count_{0};
+    Counter sum_ns_{0};
+};
+
+// The label values of sluice_ratelimit_decisions_total.
+enum class DecisionKind : std::size_t { allowed, limited, shadow_limited, store_error_allowed, store_error_denied };
+inline constexpr std::array<const char*, 5> decision_names = {"allowed", "limited", "shadow_limited",
+                                                               "store_error_allowed", "store_error_denied"};
+
+struct LimitMetrics {
+    explicit LimitMetrics(std::string n) : name(std::move(n)) {}
+    std::string name;
+    std::array<Counter, 5> decisions{};
+};
+
+struct RouteMetrics {
+    explicit RouteMetrics(std::string n) : name(std::move(n)) {}
+    std::string name;  // "-" holds requests that matched no route
+    std::array<Counter, 600> by_status{};  // requests by response status (100..599)
+    Counter requests{0};
+    Counter forwarded{0};  // reached an upstream
+    Counter limited{0};
+    Counter shadow_limited{0};
+    Counter store_errors{0};
+    std::deque<LimitMetrics> limits;  // guarded by Metrics::mutex_ for insertion
+
+    void count_status(unsigned status) {
+        add(requests);
+        if (status < by_status.size()) add(by_status[status]);
+    }
+};
+
+class Metrics {
+public:
+    Metrics();
+
+    // Find or create (thread-safe; call when loading a config, not per request).
+    RouteMetrics& route(const std::string& name);
+    LimitMetrics& limit(RouteMetrics& route, const std::string& name);
+    RouteMetrics& no_route() { return *no_route_; }
+
+    // Calls f for every route, in creation order, under the registry lock.
+    void for_each_route(const std::function<void(const RouteMetrics&)>& f) const;
+
+    Counter store_errors{0};
+    Counter reloads_ok{0};
+    Counter reloads_failed{0};
+    Histogram store_latency;
+    Histogram upstream_latency;
+    std::function<std::uint64_t()> connections_active = [] { return std::uint64_t{0}; };
+    std::function<std::uint64_t()> log_dropped = [] { return std::uint64_t{0}; };
+    std::function<bool()> store_ready = [] { return true; };
+
+private:
+    mutable std::mutex mutex_;
+    std::deque<RouteMetrics> routes_;
+    RouteMetrics* no_route_;
+};
+
+// The Prometheus text exposition format (version 0.0.4).
+std::string prometheus_text(const Metrics& metrics);
+
+// What /stats.json serves: cumulative per-route counters; the page derives rates.
+std::string stats_json(const Metrics& metrics, double uptime_seconds);
+
+}  // namespace sluice::observe

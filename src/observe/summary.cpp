@@ -1,0 +1,79 @@
+#include "observe/summary.hpp"
+
+#include <fmt/format.h>
+
+#include "config/duration.hpp"
+#include "observe/json_text.hpp"
+
+namespace sluice::observe {
+
+namespace {
+
+std::string top_text(const RouteInterval& r) {
+    if (r.top_limited.empty()) return "-";
+    std::string out;
+    for (const auto& [client, n] : r.top_limited) {
+        if (!out.empty()) out += ',';
+        out += fmt::format("{}:{}", client, n);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string format_summary_text(const RouteInterval& r, config::Duration interval) {
+    return fmt::format(
+        "summary route={} interval={} requests={} forwarded={} limited={} limited_pct={:.1f} shadow_limited={} "
+        "store_errors={} top_limited={}",
+        r.route, config::format_duration(interval), r.requests, r.forwarded, r.limited, r.limited_pct(),
+        r.shadow_limited, r.store_errors, top_text(r));
+}
+
+std::string format_summary_json(const RouteInterval& r, config::Duration interval) {
+    std::string top = "[";
+    for (const auto& [client, n] : r.top_limited) {
+        if (top.size() > 1) top += ',';
+        top += fmt::format("{{\"client\":{},\"limited\":{}}}", json_string(client), n);
+    }
+    top += ']';
+    return fmt::format(
+        "{{\"summary\":true,\"route\":{},\"interval\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},"
+        "\"limited_pct\":{:.1f},\"shadow_limited\":{},\"store_errors\":{},\"top_limited\":{}}}",
+        json_string(r.route), json_string(config::format_duration(interval)), r.requests, r.forwarded, r.limited,
+        r.limited_pct(), r.shadow_limited, r.store_errors, top);
+}
+
+bool limited_share_jumped(const RouteInterval& now) {
+    const double pct = now.limited_pct();
+    return now.requests >= 20 && pct >= 25.0 && pct - now.previous_pct >= 20.0;
+}
+
+std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const LimitedClients::Counts& limited) {
+    std::vector<RouteInterval> out;
+    metrics.for_each_route([&](const RouteMetrics& m) {
+        auto& last = last_[m.name];
+        RouteInterval r;
+        r.route = m.name;
+        auto delta = [](std::uint64_t now, std::uint64_t& before) {
+            auto d = now >= before ? now - before : now;
+            before = now;
+            return d;
+        };
+        r.requests = delta(read(m.requests), last.requests);
+        r.forwarded = delta(read(m.forwarded), last.forwarded);
+        r.limited = delta(read(m.limited), last.limited);
+        r.shadow_limited = delta(read(m.shadow_limited), last.shadow_limited);
+        r.store_errors = delta(read(m.store_errors), last.store_errors);
+        if (r.requests == 0) {
+            last.last_pct = 0;
+            return;
+        }
+        if (auto it = limited.find(m.name); it != limited.end()) r.top_limited = top_clients(it->second, 5);
+        r.previous_pct = last.last_pct;
+        last.last_pct = r.limited_pct();
+        out.push_back(std::move(r));
+    });
+    return out;
+}
+
+}  // namespace sluice::observe

@@ -1,0 +1,101 @@
+#include "redis/redis_adapter.hpp"
+
+#include <exception>
+#include <memory>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <hiredis/async.h>
+
+namespace sluice::redis {
+namespace {
+
+namespace asio = boost::asio;
+
+// One per hiredis context. hiredis holds a heap `shared_ptr` to it in ev.data (released in
+// `cleanup`); every pending wait holds another, so a handler that runs after cleanup finds
+// the adapter alive and the context gone (nullptr), and does nothing.
+//
+// The hooks are idempotent and re-entrant: hiredis calls add_read from inside
+// redisAsyncHandleRead. At most one wait per direction is pending; `want` says whether
+// hiredis currently wants the event, `waiting` whether a wait is in flight.
+class AsioAdapter : public std::enable_shared_from_this<AsioAdapter> {
+public:
+    AsioAdapter(asio::io_context& io_context, ::redisAsyncContext* context)
+        : context_(context), socket_(io_context, context->c.fd) {}
+
+    void add_read() { start(read_); }
+    void del_read() { read_.want = false; }
+    void add_write() { start(write_); }
+    void del_write() { write_.want = false; }
+
+    // hiredis is about to close the fd: stop watching it without closing it.
+    // release() also completes pending waits with operation_aborted.
+    // Returns the context so the caller can unhook it.
+    ::redisAsyncContext* cleanup() {
+        auto* context = context_;
+        context_ = nullptr;
+        read_.want = write_.want = false;
+        socket_.release();
+        return context;
+    }
+
+private:
+    struct Direction {
+        asio::posix::stream_descriptor::wait_type type;
+        void (*handle)(::redisAsyncContext*);  // redisAsyncHandleRead or ...Write
+        bool want = false;
+        bool waiting = false;
+    };
+
+    void start(Direction& direction) {
+        direction.want = true;
+        wait(direction);
+    }
+
+    void wait(Direction& direction) {
+        if (direction.waiting || !context_) return;
+        direction.waiting = true;
+        socket_.async_wait(direction.type,
+                           [self = shared_from_this(), &direction](const boost::system::error_code& ec) {
+                               direction.waiting = false;
+                               if (ec || !self->context_ || !direction.want) return;
+                               direction.handle(self->context_);
+                               // The context may be gone now (cleanup ran inside the handler).
+                               if (self->context_ && direction.want) self->wait(direction);
+                           });
+    }
+
+    ::redisAsyncContext* context_;
+    asio::posix::stream_descriptor socket_;
+    Direction read_{asio::posix::stream_descriptor::wait_read, &redisAsyncHandleRead};
+    Direction write_{asio::posix::stream_descriptor::wait_write, &redisAsyncHandleWrite};
+};
+
+using Holder = std::shared_ptr<AsioAdapter>;
+
+AsioAdapter& adapter(void* data) { return **static_cast<Holder*>(data); }
+
+}  // namespace
+
+bool attach_asio_adapter(asio::io_context& io_context, ::redisAsyncContext* context) {
+    if (context->ev.data != nullptr) return false;
+    try {
+        context->ev.data = new Holder(std::make_shared<AsioAdapter>(io_context, context));
+    } catch (const std::exception&) {  // the reactor refused the fd
+        return false;
+    }
+    context->ev.addRead = [](void* data) { adapter(data).add_read(); };
+    context->ev.delRead = [](void* data) { adapter(data).del_read(); };
+    context->ev.addWrite = [](void* data) { adapter(data).add_write(); };
+    context->ev.delWrite = [](void* data) { adapter(data).del_write(); };
+    context->ev.cleanup = [](void* data) {
+        auto* holder = static_cast<Holder*>(data);
+        ::redisAsyncContext* context = (*holder)->cleanup();
+        delete holder;  // pending waits keep the adapter alive until they complete
+        if (context) context->ev = {};  // no hook may reach the adapter any more
+    };
+    return true;
+}
+
+}  // namespace sluice::redis

@@ -1,0 +1,484 @@
+#include "redis/redis_connection.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <optional>
+#include <random>
+#include <string_view>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <hiredis/async.h>
+#include <spdlog/spdlog.h>
+
+#include "config/config.hpp"
+#include "redis/redis_adapter.hpp"
+
+namespace sluice::redis {
+
+namespace asio = boost::asio;
+using SteadyClock = std::chrono::steady_clock;
+
+RedisConnectionOptions RedisConnectionOptions::from_config(const config::RedisConfig& config) {
+    RedisConnectionOptions options;
+    if (config.tcp) {
+        options.host = config.tcp->host;
+        options.port = config.tcp->port;
+    } else {
+        options.unix_path = config.unix_path;
+    }
+    options.username = config.username;
+    options.password = config.password;
+    options.database = config.database;
+    return options;
+}
+
+namespace {
+
+// A caller's command in flight; hiredis carries it as privdata.
+struct Request {
+    RedisConnection::Callback callback;
+    std::vector<std::string> argv;                  // kept for EVALSHA only, to retry as EVAL
+    std::optional<RedisConnection::ScriptId> script;  // set while a NOSCRIPT retry is allowed
+};
+
+// One command of the connect handshake, or a health-check PING.
+struct InternalCommand {
+    std::uint64_t generation;
+    std::string what;
+    std::optional<RedisConnection::ScriptId> script;  // SCRIPT LOAD of this script
+    bool last = false;                                 // its reply completes the handshake
+};
+
+void deliver(const RedisConnection::Callback& callback, RedisResult result) {
+    try {
+        callback(std::move(result));
+    } catch (const std::exception& e) {  // must not unwind through hiredis
+        spdlog::error("redis: a reply callback threw: {}", e.what());
+    } catch (...) {
+        spdlog::error("redis: a reply callback threw");
+    }
+}
+
+RedisResult failure(RedisError::Code code, std::string message) {
+    return {RedisError{code, std::move(message)}, {}};
+}
+
+bool is_noscript(const RedisResult& result) {
+    return result.error && result.error->code == RedisError::Code::reply_error &&
+           result.error->message.starts_with("NOSCRIPT");
+}
+
+int issue(::redisAsyncContext* context, redisCallbackFn* fn, void* privdata,
+          const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lengths;
+    argv.reserve(args.size());
+    lengths.reserve(args.size());
+    for (const auto& arg : args) {
+        argv.push_back(arg.data());
+        lengths.push_back(arg.size());
+    }
+    return redisAsyncCommandArgv(context, fn, privdata, static_cast<int>(args.size()), argv.data(),
+                                 lengths.data());
+}
+
+}  // namespace
+
+class RedisConnection::Impl : public std::enable_shared_from_this<Impl> {
+public:
+    Impl(asio::io_context& io_context, RedisConnectionOptions options)
+        : io_context_(io_context),
+          options_(std::move(options)),
+          resolver_(io_context),
+          connect_timer_(io_context),
+          health_timer_(io_context),
+          reconnect_timer_(io_context),
+          random_(std::random_device{}()) {}
+
+    ~Impl() { stop(); }
+
+    ScriptId add_script(std::string source) {
+        scripts_.push_back(Script{std::move(source), {}});
+        return scripts_.size() - 1;
+    }
+
+    void start() {
+        if (!stopped_) return;
+        stopped_ = false;
+        connect();
+    }
+
+    void stop() {
+        stopped_ = true;
+        reconnect_pending_ = false;
+        resolver_.cancel();
+        connect_timer_.cancel();
+        health_timer_.cancel();
+        reconnect_timer_.cancel();
+        ready_ = false;
+        if (auto* context = std::exchange(context_, nullptr)) {
+            context->data = nullptr;  // pending callbacks now report shutting_down
+            redisAsyncFree(context);
+        }
+    }
+
+    bool ready() const { return ready_; }
+    std::uint64_t ready_count() const { return ready_count_; }
+
+    void command(const std::vector<std::string>& args, Callback callback) {
+        if (!ready_) return fail_later(std::move(callback), RedisError::Code::not_connected);
+        auto request = std::make_unique<Request>(Request{std::move(callback), {}, std::nullopt});
+        send(std::move(request), args);
+    }
+
+    void evalsha(ScriptId script, const std::vector<std::string>& keys,
+                 const std::vector<std::string>& args, Callback callback) {
+        if (!ready_) return fail_later(std::move(callback), RedisError::Code::not_connected);
+        auto request = std::make_unique<Request>(Request{std::move(callback), {}, script});
+        auto& argv = request->argv;
+        argv.reserve(3 + keys.size() + args.size());
+        argv.push_back("EVALSHA");
+        argv.push_back(scripts_.at(script).sha);
+        argv.push_back(std::to_string(keys.size()));
+        argv.insert(argv.end(), keys.begin(), keys.end());
+        argv.insert(argv.end(), args.begin(), args.end());
+        const auto& sent = request->argv;
+        send(std::move(request), sent);
+    }
+
+private:
+    struct Script {
+        std::string source;
+        std::string sha;  // from SCRIPT LOAD; the same on every server
+    };
+
+    // ---- issuing ------------------------------------------------------------------------
+
+    void send(std::unique_ptr<Request> request, const std::vector<std::string>& args) {
+        if (issue(context_, &on_request_reply, request.get(), args) == REDIS_OK) {
+            request.release();  // on_request_reply owns it now
+            return;
+        }
+        fail_later(std::move(request->callback), RedisError::Code::connection_lost);
+    }
+
+    // Errors found before anything was sent are delivered from the io_context, never
+    // from inside the call that issued the command.
+    void fail_later(Callback callback, RedisError::Code code) {
+        const char* message = code == RedisError::Code::not_connected ? "not connected to redis"
+                                                                       : "command not queued";
+        asio::post(io_context_, [callback = std::move(callback), code, message] {
+            deliver(callback, failure(code, message));
+        });
+    }
+
+    static void on_request_reply(::redisAsyncContext* context, void* raw_reply, void* privdata) {
+        std::unique_ptr<Request> request(static_cast<Request*>(privdata));
+        auto* self = static_cast<Impl*>(context->data);  // nullptr once stopped
+        const auto* reply = static_cast<const ::redisReply*>(raw_reply);
+        if (reply == nullptr) {
+            if (self == nullptr)
+                return deliver(request->callback,
+                               failure(RedisError::Code::shutting_down, "redis connection stopped"));
+            return deliver(request->callback,
+                           failure(RedisError::Code::connection_lost,
+                                   context->err ? context->errstr : "redis connection closed"));
+        }
+        RedisResult result = copy_reply(*reply);
+        if (self != nullptr) {
+            self->last_reply_ = SteadyClock::now();
+            if (request->script && is_noscript(result))
+                return self->retry_with_eval(context, std::move(request));
+        }
+        deliver(request->callback, std::move(result));
+    }
+
+    // Runs inside the EVALSHA reply callback: the script was flushed (or the server
+    // restarted between SCRIPT LOAD and now). EVAL also caches it again.
+    void retry_with_eval(::redisAsyncContext* context, std::unique_ptr<Request> request) {
+        const ScriptId script = *std::exchange(request->script, std::nullopt);
+        request->argv[0] = "EVAL";
+        request->argv[1] = scripts_[script].source;
+        spdlog::debug("redis: NOSCRIPT for script {}, retrying once with EVAL", script);
+        if (issue(context, &on_request_reply, request.get(), request->argv) == REDIS_OK) {
+            request.release();
+            return;
+        }
+        deliver(request->callback,
+                failure(RedisError::Code::connection_lost, "EVAL retry could not be queued"));
+    }
+
+    // ---- connecting ---------------------------------------------------------------------
+
+    std::string endpoint() const {
+        if (!options_.unix_path.empty()) return "unix:" + options_.unix_path;
+        return options_.host + ":" + std::to_string(options_.port);
+    }
+
+    void connect() {
+        ++generation_;
+        reconnect_pending_ = false;
+        arm_connect_timer();
+        if (!options_.unix_path.empty()) return open(redisAsyncConnectUnix(options_.unix_path.c_str()));
+        boost::system::error_code ec;
+        auto address = asio::ip::make_address(options_.host, ec);
+        if (!ec) return open(redisAsyncConnect(address.to_string().c_str(), options_.port));
+        // hiredis would resolve with a blocking getaddrinfo: resolve here instead.
+        resolver_.async_resolve(
+            options_.host, std::to_string(options_.port),
+            [weak = weak_from_this(), generation = generation_](
+                const boost::system::error_code& ec, const asio::ip::tcp::resolver::results_type& results) {
+                auto self = weak.lock();
+                if (!self || self->stopped_ || generation != self->generation_ || self->reconnect_pending_)
+                    return;
+                if (ec || results.empty()) {
+                    self->connect_failed("cannot resolve " + self->options_.host + ": " +
+                                         (ec ? ec.message() : "no address"));
+                    return;
+                }
+                const auto address = results.begin()->endpoint().address().to_string();
+                self->open(redisAsyncConnect(address.c_str(), self->options_.port));
+            });
+    }
+
+    void open(::redisAsyncContext* context) {
+        if (context == nullptr) return connect_failed("out of memory");
+        if (context->err) {
+            std::string reason = context->errstr;
+            redisAsyncFree(context);
+            return connect_failed(reason);
+        }
+        context->data = this;
+        if (!attach_asio_adapter(io_context_, context)) {
+            redisAsyncFree(context);
+            return connect_failed("cannot watch the socket");
+        }
+        redisAsyncSetDisconnectCallback(context, &on_disconnect);
+        redisAsyncSetConnectCallback(context, &on_connect);
+        context_ = context;
+    }
+
+    static void on_connect(const ::redisAsyncContext* const_context, int status) {
+        auto* context = const_cast<::redisAsyncContext*>(const_context);
+        auto* self = static_cast<Impl*>(context->data);
+        if (self == nullptr || self->context_ != context) return;
+        if (status != REDIS_OK) {
+            self->context_ = nullptr;  // hiredis frees it when this returns
+            return self->connect_failed(context->errstr);
+        }
+        self->handshake(context);
+    }
+
+    // AUTH, SELECT, SCRIPT LOAD..., PING: pipelined; the PING reply makes the connection
+    // ready. The PING also catches a server that wants a password we were not given.
+    void handshake(::redisAsyncContext* context) {
+        std::vector<std::pair<InternalCommand, std::vector<std::string>>> steps;
+        if (!options_.password.empty()) {
+            std::vector<std::string> auth{"AUTH"};
+            if (!options_.username.empty()) auth.push_back(options_.username);
+            auth.push_back(options_.password);
+            steps.push_back({InternalCommand{generation_, "AUTH", {}}, std::move(auth)});
+        }
+        if (options_.database != 0)
+            steps.push_back({InternalCommand{generation_, "SELECT", {}},
+                             {"SELECT", std::to_string(options_.database)}});
+        for (ScriptId id = 0; id < scripts_.size(); ++id)
+            steps.push_back({InternalCommand{generation_, "SCRIPT LOAD", id},
+                             {"SCRIPT", "LOAD", scripts_[id].source}});
+        steps.push_back({InternalCommand{generation_, "PING", {}, true}, {"PING"}});
+
+        for (auto& [step, args] : steps) {
+            auto owned = std::make_unique<InternalCommand>(std::move(step));
+            if (issue(context, &on_handshake_reply, owned.get(), args) != REDIS_OK) {
+                // Not from inside hiredis's connect callback: free it from the io_context.
+                asio::post(io_context_, [weak = weak_from_this(), generation = generation_] {
+                    auto self = weak.lock();
+                    if (self && generation == self->generation_) self->drop("handshake not queued");
+                });
+                return;
+            }
+            owned.release();
+        }
+    }
+
+    static void on_handshake_reply(::redisAsyncContext* context, void* raw_reply, void* privdata) {
+        std::unique_ptr<InternalCommand> step(static_cast<InternalCommand*>(privdata));
+        auto* self = static_cast<Impl*>(context->data);
+        if (self == nullptr || self->context_ != context || step->generation != self->generation_) return;
+        if (raw_reply == nullptr) return;  // connection lost: on_disconnect handles it
+        RedisResult result = copy_reply(*static_cast<const ::redisReply*>(raw_reply));
+        if (!result.ok()) return self->drop(step->what + " failed: " + result.error->message);
+        if (step->script) self->scripts_[*step->script].sha = result.reply.text;
+        if (step->last) self->became_ready();
+    }
+
+    void became_ready() {
+        ready_ = true;
+        ++ready_count_;
+        attempt_ = 0;
+        failure_logged_ = false;
+        connect_timer_.cancel();
+        last_reply_ = SteadyClock::now();
+        ping_outstanding_ = false;
+        arm_health_timer();
+        spdlog::info("redis: connected to {}", endpoint());
+    }
+
+    // ---- losing the connection ----------------------------------------------------------
+
+    static void on_disconnect(const ::redisAsyncContext* const_context, int status) {
+        auto* context = const_cast<::redisAsyncContext*>(const_context);
+        auto* self = static_cast<Impl*>(context->data);
+        if (self == nullptr || self->context_ != context) return;  // we closed it ourselves
+        self->context_ = nullptr;
+        self->closed(context->err ? context->errstr : "closed");
+    }
+
+    // Closes the current connection on purpose (failed handshake, timeout, dead health
+    // check). Pending callbacks get connection_lost; nothing is resent.
+    void drop(const std::string& reason) {
+        auto* context = std::exchange(context_, nullptr);
+        if (context == nullptr) return;
+        redisAsyncFree(context);  // inside a hiredis callback this happens when it returns
+        closed(reason);
+    }
+
+    void connect_failed(const std::string& reason) { closed(reason); }
+
+    void closed(const std::string& reason) {
+        const bool was_ready = std::exchange(ready_, false);
+        ping_outstanding_ = false;
+        connect_timer_.cancel();
+        health_timer_.cancel();
+        if (was_ready) {
+            spdlog::warn("redis: connection to {} lost: {}", endpoint(), reason);
+        } else if (!failure_logged_) {
+            spdlog::warn("redis: cannot connect to {}: {}", endpoint(), reason);
+            failure_logged_ = true;
+        } else {
+            spdlog::debug("redis: cannot connect to {}: {}", endpoint(), reason);
+        }
+        schedule_reconnect();
+    }
+
+    void schedule_reconnect() {
+        if (stopped_ || reconnect_pending_) return;
+        reconnect_pending_ = true;
+        reconnect_timer_.expires_after(backoff_delay());
+        reconnect_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+            auto self = weak.lock();
+            if (ec || !self || self->stopped_ || !self->reconnect_pending_) return;
+            self->connect();
+        });
+    }
+
+    // min * 2^attempt capped at max, then uniformly in [d/2, d].
+    std::chrono::milliseconds backoff_delay() {
+        const auto max = std::max(options_.backoff_max.count(), std::int64_t{1});
+        auto delay = std::max(options_.backoff_min.count(), std::int64_t{1});
+        for (unsigned i = 0; i < attempt_ && delay < max; ++i) delay *= 2;
+        delay = std::min(delay, max);
+        ++attempt_;
+        std::uniform_int_distribution<std::int64_t> jitter(delay / 2, delay);
+        return std::chrono::milliseconds(jitter(random_));
+    }
+
+    // ---- timers -------------------------------------------------------------------------
+
+    void arm_connect_timer() {
+        connect_timer_.expires_after(options_.connect_timeout);
+        connect_timer_.async_wait(
+            [weak = weak_from_this(), generation = generation_](const boost::system::error_code& ec) {
+                auto self = weak.lock();
+                if (ec || !self || self->stopped_ || generation != self->generation_ || self->ready_ ||
+                    self->reconnect_pending_)
+                    return;
+                if (self->context_) return self->drop("connect timed out");
+                self->resolver_.cancel();
+                self->connect_failed("name resolution timed out");
+            });
+    }
+
+    void arm_health_timer() {
+        if (options_.health_interval.count() <= 0) return;
+        health_timer_.expires_after(options_.health_interval);
+        health_timer_.async_wait(
+            [weak = weak_from_this(), generation = generation_](const boost::system::error_code& ec) {
+                auto self = weak.lock();
+                if (ec || !self || !self->ready_ || generation != self->generation_) return;
+                self->health_check();
+            });
+    }
+
+    void health_check() {
+        if (ping_outstanding_) return drop("no reply to the health-check PING");
+        if (SteadyClock::now() - last_reply_ >= options_.health_interval) {
+            auto ping = std::make_unique<InternalCommand>(InternalCommand{generation_, "PING", {}});
+            if (issue(context_, &on_ping_reply, ping.get(), {"PING"}) != REDIS_OK)
+                return drop("health-check PING not queued");
+            ping.release();
+            ping_outstanding_ = true;
+        }
+        arm_health_timer();
+    }
+
+    static void on_ping_reply(::redisAsyncContext* context, void* raw_reply, void* privdata) {
+        std::unique_ptr<InternalCommand> ping(static_cast<InternalCommand*>(privdata));
+        auto* self = static_cast<Impl*>(context->data);
+        if (self == nullptr || self->context_ != context || ping->generation != self->generation_) return;
+        if (raw_reply == nullptr) return;
+        self->ping_outstanding_ = false;
+        self->last_reply_ = SteadyClock::now();
+        RedisResult result = copy_reply(*static_cast<const ::redisReply*>(raw_reply));
+        if (!result.ok()) self->drop("health-check PING failed: " + result.error->message);
+    }
+
+    asio::io_context& io_context_;
+    const RedisConnectionOptions options_;
+    std::vector<Script> scripts_;
+    asio::ip::tcp::resolver resolver_;
+    asio::steady_timer connect_timer_;
+    asio::steady_timer health_timer_;
+    asio::steady_timer reconnect_timer_;
+    std::minstd_rand random_;
+
+    ::redisAsyncContext* context_ = nullptr;  // the current connection, if any
+    std::uint64_t generation_ = 0;            // one per connection attempt
+    bool stopped_ = true;
+    bool ready_ = false;
+    bool reconnect_pending_ = false;
+    bool ping_outstanding_ = false;
+    bool failure_logged_ = false;
+    unsigned attempt_ = 0;
+    std::uint64_t ready_count_ = 0;
+    SteadyClock::time_point last_reply_{};
+};
+
+RedisConnection::RedisConnection(asio::io_context& io_context, RedisConnectionOptions options)
+    : impl_(std::make_shared<Impl>(io_context, std::move(options))) {}
+
+RedisConnection::~RedisConnection() { impl_->stop(); }
+
+RedisConnection::ScriptId RedisConnection::add_script(std::string source) {
+    return impl_->add_script(std::move(source));
+}
+void RedisConnection::start() { impl_->start(); }
+void RedisConnection::stop() { impl_->stop(); }
+bool RedisConnection::ready() const { return impl_->ready(); }
+std::uint64_t RedisConnection::ready_count() const { return impl_->ready_count(); }
+
+void RedisConnection::command(const std::vector<std::string>& args, Callback callback) {
+    impl_->command(args, std::move(callback));
+}
+
+void RedisConnection::evalsha(ScriptId script, const std::vector<std::string>& keys,
+                              const std::vector<std::string>& args, Callback callback) {
+    impl_->evalsha(script, keys, args, std::move(callback));
+}
+
+}  // namespace sluice::redis

@@ -1,0 +1,81 @@
+// One Redis connection on one single-threaded io_context, kept healthy by itself:
+// connect (TCP or unix socket), AUTH, SELECT, SCRIPT LOAD, PING when idle, reconnect with
+// capped, jittered exponential backoff. Callers just issue commands; they are pipelined.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "redis/redis_reply.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace sluice::config {
+struct RedisConfig;
+}
+
+namespace sluice::redis {
+
+struct RedisConnectionOptions {
+    std::string host = "127.0.0.1";  // an IP address, or a name resolved before each connect
+    std::uint16_t port = 6379;
+    std::string unix_path;  // when set, used instead of host:port
+    std::string username;   // AUTH username password, when both are set
+    std::string password;   // AUTH password, when only this is set
+    int database = 0;       // SELECT when not 0
+    std::chrono::milliseconds connect_timeout{1000};  // connect plus handshake
+    std::chrono::milliseconds health_interval{1000};  // PING after this long without a reply; 0: never
+    std::chrono::milliseconds backoff_min{50};        // first reconnect delay ...
+    std::chrono::milliseconds backoff_max{2000};      // ... doubling up to this; each jittered to [d/2, d]
+
+    static RedisConnectionOptions from_config(const config::RedisConfig& config);
+};
+
+// Not thread-safe: every call, and every callback, happens on the io_context's thread.
+//
+// Callback contract: every callback passed to command/evalsha runs exactly once, with a
+// reply or an error, never from inside the call that issued it. A command that was sent is
+// never resent: when the connection drops first, its callback gets `connection_lost`.
+// Only an explicit NOSCRIPT reply to EVALSHA is retried, once, with EVAL on the same
+// connection. Callbacks still pending when the connection is stopped or destroyed run
+// right then, inside stop() or the destructor, with `shutting_down`. Callbacks must not
+// throw (they run inside hiredis; an exception is caught and logged).
+class RedisConnection {
+public:
+    using Callback = std::function<void(RedisResult)>;
+    using ScriptId = std::size_t;
+
+    RedisConnection(boost::asio::io_context& io_context, RedisConnectionOptions options);
+    ~RedisConnection();
+    RedisConnection(const RedisConnection&) = delete;
+    RedisConnection& operator=(const RedisConnection&) = delete;
+
+    // Registers a Lua script, loaded with SCRIPT LOAD on every connect. Call before start().
+    ScriptId add_script(std::string source);
+
+    void start();  // connects in the background; reconnects until stop()
+    void stop();   // closes the connection; pending callbacks get `shutting_down`
+
+    // Connected, authenticated, database selected and scripts loaded.
+    bool ready() const;
+    // How many times the connection became ready (1 after the first connect).
+    std::uint64_t ready_count() const;
+
+    // Any command, e.g. {"GET", key}. Fails with `not_connected` unless ready().
+    void command(const std::vector<std::string>& args, Callback callback);
+    // EVALSHA of a registered script; on NOSCRIPT, one EVAL with the source.
+    void evalsha(ScriptId script, const std::vector<std::string>& keys,
+                 const std::vector<std::string>& args, Callback callback);
+
+private:
+    class Impl;
+    std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::redis

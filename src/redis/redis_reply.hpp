@@ -1,0 +1,43 @@
+// What a Redis command gives back: a reply value, or an error. No hiredis or Asio types.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+struct redisReply;  // hiredis
+
+namespace sluice::redis {
+
+// An owned copy of a RESP2 reply.
+struct RedisReply {
+    enum class Type { nil, integer, string, status, array };
+    Type type = Type::nil;
+    std::int64_t integer = 0;         // Type::integer
+    std::string text;                 // Type::string, Type::status
+    std::vector<RedisReply> elements;  // Type::array
+};
+
+struct RedisError {
+    enum class Code {
+        not_connected,    // no ready connection: the command was not sent
+        connection_lost,  // sent, but the connection closed before the reply; never resent
+        reply_error,      // Redis answered with an error reply (message holds it)
+        shutting_down,    // the connection object was stopped or destroyed
+    };
+    Code code;
+    std::string message;
+};
+
+// Exactly one of the two is meaningful: `error` when set, else `reply`.
+struct RedisResult {
+    std::optional<RedisError> error;
+    RedisReply reply;
+    bool ok() const { return !error.has_value(); }
+};
+
+// Copies a hiredis reply; an error reply becomes a RedisError with Code::reply_error.
+RedisResult copy_reply(const ::redisReply& reply);
+
+}  // namespace sluice::redis

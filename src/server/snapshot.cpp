@@ -1,0 +1,48 @@
+#include "server/snapshot.hpp"
+
+#include <stdexcept>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+namespace sluice::server {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+tcp::endpoint resolve_endpoint(const config::Endpoint& ep) {
+    boost::system::error_code ec;
+    auto address = net::ip::make_address(ep.host, ec);
+    if (!ec) return {address, ep.port};
+    net::io_context io;
+    tcp::resolver resolver(io);
+    auto results = resolver.resolve(ep.host, std::to_string(ep.port), ec);
+    if (ec || results.empty())
+        throw std::runtime_error("cannot resolve " + ep.str() + ": " + (ec ? ec.message() : "no address"));
+    return results.begin()->endpoint();
+}
+
+std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Config> config, observe::Metrics& metrics) {
+    auto snap = std::make_shared<Snapshot>();
+    snap->metrics = &metrics;
+    for (const auto& route : config->routes) {
+        auto& rm = metrics.route(route.name);
+        snap->route_metrics.push_back(&rm);
+        auto& limits = snap->limit_metrics.emplace_back();
+        for (const auto& limit : route.limits) limits.push_back(&metrics.limit(rm, limit.name));
+    }
+    for (const auto& upstream : config->upstreams) {
+        auto& servers = snap->servers.emplace_back();
+        for (const auto& ep : upstream.servers) {
+            try {
+                servers.push_back({ep.str(), resolve_endpoint(ep)});
+            } catch (const std::exception& e) {
+                throw std::runtime_error("upstream " + upstream.name + ": " + e.what());
+            }
+        }
+    }
+    snap->config = std::move(config);
+    return snap;
+}
+
+}  // namespace sluice::server

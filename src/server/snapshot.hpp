@@ -1,0 +1,37 @@
+// What workers read for every request: the immutable config plus what was derived
+// from it once (resolved upstream addresses). Published as shared_ptr<const Snapshot>.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "config/config.hpp"
+#include "observe/metrics.hpp"
+
+namespace sluice::server {
+
+struct UpstreamServer {
+    std::string key;  // "host:port" as configured: names the keep-alive pool
+    boost::asio::ip::tcp::endpoint endpoint;
+};
+
+struct Snapshot {
+    std::shared_ptr<const config::Config> config;
+    std::vector<std::vector<UpstreamServer>> servers;  // per upstream, in config order
+    observe::Metrics* metrics = nullptr;
+    std::vector<observe::RouteMetrics*> route_metrics;               // per route
+    std::vector<std::vector<observe::LimitMetrics*>> limit_metrics;  // per route, per limit
+};
+
+// Resolves every upstream server (blocking; call off the data path).
+// Throws std::runtime_error naming the server that does not resolve.
+// Also finds or creates the metrics of every route and limit.
+std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Config> config, observe::Metrics& metrics);
+
+// Resolves "host:port" to one endpoint (numeric or by name). Throws std::runtime_error.
+boost::asio::ip::tcp::endpoint resolve_endpoint(const config::Endpoint& ep);
+
+}  // namespace sluice::server

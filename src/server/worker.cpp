@@ -1,0 +1,175 @@
+#include "server/worker.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/socket_base.hpp>
+#include <boost/asio/detail/socket_option.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/use_awaitable.hpp>
+
+#include "http/client_session.hpp"
+#include "limit/memory_limiter.hpp"
+#include "limit/redis_limiter.hpp"
+#include "redis/redis_connection.hpp"
+
+namespace sluice::server {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using reuse_port = net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+
+Worker::Worker(unsigned index, std::shared_ptr<const Snapshot> snapshot, std::atomic<std::size_t>& connections,
+               limit::MemoryLimiter* memory)
+    : index_(index),
+      snapshot_(std::move(snapshot)),
+      connections_(connections),
+      guard_(net::make_work_guard(io_)),
+      memory_limiter_(memory) {
+    if (!memory_limiter_) {
+        const auto& store = snapshot_->config->store;
+        redis_ = std::make_unique<redis::RedisConnection>(io_, redis::RedisConnectionOptions::from_config(store.redis));
+        redis_limiter_ = std::make_unique<limit::RedisLimiter>(io_, *redis_, store.redis.key_prefix, store.redis.timeout);
+    }
+}
+
+Worker::~Worker() {
+    stop_now();
+    join();
+    pool_.clear();
+    acceptors_.clear();
+    store_watch_.reset();
+    redis_.reset();  // answers pending decisions (shutting_down) while the limiter still exists
+    redis_limiter_.reset();
+}
+
+void Worker::remove_session(http::ClientSession* s) {
+    sessions_.erase(s);
+    // The store connection stays until the last in-flight request has its decision.
+    if (stopping_ && sessions_.empty() && redis_) redis_->stop();
+}
+
+net::awaitable<limit::Decision> Worker::decide(const limit::RouteLimits& route, const limit::RequestKeyValues& request) {
+    if (memory_limiter_) co_return memory_limiter_->decide(route, request);
+    co_return co_await net::async_initiate<decltype(net::use_awaitable), void(limit::Decision)>(
+        [&](auto handler) {
+            // RedisLimiter takes a copyable std::function; the coroutine's handler is move-only.
+            auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+            redis_limiter_->decide(route, request, [shared](limit::Decision d) { (*shared)(std::move(d)); });
+        },
+        net::use_awaitable);
+}
+
+// Copies the Redis connection's state (owned by this thread) where other threads may read it.
+void Worker::watch_store() {
+    store_ready_ = memory_limiter_ != nullptr || (redis_ && redis_->ready());
+    if (!store_watch_ || stopping_) return;
+    store_watch_->expires_after(std::chrono::milliseconds(50));
+    store_watch_->async_wait([this](boost::system::error_code ec) {
+        if (!ec) watch_store();
+    });
+}
+
+void Worker::publish(std::shared_ptr<const Snapshot> snapshot) {
+    net::post(io_, [this, snapshot = std::move(snapshot)]() mutable {
+        // Pooled connections to servers that are gone would never be taken again.
+        pool_.clear();
+        round_robin_.clear();
+        // A remembered rejection was computed with the old limit parameters.
+        if (redis_limiter_) redis_limiter_->clear_rejections();
+        snapshot_ = std::move(snapshot);
+    });
+}
+
+tcp::endpoint Worker::listen(const tcp::endpoint& endpoint) {
+    auto acceptor = std::make_unique<tcp::acceptor>(io_);
+    acceptor->open(endpoint.protocol());
+    acceptor->set_option(net::socket_base::reuse_address(true));
+    acceptor->set_option(reuse_port(true));
+    if (endpoint.address().is_v6()) acceptor->set_option(net::ip::v6_only(true));
+    acceptor->bind(endpoint);
+    acceptor->listen(net::socket_base::max_listen_connections);
+    auto bound = acceptor->local_endpoint();
+    acceptors_.push_back(std::move(acceptor));
+    return bound;
+}
+
+void Worker::start() {
+    if (redis_) {
+        redis_->start();
+        store_watch_ = std::make_unique<net::steady_timer>(io_);
+    }
+    watch_store();
+    thread_ = std::thread([this] {
+        try {
+            io_.run();
+        } catch (const std::exception& e) {
+            spdlog::critical("worker {}: {}", index_, e.what());
+        }
+        finished_ = true;
+    });
+}
+
+void Worker::accept_on(tcp::acceptor& acceptor) {
+    acceptor.async_accept([this, &acceptor](boost::system::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+        if (ec) {
+            spdlog::warn("accept failed: {}", ec.message());
+        } else {
+            auto max = snapshot_->config->server.max_connections;
+            if (connections_.fetch_add(1) >= max) {
+                connections_.fetch_sub(1);
+                static std::atomic<long> last_warning{0};
+                long now = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::steady_clock::now().time_since_epoch()).count();
+                if (last_warning.exchange(now) != now)
+                    spdlog::warn("max_connections ({}) reached: refusing new connections", max);
+                boost::system::error_code ignored;
+                socket.close(ignored);
+            } else {
+                http::start_client_session(*this, std::move(socket));
+            }
+        }
+        accept_on(acceptor);
+    });
+}
+
+void Worker::accept() {
+    net::post(io_, [this] {
+        if (stopping_) return;
+        for (auto& acceptor : acceptors_) accept_on(*acceptor);
+    });
+}
+
+std::size_t Worker::next_server(std::size_t upstream_index, std::size_t server_count) {
+    if (round_robin_.size() <= upstream_index) round_robin_.resize(upstream_index + 1, index_);
+    return round_robin_[upstream_index]++ % server_count;
+}
+
+void Worker::shutdown() {
+    net::post(io_, [this] {
+        stopping_ = true;
+        for (auto& acceptor : acceptors_) {
+            boost::system::error_code ec;
+            acceptor->close(ec);
+        }
+        // Copy: closing a session may remove it from the set.
+        std::vector<http::ClientSession*> sessions(sessions_.begin(), sessions_.end());
+        for (auto* s : sessions) s->stop_if_idle();
+        pool_.clear();
+        if (store_watch_) store_watch_->cancel();
+        if (sessions_.empty() && redis_) redis_->stop();
+        guard_.reset();
+    });
+}
+
+void Worker::stop_now() {
+    guard_.reset();
+    io_.stop();
+}
+
+void Worker::join() {
+    if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace sluice::server

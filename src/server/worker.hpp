@@ -1,0 +1,105 @@
+// A worker thread: its own single-threaded io_context, acceptors (SO_REUSEPORT),
+// client sessions and upstream keep-alive pool. Nothing here is shared with other
+// workers except the connection counter.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "http/upstream_pool.hpp"
+#include "limit/decision.hpp"
+#include "limit/limit_key.hpp"
+#include "observe/limited_clients.hpp"
+#include "server/snapshot.hpp"
+
+namespace sluice::http {
+class ClientSession;
+}
+namespace sluice::limit {
+class MemoryLimiter;
+class RedisLimiter;
+}  // namespace sluice::limit
+namespace sluice::redis {
+class RedisConnection;
+}
+
+namespace sluice::server {
+
+class Worker {
+public:
+    // `memory` is the process's in-memory limiter for store.type memory, else nullptr
+    // (then the worker keeps its own Redis connection).
+    Worker(unsigned index, std::shared_ptr<const Snapshot> snapshot, std::atomic<std::size_t>& connections,
+           limit::MemoryLimiter* memory);
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+    ~Worker();
+
+    // Binds an acceptor (SO_REUSEPORT) to `endpoint`; throws boost::system::system_error.
+    // Returns the bound endpoint (port 0 becomes the real port).
+    boost::asio::ip::tcp::endpoint listen(const boost::asio::ip::tcp::endpoint& endpoint);
+
+    void start();     // runs the io_context on a new thread and connects to the store
+    void accept();    // thread-safe: starts taking connections on the listeners
+    void shutdown();  // thread-safe: stop accepting, close idle sessions, finish in-flight ones
+    void stop_now();  // thread-safe: abandon whatever is left
+    // Thread-safe: requests that start after this use `snapshot`.
+    void publish(std::shared_ptr<const Snapshot> snapshot);
+    void join();
+    bool finished() const { return finished_.load(); }
+
+    // Called on the worker's own thread only:
+    boost::asio::io_context& io() { return io_; }
+    unsigned index() const { return index_; }
+    const std::shared_ptr<const Snapshot>& snapshot() const { return snapshot_; }
+    http::UpstreamPool& upstream_pool() { return pool_; }
+    std::size_t next_server(std::size_t upstream_index, std::size_t server_count);
+    bool stopping() const { return stopping_; }
+    void add_session(http::ClientSession* s) { sessions_.insert(s); }
+    void remove_session(http::ClientSession* s);
+    // One store round trip for all limits of a route; never throws, store trouble is a
+    // Decision with Outcome::store_error.
+    boost::asio::awaitable<limit::Decision> decide(const limit::RouteLimits& route,
+                                                   const limit::RequestKeyValues& request);
+    // The store answers (Redis connected and ready; always true for memory). Thread-safe.
+    bool store_ready() const { return store_ready_.load(std::memory_order_relaxed); }
+    // Thread-safe: clients limited this summary interval.
+    observe::LimitedClients& limited_clients() { return limited_clients_; }
+    std::atomic<std::size_t>& connections() { return connections_; }
+
+private:
+    void accept_on(boost::asio::ip::tcp::acceptor& acceptor);
+    void watch_store();
+
+    // Declared before io_ so that sessions destroyed with io_'s pending handlers can still
+    // unregister and read the snapshot; the pool and acceptors hold sockets of io_ and go first.
+    unsigned index_;
+    std::unordered_set<http::ClientSession*> sessions_;
+    std::vector<std::size_t> round_robin_;
+    std::shared_ptr<const Snapshot> snapshot_;
+    std::atomic<std::size_t>& connections_;
+    bool stopping_ = false;
+    std::atomic<bool> finished_{false};
+    std::atomic<bool> store_ready_{false};
+    observe::LimitedClients limited_clients_;
+    boost::asio::io_context io_{1};
+    boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
+    std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> acceptors_;
+    http::UpstreamPool pool_;
+    limit::MemoryLimiter* memory_limiter_;
+    std::unique_ptr<redis::RedisConnection> redis_;
+    std::unique_ptr<limit::RedisLimiter> redis_limiter_;
+    std::unique_ptr<boost::asio::steady_timer> store_watch_;
+    std::thread thread_;
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,273 @@
+"""Proxy-generated statuses: 400 framing errors, 408, 413, 431, 502, 504."""
+
+import select
+import time
+import unittest
+
+from harness import (LOOPBACK, ConnectionClosed, IncompleteResponse, SluiceTestCase,
+                     build_request, by_path, close_without_answer, delayed, echo, free_port,
+                     garbage, proxy_config, reset, respond, send_raw)
+
+MAX_BODY = 1024
+MAX_HEADER = 4096
+
+
+def head(*lines, request_line=b"POST /framing HTTP/1.1"):
+    """Request head from raw header lines (bytes), CRLF-terminated, Host first."""
+    fields = b"".join(line + b"\r\n" for line in lines)
+    return request_line + b"\r\nHost: test.local\r\n" + fields + b"\r\n"
+
+
+def chunked(body_bytes):
+    return head(b"Transfer-Encoding: chunked") + body_bytes
+
+
+# Malformed or ambiguous framing in the request head: 400, close, nothing upstream.
+HEAD_ERRORS = [
+    ("content-length then transfer-encoding",
+     head(b"Content-Length: 5", b"Transfer-Encoding: chunked") + b"0\r\n\r\n"),
+    ("transfer-encoding then content-length",
+     head(b"Transfer-Encoding: chunked", b"Content-Length: 5") + b"0\r\n\r\n"),
+    ("repeated content-length, different",
+     head(b"Content-Length: 5", b"Content-Length: 6") + b"hello"),
+    ("repeated content-length, equal", head(b"Content-Length: 5", b"Content-Length: 5") + b"hello"),
+    ("content-length list in one field", head(b"Content-Length: 5, 5") + b"hello"),
+    ("content-length not a number", head(b"Content-Length: abc") + b"hello"),
+    ("content-length negative", head(b"Content-Length: -1") + b"hello"),
+    ("content-length with plus sign", head(b"Content-Length: +5") + b"hello"),
+    ("content-length hexadecimal", head(b"Content-Length: 0x5") + b"hello"),
+    ("obs-fold with spaces", head(b"X-Folded: first", b"  continued", b"Content-Length: 0")),
+    ("obs-fold with tab", head(b"X-Folded: first", b"\tcontinued", b"Content-Length: 0")),
+    ("first header line starts with space",
+     b"GET /framing HTTP/1.1\r\n Host: test.local\r\n\r\n"),
+    ("NUL in field value", head(b"X-Nul: a\x00b")),
+    ("CR in field value", head(b"X-Cr: a\rb")),
+    ("bare LF inside a field line", head(b"X-Lf: a\nX-Other: b")),
+    ("NUL in field name", head(b"X-N\x00ul: a")),
+    ("CR in field name", head(b"X-C\rr: a")),
+    ("bare LF line endings", b"GET /framing HTTP/1.1\nHost: test.local\nX-A: b\n\n"),
+    ("malformed request line", b"HELLO THERE\r\nHost: test.local\r\n\r\n"),
+]
+
+# Bad chunked framing in the body: 400, close, and the upstream never gets a complete
+# request (the head may already have been streamed to it, the body never completes).
+CHUNK_ERRORS = [
+    ("chunk size not hex", chunked(b"zz\r\nhello\r\n0\r\n\r\n")),
+    ("chunk size negative", chunked(b"-5\r\nhello\r\n0\r\n\r\n")),
+    ("chunk size with 0x prefix", chunked(b"0x5\r\nhello\r\n0\r\n\r\n")),
+    ("chunk size overflows 64 bits", chunked(b"1ffffffffffffffff\r\nhello\r\n0\r\n\r\n")),
+    ("chunk size empty", chunked(b"\r\nhello\r\n0\r\n\r\n")),
+    ("chunk data longer than size", chunked(b"5\r\nhelloEXTRA\r\n0\r\n\r\n")),
+]
+
+
+class FramingTest(SluiceTestCase):
+    def setUp(self):
+        self.up = self.start_upstream(echo())
+        self.port = free_port()
+        self.sluice = self.start_sluice(proxy_config(self.port, {"app": self.up.address}))
+
+    def send_bad(self, data):
+        c = self.client(self.port, timeout=3)
+        c.send(data)
+        r = c.read_response(method="POST")
+        self.assert_problem(r, 400)
+        c.wait_closed(3)  # the client connection is closed after the 400
+        return r
+
+    def test_malformed_heads_get_400_and_nothing_reaches_the_upstream(self):
+        for name, data in HEAD_ERRORS:
+            with self.subTest(name):
+                before = self.up.snapshot()
+                self.send_bad(data)
+                self.assert_nothing_reached(self.up, before, settle=0.1)
+
+    def test_bad_chunked_bodies_get_400_and_no_request_completes_upstream(self):
+        for name, data in CHUNK_ERRORS:
+            with self.subTest(name):
+                before = self.up.snapshot()
+                self.send_bad(data)
+                time.sleep(0.1)
+                self.assertEqual(len(self.up.requests), before[0],
+                                 f"a complete request reached the upstream: {self.up.last()}")
+
+    def test_a_good_request_still_works_afterwards(self):
+        self.send_bad(HEAD_ERRORS[0][1])
+        r = self.client(self.port).request("POST", "/good", body=b"hello")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(self.up.last().body, b"hello")
+        self.assertEqual(len(self.up.requests), 1)
+
+
+class LimitsTest(SluiceTestCase):
+    """408 header_timeout, 413 max_body_bytes, 431 max_header_bytes."""
+
+    def setUp(self):
+        self.up = self.start_upstream(echo())
+        self.port = free_port()
+        self.sluice = self.start_sluice(proxy_config(
+            self.port, {"app": self.up.address},
+            server={"header_timeout": "1s", "idle_timeout": "1s", "max_body_bytes": MAX_BODY,
+                    "max_header_bytes": MAX_HEADER}))
+
+    # 408 --------------------------------------------------------------------------
+    def test_partial_head_gets_408(self):
+        c = self.client(self.port)
+        c.send(b"GET /slow HTTP/1.1\r\nHost: test.local\r\n")
+        start = time.monotonic()
+        r = c.read_response(timeout=5)
+        self.assert_problem(r, 408)
+        self.assertGreaterEqual(time.monotonic() - start, 0.5, "408 long before header_timeout")
+        c.wait_closed(3)
+        self.assert_nothing_reached(self.up, settle=0)
+
+    def test_head_trickling_in_past_header_timeout_gets_408(self):
+        # Every piece arrives well within 1s of the previous one, but the whole head does
+        # not arrive within header_timeout.
+        c = self.client(self.port)
+        data = b"GET /trickle HTTP/1.1\r\nHost: test.local\r\nX-Slow: " + b"a" * 40 + b"\r\n\r\n"
+        deadline = time.monotonic() + 4
+        answered = False
+        for i in range(len(data) - 4):  # never send the final CRLF CRLF
+            if select.select([c.sock], [], [], 0.1)[0]:
+                answered = True
+                break
+            try:
+                c.send(data[i:i + 1])
+            except OSError:
+                answered = True
+                break
+            if time.monotonic() > deadline:
+                break
+        self.assertTrue(answered or select.select([c.sock], [], [], 2)[0],
+                        "no answer to a head trickling in for 4s")
+        r = c.read_response(timeout=3)
+        self.assert_problem(r, 408)
+        self.assert_nothing_reached(self.up, settle=0)
+
+    def test_silent_connection_is_closed_without_a_response(self):
+        c = self.client(self.port)
+        data = c.wait_closed(5)
+        self.assertEqual(data, b"", "a connection that sent nothing got bytes back")
+
+    # 413 --------------------------------------------------------------------------
+    def test_content_length_over_max_body_gets_413_without_reading_the_body(self):
+        c = self.client(self.port)
+        c.send(build_request("POST", "/big", [("Content-Length", str(MAX_BODY + 1))]))
+        r = c.read_response(method="POST", timeout=3)  # the body was never sent
+        self.assert_problem(r, 413)
+        self.assert_nothing_reached(self.up)
+
+    def test_content_length_equal_to_max_body_is_forwarded(self):
+        body = b"b" * MAX_BODY
+        r = self.client(self.port).request("POST", "/exact", body=body)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(self.up.last().body, body)
+
+    def test_expect_100_continue_over_max_body_gets_413_and_no_100(self):
+        c = self.client(self.port)
+        c.send(build_request("POST", "/big", [("Content-Length", str(MAX_BODY * 10)),
+                                              ("Expect", "100-continue")]))
+        r = c.read_response(method="POST", informational="return", timeout=3)
+        self.assert_problem(r, 413)
+        self.assert_nothing_reached(self.up)
+
+    def test_chunked_body_growing_over_max_body_gets_413(self):
+        c = self.client(self.port)
+        chunks = b"".join(b"200\r\n" + b"c" * 512 + b"\r\n" for _ in range(8)) + b"0\r\n\r\n"
+        c.send(build_request("POST", "/grow", [("Transfer-Encoding", "chunked")]) + chunks)
+        r = c.read_response(method="POST", timeout=3)
+        self.assert_problem(r, 413)
+        time.sleep(0.2)
+        self.assertEqual(len(self.up.requests), 0,
+                         "a request over max_body_bytes completed at the upstream")
+
+    # 431 --------------------------------------------------------------------------
+    def test_large_header_gets_431(self):
+        c = self.client(self.port)
+        r = c.request("GET", "/h", [("X-Big", "v" * (MAX_HEADER * 2))])
+        self.assert_problem(r, 431)
+        self.assert_nothing_reached(self.up)
+
+    def test_many_headers_over_max_get_431(self):
+        c = self.client(self.port)
+        r = c.request("GET", "/h", [(f"X-H{i}", "v" * 50) for i in range(MAX_HEADER // 50)])
+        self.assert_problem(r, 431)
+        self.assert_nothing_reached(self.up)
+
+    def test_long_request_line_gets_431(self):
+        c = self.client(self.port)
+        r = c.request("GET", "/" + "p" * (MAX_HEADER * 2))
+        self.assert_problem(r, 431)
+        self.assert_nothing_reached(self.up)
+
+    def test_head_under_max_header_is_forwarded(self):
+        r = self.client(self.port).request("GET", "/h", [("X-Big", "v" * (MAX_HEADER // 2))])
+        self.assertEqual(r.status, 200)
+        self.assertEqual(self.up.last().header("x-big"), "v" * (MAX_HEADER // 2))
+
+
+class UpstreamFailureTest(SluiceTestCase):
+    """502 when the upstream cannot be reached or misbehaves, 504 on its timeout."""
+
+    def setUp(self):
+        self.up = self.start_upstream(by_path({
+            "/reset": reset(),
+            "/close": close_without_answer(),
+            "/garbage": garbage(),
+            "/bad-status": send_raw(b"HTTP/1.1 2000 Odd\r\nContent-Length: 0\r\n\r\n"),
+            "/bad-length": send_raw(b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\nhello"),
+            "/cut-head": send_raw(b"HTTP/1.1 200 OK\r\nContent-Le"),
+            "/cut-body": send_raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten.."),
+            "/slow": delayed(3.0, respond(200, b"too late")),
+            "/ok": respond(200, b"ok"),
+        }))
+        self.port = free_port()
+        dead = f"{LOOPBACK}:{free_port()}"  # nothing listens here
+        routes = [
+            {"name": "dead", "match": {"path_prefix": "/dead"}, "upstream": "dead"},
+            {"name": "main", "match": {"path_prefix": "/"}, "upstream": "app"},
+        ]
+        self.sluice = self.start_sluice(proxy_config(
+            self.port,
+            {"dead": dead, "app": {"servers": [self.up.address], "timeout": "1s"}},
+            routes))
+
+    def get(self, target):
+        return self.client(self.port).request("GET", target, timeout=5)
+
+    def test_connection_refused_gets_502(self):
+        self.assert_problem(self.get("/dead"), 502)
+        entry = self.sluice.wait_access(target="/dead")
+        self.assertEqual((entry["status"], entry["route"]), ("502", "dead"))
+
+    def test_upstream_misbehaviour_gets_502(self):
+        for target in ("/reset", "/close", "/garbage", "/bad-status", "/bad-length", "/cut-head"):
+            with self.subTest(target):
+                self.assert_problem(self.get(target), 502)
+        # Still healthy.
+        self.assertEqual(self.get("/ok").body, b"ok")
+
+    def test_body_cut_short_is_not_completed_to_the_client(self):
+        # The head may already have gone to the client (then the body must stay
+        # incomplete and the connection close), or the proxy answers 502.
+        c = self.client(self.port)
+        c.send(build_request("GET", "/cut-body"))
+        try:
+            r = c.read_response(timeout=5)
+        except (IncompleteResponse, ConnectionClosed):
+            c.wait_closed(3)
+            return
+        self.assert_problem(r, 502)
+
+    def test_upstream_timeout_gets_504(self):
+        start = time.monotonic()
+        r = self.get("/slow")
+        self.assert_problem(r, 504)
+        self.assertLess(time.monotonic() - start, 2.9, "504 only after the upstream answered")
+        entry = self.sluice.wait_access(target="/slow")
+        self.assertEqual(entry["status"], "504")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,162 @@
+"""Keep-alive: client connections (HTTP/1.1 and 1.0) and the upstream connection pool."""
+
+import time
+import unittest
+
+from harness import (SluiceTestCase, build_request, close_delimited, echo, free_port,
+                     proxy_config, respond)
+
+
+class ClientKeepAliveTest(SluiceTestCase):
+    def setUp(self):
+        self.up = self.start_upstream(echo())
+        self.port = free_port()
+        self.sluice = self.start_sluice(proxy_config(self.port, {"app": self.up.address}))
+
+    def test_http_1_1_connection_serves_many_requests(self):
+        c = self.client(self.port)
+        for i in range(5):
+            r = c.request("GET", f"/ka/{i}")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.json()["target"], f"/ka/{i}")
+            self.assertFalse(r.connection_close())
+        self.assertFalse(c.is_closed(0.2))
+
+    def test_pipelined_requests_are_answered_in_order(self):
+        c = self.client(self.port)
+        c.send(b"".join(build_request("GET", f"/pipe/{i}") for i in range(3)))
+        targets = [c.read_response().json()["target"] for _ in range(3)]
+        self.assertEqual(targets, ["/pipe/0", "/pipe/1", "/pipe/2"])
+
+    def test_http_1_1_connection_close_is_honoured(self):
+        c = self.client(self.port)
+        r = c.request("GET", "/bye", [("Connection", "close")])
+        self.assertEqual(r.status, 200)
+        c.wait_closed(3)
+
+    def test_http_1_0_closes_after_the_response_by_default(self):
+        c = self.client(self.port)
+        r = c.request("GET", "/old", version="HTTP/1.0")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json()["target"], "/old")
+        c.wait_closed(3)
+
+    def test_http_1_0_keep_alive(self):
+        c = self.client(self.port)
+        for i in range(3):
+            r = c.request("GET", f"/old-ka/{i}", [("Connection", "keep-alive")], version="HTTP/1.0")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.json()["target"], f"/old-ka/{i}")
+            self.assertIn("keep-alive", (r.header("connection") or "").lower(),
+                          "an HTTP/1.0 client needs Connection: keep-alive to keep the connection")
+            self.assertNotEqual(r.framing, "close")
+            self.assertNotEqual(r.framing, "chunked", "HTTP/1.0 has no chunked coding")
+
+    def test_http_1_0_client_gets_no_chunked_coding(self):
+        self.up.behaviour = respond(200, b"chunked from upstream" * 100, chunked=True)
+        c = self.client(self.port)
+        r = c.request("GET", "/old-chunked", version="HTTP/1.0")
+        self.assertEqual(r.status, 200)
+        self.assertFalse(r.has_header("transfer-encoding"), r.headers)
+        self.assertEqual(r.body, b"chunked from upstream" * 100)
+
+    def test_connection_survives_a_404(self):
+        port = free_port()
+        s = self.start_sluice(proxy_config(
+            port, {"app": self.up.address},
+            routes=[{"name": "only", "match": {"path_prefix": "/only"}, "upstream": "app"}]))
+        c = self.client(s.port)
+        self.assert_problem(c.request("GET", "/nothing-here"), 404)
+        self.assertEqual(c.request("GET", "/only/x").status, 200)
+
+    def test_idle_connection_is_closed_after_idle_timeout(self):
+        port = free_port()
+        s = self.start_sluice(proxy_config(port, {"app": self.up.address},
+                                           server={"idle_timeout": "1s"}))
+        c = self.client(s.port)
+        self.assertEqual(c.request("GET", "/then-idle").status, 200)
+        start = time.monotonic()
+        data = c.wait_closed(5)
+        self.assertEqual(data, b"")
+        self.assertGreaterEqual(time.monotonic() - start, 0.5)
+
+
+class UpstreamReuseTest(SluiceTestCase):
+    def start(self, workers, behaviour=None):
+        self.up = self.start_upstream(behaviour or respond(200, b"pooled"))
+        port = free_port()
+        self.sluice = self.start_sluice(proxy_config(port, {"app": self.up.address},
+                                                     server={"workers": workers}))
+        return port
+
+    def test_one_client_connection_reuses_the_upstream_connection(self):
+        port = self.start(workers=2)
+        c = self.client(port)
+        for i in range(10):
+            self.assertEqual(c.request("GET", f"/seq/{i}").body, b"pooled")
+            time.sleep(0.01)
+        self.assertEqual(len(self.up.requests), 10)
+        self.assertLessEqual(self.up.connections, 2, f"{self.up.connections} upstream connections")
+
+    def test_separate_client_connections_share_the_upstream_connection(self):
+        port = self.start(workers=1)
+        for i in range(10):
+            c = self.client(port)
+            self.assertEqual(c.request("GET", f"/conn/{i}").body, b"pooled")
+            c.close()
+            time.sleep(0.02)
+        self.assertEqual(len(self.up.requests), 10)
+        self.assertEqual(self.up.connections, 1, f"{self.up.connections} upstream connections")
+
+    def test_separate_client_connections_with_two_workers(self):
+        port = self.start(workers=2)
+        for i in range(10):
+            c = self.client(port)
+            self.assertEqual(c.request("GET", f"/conn2/{i}").body, b"pooled")
+            c.close()
+            time.sleep(0.02)
+        self.assertLessEqual(self.up.connections, 2, f"{self.up.connections} upstream connections")
+
+    def test_eof_framed_response_is_not_reused(self):
+        port = self.start(workers=1, behaviour=close_delimited(b"until eof"))
+        c = self.client(port)
+        for i in range(3):
+            r = c.request("GET", f"/eof/{i}")
+            self.assertEqual((r.status, r.body), (200, b"until eof"))
+        self.assertEqual(self.up.connections, 3)
+        self.assertEqual(len(self.up.requests), 3)
+
+    def test_upstream_connection_close_is_not_reused(self):
+        # The upstream says Connection: close but keeps the socket open for 3s (and reads
+        # nothing more): a proxy that reused it would wait on it past the client's timeout.
+        def answer_then_linger(req, conn):
+            conn.send_response(200, [("Connection", "close")], b"closing")
+            conn.sleep(3.0)
+            conn.close()
+
+        port = self.start(workers=1, behaviour=answer_then_linger)
+        c = self.client(port)
+        for i in range(3):
+            r = c.request("GET", f"/cc/{i}", timeout=2)
+            self.assertEqual((r.status, r.body), (200, b"closing"))
+        self.assertEqual(len({req.conn_id for req in self.up.requests}), 3)
+
+    def test_upstream_closing_an_idle_pooled_connection_is_not_fatal(self):
+        # The upstream closes each connection 0.1s after answering (a short keep-alive
+        # timeout). The next request must still get a 200, on a new connection.
+        def answer_then_close_soon(req, conn):
+            conn.send_response(200, [], b"fresh")
+            conn.sleep(0.1)
+            conn.close()
+
+        port = self.start(workers=1, behaviour=answer_then_close_soon)
+        c = self.client(port)
+        for i in range(3):
+            r = c.request("GET", f"/idle-close/{i}", timeout=3)
+            self.assertEqual((r.status, r.body), (200, b"fresh"))
+            time.sleep(0.4)
+        self.assertEqual(len(self.up.requests), 3)
+
+
+if __name__ == "__main__":
+    unittest.main()

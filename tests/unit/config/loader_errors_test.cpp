@@ -1,0 +1,270 @@
+// Every bad configuration gets exactly the message and position listed here (nginx-tests style:
+// a table of inputs and what each must produce).
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "config/loader.hpp"
+
+using sluice::config::Diagnostic;
+using sluice::config::load_string;
+
+namespace {
+
+struct BadCase {
+    std::string yaml;
+    std::vector<std::string> errors;  // "LINE:COL: message", in file order
+};
+
+std::vector<std::string> errors_of(const std::vector<Diagnostic>& diagnostics) {
+    std::vector<std::string> errors;
+    for (const Diagnostic& d : diagnostics)
+        if (!d.warning) errors.push_back(std::to_string(d.line) + ":" + std::to_string(d.column) + ": " + d.message);
+    return errors;
+}
+
+void check_cases(const std::vector<BadCase>& cases) {
+    for (const auto& c : cases) {
+        CAPTURE(c.yaml);
+        const auto result = load_string(c.yaml, "t.yaml");
+        CHECK_FALSE(result.ok());
+        CHECK_FALSE(result.io_error);
+        CHECK(errors_of(result.diagnostics) == c.errors);
+    }
+}
+
+// Lines 1-6 of the route cases below: one upstream and the start of one route.
+const std::string route_head = R"(upstreams:
+  app: {servers: ["127.0.0.1:8081"]}
+routes:
+  - name: r
+    match: {path_prefix: /}
+    upstream: app
+)";
+
+}  // namespace
+
+TEST_CASE("loader errors: YAML syntax and document shape", "[config][loader]") {
+    check_cases({
+        {"server:\n  listen: [\"a:1\"\nadmin: {}\n", {"3:1: invalid YAML: end of sequence flow not found"}},
+        {"server:\n\tworkers: 2\n",
+         {"2:9: invalid YAML: illegal map value (a tab in the indentation: YAML allows only spaces)"}},
+        {"logging: {level: info\n", {"2:1: invalid YAML: end of map flow not found"}},
+        {"a: *nowhere\n", {"1:4: invalid YAML: the referenced anchor is not defined"}},
+        {"server: {}\n---\nadmin: {}\n", {"3:1: only one YAML document is allowed"}},
+        {"- server\n",
+         {"1:1: the top level must be a map of sections (server, admin, client_ip, store, upstreams, routes, "
+          "responses, logging), got a list"}},
+        {"just text\n",
+         {"1:1: the top level must be a map of sections (server, admin, client_ip, store, upstreams, routes, "
+          "responses, logging), got 'just text'"}},
+        {"server: {}\nserver: {}\n", {"2:1: duplicate key 'server' (first at line 1)"}},
+        {"? [a]\n: 1\n", {"1:3: keys must be plain names, got a list"}},
+    });
+}
+
+TEST_CASE("loader errors: unknown keys at every level, with suggestions", "[config][loader]") {
+    check_cases({
+        {"rotues: []\n", {"1:1: unknown key 'rotues' at the top level (did you mean 'routes'?)"}},
+        {"frobnicate: 1\n",
+         {"1:1: unknown key 'frobnicate' at the top level (known keys: server, admin, client_ip, store, "
+          "upstreams, routes, responses, logging)"}},
+        {"server:\n  listne: [\"a:1\"]\n", {"2:3: unknown key 'listne' in server (did you mean 'listen'?)"}},
+        {"admin:\n  address: \"\"\n", {"2:3: unknown key 'address' in admin (known keys: listen)"}},
+        {"client_ip:\n  trusted_proxy: []\n",
+         {"2:3: unknown key 'trusted_proxy' in client_ip (did you mean 'trusted_proxies'?)"}},
+        {"store:\n  typ: memory\n", {"2:3: unknown key 'typ' in store (did you mean 'type'?)"}},
+        {"store:\n  redis:\n    db: 1\n",
+         {"3:5: unknown key 'db' in store.redis (known keys: address, username, password, database, timeout, "
+          "key_prefix)"}},
+        {"upstreams:\n  app:\n    servers: [\"h:1\"]\n    timout: 1s\n",
+         {"4:5: unknown key 'timout' in upstream (did you mean 'timeout'?)"}},
+        {"responses:\n  status: 429\n", {"2:3: unknown key 'status' in responses (known keys: limited_status, headers)"}},
+        {"logging:\n  levle: info\n", {"2:3: unknown key 'levle' in logging (did you mean 'level'?)"}},
+        {route_head + "    limit: []\n", {"7:5: unknown key 'limit' in route (did you mean 'limits'?)"}},
+        {route_head.substr(0, route_head.find("    match")) + "    match: {path_prefix: /, method: [GET]}\n    upstream: app\n",
+         {"5:29: unknown key 'method' in match (did you mean 'methods'?)"}},
+        {route_head + "    limits:\n      - name: l\n        algorithm: token_bucket\n        rate: 1\n        burts: 10\n",
+         {"8:9: token_bucket limit 'l' needs 'burst'",
+          "11:9: unknown key 'burts' in limit (did you mean 'burst'?)"}},
+    });
+}
+
+TEST_CASE("loader errors: server, admin, client_ip", "[config][loader]") {
+    check_cases({
+        {"server:\n  listen: {a: 1}\n", {"2:11: 'listen' must be a list, got a map"}},
+        {"server:\n  listen: \"0.0.0.0:8080\"\n", {"2:11: 'listen' must be a list, got '0.0.0.0:8080'"}},
+        {"server:\n  listen: []\n", {"2:11: 'listen' needs at least one address"}},
+        {"server:\n  listen:\n", {"2:3: 'listen' needs at least one address"}},
+        {"server:\n  listen: [\"0.0.0.0\", [a]]\n",
+         {"2:12: 'listen' entry: missing port in '0.0.0.0' (expected host:port)",
+          "2:23: 'listen' entry must be a single value, got a list"}},
+        {"server:\n  workers: many\n", {"2:12: 'workers' must be an integer, got 'many'"}},
+        {"server:\n  workers: 2000\n", {"2:12: 'workers' must be between 0 and 1024, got 2000"}},
+        {"server:\n  workers:\n", {"2:3: 'workers' has no value"}},
+        {"server:\n  max_connections: 0\n", {"2:20: 'max_connections' must be at least 1, got 0"}},
+        {"server:\n  max_connections: 99999999999999999999\n",
+         {"2:20: 'max_connections' must be at least 1, got 99999999999999999999"}},
+        {"server:\n  max_connections: 1.5\n", {"2:20: 'max_connections' must be an integer, got '1.5'"}},
+        {"server:\n  header_timeout: 10\n",
+         {"2:19: 'header_timeout' must be a duration such as 250ms, 10s, 5m, 1h or 1d, got '10'"}},
+        {"server:\n  idle_timeout: 0s\n", {"2:17: 'idle_timeout' must be greater than 0, got 0s"}},
+        {"server:\n  shutdown_timeout: [1s]\n", {"2:21: 'shutdown_timeout' must be a single value, got a list"}},
+        {"server:\n  max_header_bytes: 100\n", {"2:21: 'max_header_bytes' must be between 1024 and 1048576, got 100"}},
+        {"server:\n  max_body_bytes: -1\n", {"2:19: 'max_body_bytes' must be at least 0, got -1"}},
+        {"server: [listen]\n", {"1:9: 'server' must be a map, got a list"}},
+        {"admin:\n  listen: \"127.0.0.1:0\"\n",
+         {"2:11: 'listen': invalid port '0' in '127.0.0.1:0' (expected 1..65535)"}},
+        {"admin:\n  listen: [\"127.0.0.1:9901\"]\n", {"2:11: 'listen' must be a single value, got a list"}},
+        {"client_ip:\n  trusted_proxies: [\"10.0.0.0/33\", \"10.0.0.0/8\", \"proxy\"]\n",
+         {"2:21: 'trusted_proxies' entry: invalid CIDR '10.0.0.0/33' (the prefix length must be 0..32 for IPv4)",
+          "2:50: 'trusted_proxies' entry: invalid CIDR 'proxy' (expected an address or address/prefix, e.g. "
+          "10.0.0.0/8)"}},
+        {"client_ip:\n  trusted_proxies: \"10.0.0.0/8\"\n",
+         {"2:20: 'trusted_proxies' must be a list, got '10.0.0.0/8'"}},
+    });
+}
+
+TEST_CASE("loader errors: store", "[config][loader]") {
+    check_cases({
+        {"store:\n  type: redsi\n", {"2:9: 'type' must be redis or memory, got 'redsi'"}},
+        {"store:\n  on_error: maybe\n", {"2:13: 'on_error' must be allow or deny, got 'maybe'"}},
+        {"store:\n  redis:\n    address: \"unix:redis.sock\"\n",
+         {"3:14: 'address': the unix socket path must be absolute, got 'unix:redis.sock'"}},
+        {"store:\n  redis:\n    address: \"localhost\"\n",
+         {"3:14: 'address': missing port in 'localhost' (expected host:port) (or unix:/path/to/socket)"}},
+        {"store:\n  redis:\n    database: -1\n", {"3:15: 'database' must be between 0 and 2147483647, got -1"}},
+        {"store:\n  redis:\n    timeout: 0\n", {"3:14: 'timeout' must be greater than 0, got 0"}},
+        {"store:\n  redis:\n    password:\n", {"3:5: 'password' has no value"}},
+        {"store:\n  redis: \"127.0.0.1:6379\"\n", {"2:10: 'redis' must be a map, got '127.0.0.1:6379'"}},
+    });
+}
+
+TEST_CASE("loader errors: upstreams", "[config][loader]") {
+    check_cases({
+        {"upstreams:\n  - app\n", {"2:3: 'upstreams' must be a map of name: settings, got a list"}},
+        {"upstreams:\n  app:\n", {"2:3: upstream 'app' has no servers"}},
+        {"upstreams:\n  app:\n    timeout: 1s\n", {"2:3: upstream 'app' has no servers"}},
+        {"upstreams:\n  app:\n    servers: []\n", {"3:14: upstream 'app' has no servers"}},
+        {"upstreams:\n  app:\n    servers: [\"127.0.0.1:0\"]\n",
+         {"3:15: 'servers' entry: invalid port '0' in '127.0.0.1:0' (expected 1..65535)"}},
+        {"upstreams:\n  app:\n    servers: \"127.0.0.1:8081\"\n",
+         {"3:14: 'servers' must be a list, got '127.0.0.1:8081'"}},
+        {"upstreams:\n  \"my app\": {servers: [\"h:1\"]}\n",
+         {"2:3: upstream name must be 1 to 64 letters, digits, '_', '-' or '.', got 'my app'"}},
+        {"upstreams:\n  app: {servers: [\"h:1\"]}\n  app: {servers: [\"h:2\"]}\n",
+         {"3:3: duplicate key 'app' (first at line 2)"}},
+        {"upstreams:\n  app: {servers: [\"h:1\"], connect_timeout: 0s, max_idle: -1}\n",
+         {"2:44: 'connect_timeout' must be greater than 0, got 0s", "2:58: 'max_idle' must be at least 0, got -1"}},
+    });
+}
+
+TEST_CASE("loader errors: routes and matches", "[config][loader]") {
+    check_cases({
+        {"routes:\n  name: r\n", {"2:3: 'routes' must be a list, got a map"}},
+        {"routes:\n  - login\n", {"2:5: 'routes' entry must be a map, got 'login'"}},
+        {"routes:\n  -\n", {"2:3: empty route (a route needs name, match and upstream)"}},
+        {route_head + "  - match: {path_prefix: /x}\n    upstream: app\n", {"7:5: route needs a 'name'"}},
+        {route_head + "  - name: \"a b\"\n    match: {path_prefix: /x}\n    upstream: app\n",
+         {"7:11: 'name' must be 1 to 64 letters, digits, '_', '-' or '.', got 'a b'"}},
+        {route_head + "  - name: r\n    match: {path_prefix: /x}\n    upstream: app\n",
+         {"7:11: duplicate route name 'r' (first used at line 4)"}},
+        {"upstreams:\n  app: {servers: [\"h:1\"]}\nroutes:\n  - name: r\n    match: {path: /}\n    upstream: ap\n",
+         {"6:15: route 'r' names upstream 'ap', which is not defined (did you mean 'app'?)"}},
+        {"upstreams:\n  app: {servers: [\"h:1\"]}\nroutes:\n  - name: r\n    match: {path: /}\n    upstream: backend\n",
+         {"6:15: route 'r' names upstream 'backend', which is not defined"}},
+        {"routes:\n  - name: r\n    match: {path: /}\n    upstream: app\n",
+         {"4:15: route 'r' names upstream 'app', which is not defined (the upstreams section defines none)"}},
+        {"routes:\n  - name: r\n    match: {path: /}\n", {"2:5: route 'r' needs an 'upstream'"}},
+        {route_head + "  - name: s\n    match: {path: /x}\n    upstream: \"\"\n", {"9:15: route 's' needs an 'upstream'"}},
+        {route_head + "  - name: s\n    upstream: app\n", {"7:5: route 's' needs a 'match' with 'path' or 'path_prefix'"}},
+        {route_head + "  - name: s\n    match: {methods: [GET]}\n    upstream: app\n",
+         {"8:12: route 's' needs 'path' or 'path_prefix' in its match"}},
+        {route_head + "  - name: s\n    match: {path: /a, path_prefix: /b}\n    upstream: app\n",
+         {"8:23: 'path' and 'path_prefix' cannot both be set; use one"}},
+        {route_head + "  - name: s\n    match: {path_prefix: api}\n    upstream: app\n",
+         {"8:26: 'path_prefix' must start with '/', got 'api'"}},
+        {route_head + "  - name: s\n    match: {path: \"/a b\"}\n    upstream: app\n",
+         {"8:19: 'path' must not contain spaces or control characters"}},
+        {route_head + "  - name: s\n    match: {path: /x, methods: []}\n    upstream: app\n",
+         {"8:32: 'methods' must not be empty (leave it out to match every method)"}},
+        {route_head + "  - name: s\n    match: {path: /x, methods: GET}\n    upstream: app\n",
+         {"8:32: 'methods' must be a list, got 'GET'"}},
+        {route_head + "  - name: s\n    match: {path: /x, methods: [GET, \"P T\"]}\n    upstream: app\n",
+         {"8:38: invalid method 'P T'"}},
+        {route_head + "  - name: s\n    match: {path: /x, host: \"exa mple.com\"}\n    upstream: app\n",
+         {"8:29: 'host' must be a host name such as example.com or *.example.com, got 'exa mple.com'"}},
+        {route_head + "  - name: s\n    match: [/x]\n    upstream: app\n", {"8:12: 'match' must be a map, got a list"}},
+        {route_head + "    on_error: block\n", {"7:15: 'on_error' must be allow or deny, got 'block'"}},
+    });
+}
+
+TEST_CASE("loader errors: limits", "[config][loader]") {
+    const std::string limits = route_head + "    limits:\n";  // the first limit starts on line 8
+    check_cases({
+        {route_head + "    limits: {name: l}\n", {"7:13: 'limits' must be a list, got a map"}},
+        {limits + "      - algorithm: token_bucket\n        rate: 1\n        burst: 1\n", {"8:9: limit needs a 'name'"}},
+        {limits + "      - name: l\n        rate: 1\n        burst: 1\n",
+         {"8:9: limit 'l' needs an 'algorithm' (token_bucket or sliding_window)"}},
+        {limits + "      - name: l\n        algorithm: leaky_bucket\n",
+         {"9:20: 'algorithm' must be token_bucket or sliding_window, got 'leaky_bucket'"}},
+        {limits + "      - name: l\n        algorithm: token_bucket\n        burst: 1\n",
+         {"8:9: token_bucket limit 'l' needs 'rate'"}},
+        {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 0\n        burst: 0\n        per: 0s\n",
+         {"10:15: 'rate' must be greater than 0, got 0", "11:16: 'burst' must be at least 1, got 0",
+          "12:14: 'per' must be greater than 0, got 0s"}},
+        {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 5/s\n        burst: 1\n",
+         {"10:15: 'rate' must be a number, got '5/s'"}},
+        {limits + "      - name: l\n        algorithm: token_bucket\n        rate: -2.5\n        burst: 1\n",
+         {"10:15: 'rate' must be greater than 0, got -2.5"}},
+        {limits + "      - name: l\n        algorithm: token_bucket\n        rate: .inf\n        burst: 1\n",
+         {"10:15: 'rate' must be a number, got '.inf'"}},
+        {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 1\n        burst: 1\n        window: 1m\n",
+         {"12:9: 'window' is a sliding_window parameter, but limit 'l' is token_bucket"}},
+        {limits + "      - name: l\n        algorithm: sliding_window\n",
+         {"8:9: sliding_window limit 'l' needs 'limit'", "8:9: sliding_window limit 'l' needs 'window'"}},
+        {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 0\n        window: 0\n",
+         {"10:16: 'limit' must be at least 1, got 0", "11:17: 'window' must be greater than 0, got 0"}},
+        {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n        rate: 1\n        per: 1s\n",
+         {"12:9: 'rate' is a token_bucket parameter, but limit 'l' is sliding_window",
+          "13:9: 'per' is a token_bucket parameter, but limit 'l' is sliding_window"}},
+        {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"
+                  "        key: [client_ip, ip, \"header:x y\", \"header:\", client_ip]\n",
+         {"12:26: unknown key part 'ip' (allowed: client_ip, method, path, header:NAME)",
+          "12:30: invalid header name 'x y' in key part 'header:x y'",
+          "12:44: invalid header name '' in key part 'header:'", "12:55: 'key' lists 'client_ip' twice"}},
+        {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"
+                  "        key: [\"header:X-Key\", \"header:x-key\"]\n",
+         {"12:31: 'key' lists 'header:x-key' twice"}},
+        {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n        key: client_ip\n",
+         {"12:14: 'key' must be a list, got 'client_ip'"}},
+        {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n        shadow: yes\n",
+         {"12:17: 'shadow' must be true or false, got 'yes'"}},
+        {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"
+                  "      - name: l\n        algorithm: sliding_window\n        limit: 2\n        window: 1m\n",
+         {"12:15: duplicate limit name 'l' in route 'r' (first used at line 8)"}},
+    });
+}
+
+TEST_CASE("loader errors: responses and logging", "[config][loader]") {
+    check_cases({
+        {"responses:\n  limited_status: 200\n", {"2:19: 'limited_status' must be between 400 and 599, got 200"}},
+        {"responses:\n  limited_status: 600\n", {"2:19: 'limited_status' must be between 400 and 599, got 600"}},
+        {"responses:\n  headers: draft\n", {"2:12: 'headers' must be ietf, legacy, both or none, got 'draft'"}},
+        {"logging:\n  level: warning\n", {"2:10: 'level' must be trace, debug, info, warn or error, got 'warning'"}},
+        {"logging:\n  access_log: \"\"\n", {"2:15: 'access_log' must be stdout, off or a file path, got ''"}},
+        {"logging:\n  format: xml\n", {"2:11: 'format' must be text or json, got 'xml'"}},
+        {"logging:\n  summary_interval: 10\n",
+         {"2:21: 'summary_interval' must be a duration such as 250ms, 10s, 5m, 1h or 1d, got '10'"}},
+    });
+}
+
+TEST_CASE("loader errors: every problem is reported, not only the first", "[config][loader]") {
+    const auto result = load_string("server:\n  workers: -1\n  listne: []\nlogging:\n  level: loud\n", "t.yaml");
+    CHECK_FALSE(result.ok());
+    CHECK(errors_of(result.diagnostics) ==
+          std::vector<std::string>{"2:12: 'workers' must be between 0 and 1024, got -1",
+                                   "3:3: unknown key 'listne' in server (did you mean 'listen'?)",
+                                   "5:10: 'level' must be trace, debug, info, warn or error, got 'loud'"});
+}

@@ -1,0 +1,79 @@
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "http/head_scan.hpp"
+
+using sluice::http::check_request_head;
+using sluice::http::HeadScan;
+using sluice::http::scan_request_head;
+
+namespace {
+HeadScan scan(std::string_view data) {
+    std::size_t scanned = 0;
+    return scan_request_head(data, scanned);
+}
+}  // namespace
+
+TEST_CASE("scan_request_head finds the end of the head") {
+    struct Case {
+        std::string data;
+        HeadScan::State state;
+        std::size_t head_size;
+    };
+    const Case cases[] = {
+        {"GET / HTTP/1.1\r\nHost: a\r\n\r\n", HeadScan::State::complete, 27},
+        {"GET / HTTP/1.1\r\nHost: a\r\n\r\nBODY", HeadScan::State::complete, 27},
+        {"GET / HTTP/1.1\r\nHost: a\r\n", HeadScan::State::incomplete, 0},
+        {"GET / HTTP/1.1\r\nHost: a\r\n\r", HeadScan::State::incomplete, 0},
+        {"\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", HeadScan::State::complete, 27},
+        {"GET / HTTP/1.1\nHost: a\n\n", HeadScan::State::malformed, 0},
+        {"GET / HTTP/1.1\r\nHost: a\n\r\n", HeadScan::State::malformed, 0},
+        {std::string("GET / HTTP/1.1\r\nX: a\0b\r\n\r\n", 27), HeadScan::State::malformed, 0},
+    };
+    for (const auto& c : cases) {
+        INFO(c.data);
+        auto result = scan(c.data);
+        CHECK(result.state == c.state);
+        if (c.state == HeadScan::State::complete) CHECK(result.head_size == c.head_size);
+    }
+}
+
+TEST_CASE("scan_request_head reports leading empty lines") {
+    auto result = scan("\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    CHECK(result.leading_crlf == 4);
+}
+
+TEST_CASE("scan_request_head resumes where it stopped, byte by byte") {
+    const std::string head = "GET /x HTTP/1.1\r\nHost: example\r\nA: b\r\n\r\n";
+    std::size_t scanned = 0;
+    HeadScan result;
+    for (std::size_t n = 1; n <= head.size(); ++n) {
+        result = scan_request_head(std::string_view(head).substr(0, n), scanned);
+        if (n < head.size()) REQUIRE(result.state == HeadScan::State::incomplete);
+    }
+    CHECK(result.state == HeadScan::State::complete);
+    CHECK(result.head_size == head.size());
+}
+
+TEST_CASE("check_request_head refuses smuggling material") {
+    struct Case {
+        std::string head;
+        bool ok;
+    };
+    const Case cases[] = {
+        {"GET / HTTP/1.1\r\nHost: a\r\nX-A: b c\r\n\r\n", true},
+        {"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\tc\r\n\r\n", true},
+        {"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n", false},     // obs-fold (space)
+        {"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n\tc\r\n\r\n", false},    // obs-fold (tab)
+        {"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\rc\r\n\r\n", false},        // bare CR in a value
+        {"GET / HTTP/1.1\r\nHost: a\r\nX-A : b\r\n\r\n", false},          // space before colon
+        {"GET / HTTP/1.1\r\nHost: a\r\nX A: b\r\n\r\n", false},           // space in a name
+        {"GET / HTTP/1.1\r\nHost: a\r\nX-A: b\x01\r\n\r\n", false},       // control byte
+        {"GET / HTTP/1.1\r\nHost: a\r\nX-A: caf\xc3\xa9\r\n\r\n", true},  // obs-text is allowed
+    };
+    for (const auto& c : cases) {
+        INFO(c.head);
+        CHECK(check_request_head(c.head).empty() == c.ok);
+    }
+}

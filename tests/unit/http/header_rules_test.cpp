@@ -1,0 +1,109 @@
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "http/header_rules.hpp"
+
+using namespace sluice::http;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+Fields make(std::vector<std::pair<std::string, std::string>> list) {
+    Fields f;
+    for (auto& [name, value] : list) f.insert(name, value);
+    return f;
+}
+
+std::string get(const Fields& f, std::string_view name) {
+    auto it = f.find(name);
+    return it == f.end() ? "<none>" : std::string(it->value());
+}
+
+}  // namespace
+
+TEST_CASE("check_request_framing") {
+    struct Case {
+        std::vector<std::pair<std::string, std::string>> fields;
+        unsigned version;
+        bool ok;
+    };
+    const std::vector<Case> cases = {
+        {{{"Host", "a"}, {"Content-Length", "5"}}, 11, true},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}}, 11, true},
+        {{{"Host", "a"}, {"Transfer-Encoding", "gzip, chunked"}}, 11, true},
+        {{{"Host", "a"}, {"Content-Length", "5"}, {"Transfer-Encoding", "chunked"}}, 11, false},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Content-Length", "5"}}, 11, false},
+        {{{"Host", "a"}, {"Content-Length", "5"}, {"Content-Length", "5"}}, 11, false},
+        {{{"Host", "a"}, {"Content-Length", "5, 5"}}, 11, false},
+        {{{"Host", "a"}, {"Content-Length", "-1"}}, 11, false},
+        {{{"Host", "a"}, {"Content-Length", "0x10"}}, 11, false},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked, gzip"}}, 11, false},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "identity"}}, 11, false},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}}, 10, false},
+        {{{"Host", "a"}, {"Host", "b"}}, 11, false},
+        {{}, 11, false},  // HTTP/1.1 without Host
+        {{}, 10, true},   // HTTP/1.0 may omit it
+    };
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        INFO("case " << i);
+        CHECK(check_request_framing(make(cases[i].fields), cases[i].version).empty() == cases[i].ok);
+    }
+}
+
+TEST_CASE("strip_hop_by_hop removes fixed hop-by-hop fields and those named in Connection") {
+    auto f = make({{"Host", "a"},
+                   {"Connection", "keep-alive, X-Secret"},
+                   {"connection", "x-other"},
+                   {"Keep-Alive", "timeout=5"},
+                   {"Proxy-Connection", "keep-alive"},
+                   {"TE", "trailers"},
+                   {"Trailer", "X-T"},
+                   {"Transfer-Encoding", "chunked"},
+                   {"Upgrade", "websocket"},
+                   {"Proxy-Authenticate", "Basic"},
+                   {"Proxy-Authorization", "Basic eA=="},
+                   {"x-secret", "1"},
+                   {"X-Other", "2"},
+                   {"X-Kept", "3"}});
+    strip_hop_by_hop(f);
+    std::vector<std::string> left;
+    for (const auto& field : f) left.emplace_back(field.name_string());
+    CHECK(left == std::vector<std::string>{"Host", "X-Kept"});
+}
+
+TEST_CASE("Connection naming X-Forwarded-For cannot remove the proxy's own header") {
+    auto f = make({{"Host", "a"}, {"Connection", "X-Forwarded-For"}, {"X-Forwarded-For", "6.6.6.6"}});
+    strip_hop_by_hop(f);
+    add_forwarding_headers(f, {"10.0.0.1", false, 11});
+    CHECK(get(f, "X-Forwarded-For") == "10.0.0.1");
+}
+
+TEST_CASE("add_forwarding_headers") {
+    SECTION("untrusted peer: incoming X-Forwarded-For and X-Forwarded-Proto are replaced") {
+        auto f = make({{"X-Forwarded-For", "1.2.3.4"}, {"X-Forwarded-Proto", "https"}});
+        add_forwarding_headers(f, {"10.0.0.1", false, 11});
+        CHECK(get(f, "X-Forwarded-For") == "10.0.0.1");
+        CHECK(get(f, "X-Forwarded-Proto") == "http");
+        CHECK(get(f, "Via") == "1.1 sluice");
+    }
+    SECTION("trusted peer: the chain is kept and the peer appended; several fields are one list") {
+        auto f = make({{"X-Forwarded-For", "1.2.3.4"}, {"X-Other", "x"}, {"x-forwarded-for", "5.6.7.8"},
+                       {"X-Forwarded-Proto", "https"}});
+        add_forwarding_headers(f, {"10.0.0.1", true, 11});
+        CHECK(get(f, "X-Forwarded-For") == "1.2.3.4, 5.6.7.8, 10.0.0.1");
+        CHECK(get(f, "X-Forwarded-Proto") == "https");
+    }
+    SECTION("Via is appended, with the client's protocol version") {
+        auto f = make({{"Via", "1.1 edge"}});
+        add_forwarding_headers(f, {"10.0.0.1", false, 10});
+        CHECK(get(f, "Via") == "1.1 edge, 1.0 sluice");
+    }
+}
+
+TEST_CASE("has_token") {
+    CHECK(has_token("keep-alive, Upgrade", "upgrade"));
+    CHECK_FALSE(has_token("keep-alive, Upgraded", "upgrade"));
+    CHECK_FALSE(has_token("", "close"));
+}

@@ -1,0 +1,405 @@
+// lua/*.lua run by a real redis-server, called directly (EVALSHA with hand-made arguments).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../support/redis_server.hpp"
+#include "limit/decide_script.hpp"
+
+using namespace sluice;
+using namespace std::chrono_literals;
+using test::RedisServer;
+using test::SyncRedis;
+
+namespace {
+
+struct ScriptLimit {
+    std::string key;
+    std::string algorithm;  // "token_bucket" | "sliding_window"
+    bool shadow;
+    std::int64_t a;  // interval_us | limit
+    std::int64_t b;  // burst | window_us
+};
+
+ScriptLimit bucket(std::string key, std::int64_t interval_us, std::int64_t burst, bool shadow = false) {
+    return {std::move(key), "token_bucket", shadow, interval_us, burst};
+}
+ScriptLimit window(std::string key, std::int64_t limit, std::int64_t window_us, bool shadow = false) {
+    return {std::move(key), "sliding_window", shadow, limit, window_us};
+}
+
+struct Script {
+    SyncRedis& redis;
+    std::string sha = redis.text({"SCRIPT", "LOAD", limit::decide_script_source()});
+
+    redis::RedisResult raw(const std::vector<ScriptLimit>& limits) {
+        std::vector<std::string> args{"EVALSHA", sha, std::to_string(limits.size())};
+        for (const auto& l : limits) args.push_back(l.key);
+        for (const auto& l : limits) {
+            args.insert(args.end(), {l.algorithm, l.shadow ? "1" : "0", std::to_string(l.a), std::to_string(l.b)});
+        }
+        return redis.run(args);
+    }
+
+    limit::DecideReply operator()(const std::vector<ScriptLimit>& limits) {
+        auto result = raw(limits);
+        if (!result.ok()) FAIL("script error: " << result.error->message);
+        auto reply = limit::parse_decide_reply(result.reply, limits.size());
+        REQUIRE(reply);
+        return *reply;
+    }
+};
+
+std::int64_t redis_time_us(SyncRedis& redis) {
+    const auto reply = redis.must({"TIME"});
+    return std::stoll(reply.elements[0].text) * 1'000'000 + std::stoll(reply.elements[1].text);
+}
+
+std::int64_t ceil_ms(std::int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; }
+
+}  // namespace
+
+TEST_CASE("decide script: token bucket admits a full burst, then rejects with exact figures", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t interval = 1'000'000;  // 1 token per second
+    const std::int64_t burst = 5;
+
+    std::int64_t first = 0;
+    for (int i = 0; i < burst; ++i) {
+        auto r = decide({bucket("tb", interval, burst)});
+        if (i == 0) first = r.now_us;
+        INFO("request " << i);
+        CHECK(r.results[0].allowed);
+        CHECK(r.results[0].remaining == static_cast<std::uint64_t>(burst - 1 - i));
+        CHECK(r.results[0].retry_after == 0ms);
+        // The bucket is full again when every token taken has refilled: first + (i+1) intervals.
+        CHECK(r.results[0].reset.count() == ceil_ms(first + (i + 1) * interval - r.now_us));
+    }
+    // The state is one integer: the time the bucket is full again, in microseconds.
+    CHECK(redis.text({"GET", "tb"}) == std::to_string(first + burst * interval));
+
+    auto r = decide({bucket("tb", interval, burst)});
+    CHECK_FALSE(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 0);
+    // One token is back at first + interval.
+    CHECK(r.results[0].retry_after.count() == ceil_ms(first + interval - r.now_us));
+    CHECK(r.results[0].reset.count() == ceil_ms(first + burst * interval - r.now_us));
+}
+
+TEST_CASE("decide script: 1 per 300 ms admits exactly one request per 300 ms of Redis time", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t interval = 300'000;
+
+    std::int64_t last_admitted = 0;
+    int admitted = 0;
+    const auto stop = std::chrono::steady_clock::now() + 1100ms;
+    while (std::chrono::steady_clock::now() < stop) {
+        auto r = decide({bucket("one", interval, 1)});
+        if (admitted == 0) {
+            REQUIRE(r.results[0].allowed);
+        } else if (r.now_us >= last_admitted + interval) {
+            CHECK(r.results[0].allowed);  // a token is back: must be admitted
+        } else {
+            CHECK_FALSE(r.results[0].allowed);  // earlier: must not
+            CHECK(r.results[0].retry_after.count() == ceil_ms(last_admitted + interval - r.now_us));
+        }
+        if (r.results[0].allowed) {
+            last_admitted = r.now_us;
+            ++admitted;
+        }
+        std::this_thread::sleep_for(7ms);
+    }
+    CHECK(admitted >= 3);
+    CHECK(admitted <= 4);
+}
+
+TEST_CASE("decide script: fractional refill counts", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    // 2.5 per second = one token every 400 ms; burst 2.
+    const std::int64_t interval = 400'000;
+    auto a = decide({bucket("frac", interval, 2)});
+    auto b = decide({bucket("frac", interval, 2)});
+    REQUIRE(a.results[0].allowed);
+    REQUIRE(b.results[0].allowed);
+    auto c = decide({bucket("frac", interval, 2)});
+    REQUIRE_FALSE(c.results[0].allowed);
+    CHECK(c.results[0].retry_after.count() == ceil_ms(a.now_us + interval - c.now_us));
+
+    std::this_thread::sleep_for(std::chrono::milliseconds(c.results[0].retry_after.count() + 5));
+    auto d = decide({bucket("frac", interval, 2)});
+    CHECK(d.results[0].allowed);
+    CHECK(d.results[0].remaining == 0);
+    // Partly refilled tokens are kept, not rounded away: the next one is due exactly one
+    // interval after the previous one was due.
+    auto e = decide({bucket("frac", interval, 2)});
+    CHECK_FALSE(e.results[0].allowed);
+    CHECK(e.results[0].retry_after.count() == ceil_ms(a.now_us + 2 * interval - e.now_us));
+}
+
+TEST_CASE("decide script: sliding window is exact over rolling time", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t limit = 3;
+    const std::int64_t window_us = 200'000;
+
+    std::vector<std::int64_t> admitted;  // on Redis's clock
+    const auto stop = std::chrono::steady_clock::now() + 900ms;
+    int rejected = 0;
+    while (std::chrono::steady_clock::now() < stop) {
+        auto r = decide({window("sw", limit, window_us)});
+        std::int64_t in_window = 0;
+        for (auto t : admitted) in_window += (r.now_us - t < window_us);
+        INFO("now " << r.now_us << " in window " << in_window);
+        REQUIRE(r.results[0].allowed == (in_window < limit));
+        if (r.results[0].allowed) {
+            CHECK(r.results[0].remaining == static_cast<std::uint64_t>(limit - in_window - 1));
+            CHECK(r.results[0].reset.count() == ceil_ms(window_us));
+            admitted.push_back(r.now_us);
+        } else {
+            ++rejected;
+            // The oldest counted request leaves at its time + window.
+            const std::int64_t oldest = admitted[admitted.size() - in_window];
+            CHECK(r.results[0].retry_after.count() == ceil_ms(oldest + window_us - r.now_us));
+            CHECK(r.results[0].reset.count() == ceil_ms(admitted.back() + window_us - r.now_us));
+        }
+        std::this_thread::sleep_for(9ms);
+    }
+    CHECK(rejected > 0);
+    CHECK(admitted.size() > static_cast<std::size_t>(limit));
+    CHECK(redis.integer({"ZCARD", "sw"}) <= limit);  // expired members are trimmed on write
+}
+
+TEST_CASE("decide script: window edges on Redis's clock", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t window_us = 1'000'000;
+    const std::int64_t t0 = redis_time_us(redis);
+
+    SECTION("a request exactly one window old no longer counts") {
+        redis.must({"ZADD", "edge", std::to_string(t0 - window_us), "old"});
+        auto r = decide({window("edge", 1, window_us)});
+        CHECK(r.results[0].allowed);  // now >= t0, so t0 - window is out
+    }
+    SECTION("a request inside the window counts until it leaves") {
+        const std::int64_t leaves_at = t0 + 200'000;
+        redis.must({"ZADD", "edge", std::to_string(leaves_at - window_us), "inside"});
+        auto r = decide({window("edge", 1, window_us)});
+        REQUIRE_FALSE(r.results[0].allowed);
+        CHECK(r.results[0].retry_after.count() == ceil_ms(leaves_at - r.now_us));
+        CHECK(r.results[0].reset.count() == ceil_ms(leaves_at - r.now_us));
+    }
+}
+
+TEST_CASE("decide script: every key written expires exactly when its state is empty again", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+
+    SECTION("token bucket: when it has refilled to full") {
+        decide({bucket("tb", 200'000, 10)});
+        decide({bucket("tb", 200'000, 10)});
+        auto r = decide({bucket("tb", 200'000, 10)});
+        const std::int64_t full_at = std::stoll(redis.text({"GET", "tb"}));
+        CHECK(full_at >= r.now_us + 600'000 - 100'000);
+        CHECK(redis.integer({"PEXPIRETIME", "tb"}) == ceil_ms(full_at));
+        const auto pttl = redis.integer({"PTTL", "tb"});
+        CHECK(pttl > 0);
+        CHECK(pttl <= r.results[0].reset.count() + 1);
+    }
+    SECTION("sliding window: when its newest request leaves the window, also under a second") {
+        decide({window("sw", 5, 250'000)});
+        auto r = decide({window("sw", 5, 250'000)});
+        CHECK(redis.integer({"PEXPIRETIME", "sw"}) == ceil_ms(r.now_us + 250'000));
+        // Expiry is rounded up to the ms and PTTL counts from the current ms: up to +1.
+        const auto pttl = redis.integer({"PTTL", "sw"});
+        CHECK(pttl > 150);
+        CHECK(pttl <= 251);
+    }
+    SECTION("the key really goes when it expires") {
+        decide({bucket("short", 30'000, 1)});
+        decide({window("short_sw", 1, 30'000)});
+        std::this_thread::sleep_for(60ms);
+        CHECK(redis.integer({"EXISTS", "short", "short_sw"}) == 0);
+    }
+}
+
+TEST_CASE("decide script: a rejected request writes nothing", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+
+    SECTION("token bucket") {
+        REQUIRE(decide({bucket("tb", 3'000'000, 1)}).results[0].allowed);
+        const auto value = redis.text({"GET", "tb"});
+        const auto expires = redis.integer({"PEXPIRETIME", "tb"});
+        REQUIRE_FALSE(decide({bucket("tb", 3'000'000, 1)}).results[0].allowed);
+        CHECK(redis.text({"GET", "tb"}) == value);
+        CHECK(redis.integer({"PEXPIRETIME", "tb"}) == expires);
+    }
+    SECTION("sliding window: not even a trim of expired members") {
+        REQUIRE(decide({window("sw", 1, 10'000'000)}).results[0].allowed);
+        redis.must({"ZADD", "sw", "1", "ancient"});
+        const auto members = redis.must({"ZRANGE", "sw", "0", "-1", "WITHSCORES"});
+        const auto expires = redis.integer({"PEXPIRETIME", "sw"});
+        REQUIRE_FALSE(decide({window("sw", 1, 10'000'000)}).results[0].allowed);
+        const auto after = redis.must({"ZRANGE", "sw", "0", "-1", "WITHSCORES"});
+        REQUIRE(after.elements.size() == 4);
+        CHECK(after.elements[0].text == "ancient");
+        CHECK(after.elements[2].text == members.elements[2].text);
+        CHECK(redis.integer({"PEXPIRETIME", "sw"}) == expires);
+    }
+    SECTION("all or nothing: a limit that allows is not charged when another rejects") {
+        REQUIRE(decide({window("strict", 1, 10'000'000)}).results[0].allowed);
+        auto r = decide({bucket("fresh_tb", 1'000'000, 3), window("fresh_sw", 5, 1'000'000),
+                         window("strict", 1, 10'000'000)});
+        CHECK(r.results[0].allowed);
+        CHECK(r.results[1].allowed);
+        CHECK_FALSE(r.results[2].allowed);
+        // Reported as they stand: nothing was taken.
+        CHECK(r.results[0].remaining == 3);
+        CHECK(r.results[1].remaining == 5);
+        CHECK(r.results[0].reset == 0ms);
+        CHECK(r.results[1].reset == 0ms);
+        CHECK(redis.integer({"EXISTS", "fresh_tb", "fresh_sw"}) == 0);
+        CHECK(redis.integer({"ZCARD", "strict"}) == 1);
+    }
+}
+
+TEST_CASE("decide script: all limits are charged together when all allow", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    auto r = decide({bucket("a", 1'000'000, 3), window("b", 2, 1'000'000)});
+    CHECK(r.results[0].remaining == 2);
+    CHECK(r.results[1].remaining == 1);
+    r = decide({bucket("a", 1'000'000, 3), window("b", 2, 1'000'000)});
+    CHECK(r.results[0].remaining == 1);
+    CHECK(r.results[1].remaining == 0);
+    r = decide({bucket("a", 1'000'000, 3), window("b", 2, 1'000'000)});
+    CHECK(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 1);  // b rejected: a keeps its token
+    CHECK_FALSE(r.results[1].allowed);
+}
+
+TEST_CASE("decide script: shadow limits report but do not block", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+
+    SECTION("a shadow limit that would reject is not charged; the enforced ones are") {
+        decide({bucket("enforced", 1'000'000, 10), window("shadow", 1, 10'000'000, true)});
+        auto r = decide({bucket("enforced", 1'000'000, 10), window("shadow", 1, 10'000'000, true)});
+        CHECK(r.results[0].allowed);
+        CHECK(r.results[0].remaining == 8);
+        CHECK_FALSE(r.results[1].allowed);
+        CHECK(r.results[1].retry_after > 0ms);
+        CHECK(redis.integer({"ZCARD", "shadow"}) == 1);
+    }
+    SECTION("a shadow limit that allows is charged when the request goes through") {
+        decide({bucket("enforced", 1'000'000, 10), bucket("shadow_tb", 1'000'000, 10, true)});
+        auto r = decide({bucket("enforced", 1'000'000, 10), bucket("shadow_tb", 1'000'000, 10, true)});
+        CHECK(r.results[1].allowed);
+        CHECK(r.results[1].remaining == 8);
+    }
+    SECTION("...and not charged when an enforced limit rejects") {
+        decide({bucket("enforced", 10'000'000, 1)});
+        auto r = decide({bucket("enforced", 10'000'000, 1), bucket("shadow_tb", 1'000'000, 10, true)});
+        CHECK_FALSE(r.results[0].allowed);
+        CHECK(r.results[1].allowed);
+        CHECK(redis.integer({"EXISTS", "shadow_tb"}) == 0);
+    }
+}
+
+TEST_CASE("decide script: requests in the same microsecond are each counted", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    // One call passing the same key twice is two admissions at one Redis TIME.
+    auto r = decide({window("same", 10, 1'000'000), window("same", 10, 1'000'000)});
+    REQUIRE(r.results[0].allowed);
+    REQUIRE(r.results[1].allowed);
+    const auto members = redis.must({"ZRANGE", "same", "0", "-1"});
+    REQUIRE(members.elements.size() == 2);
+    CHECK(members.elements[0].text == std::to_string(r.now_us) + "-0");
+    CHECK(members.elements[1].text == std::to_string(r.now_us) + "-1");
+    r = decide({window("same", 10, 1'000'000)});
+    CHECK(r.results[0].remaining == 7);
+}
+
+TEST_CASE("decide script: time is Redis TIME", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const auto before = redis_time_us(redis);
+    const auto r = decide({bucket("t", 1000, 1)});
+    const auto after = redis_time_us(redis);
+    CHECK(r.now_us >= before);
+    CHECK(r.now_us <= after);
+}
+
+TEST_CASE("decide script: large figures come back exact", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t day_us = 86'400'000'000;
+    auto r = decide({window("big_sw", 1'000'000, day_us), bucket("big_tb", day_us, 1'000'000)});
+    CHECK(r.results[0].remaining == 999'999);
+    CHECK(r.results[0].reset.count() == 86'400'000);
+    CHECK(r.results[1].remaining == 999'999);
+    CHECK(r.results[1].reset.count() == 86'400'000);
+    CHECK(redis.text({"GET", "big_tb"}) == std::to_string(r.now_us + day_us));
+    const auto members = redis.must({"ZRANGE", "big_sw", "0", "-1", "WITHSCORES"});
+    CHECK(members.elements[1].text == std::to_string(r.now_us));
+}
+
+TEST_CASE("decide script: a token bucket key is small", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::string key = "sluice:{login:203.0.113.7}:burst";
+    decide({bucket(key, 200'000, 10)});
+    CHECK(redis.integer({"MEMORY", "USAGE", key}) <= 100);
+}
+
+TEST_CASE("decide script: a key of the other algorithm is replaced, not an error", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    SECTION("sorted set read by a token bucket") {
+        redis.must({"ZADD", "k", "1", "x"});
+        auto r = decide({bucket("k", 1'000'000, 5)});
+        CHECK(r.results[0].remaining == 4);
+        CHECK(redis.text({"TYPE", "k"}) == "string");
+    }
+    SECTION("string read by a sliding window") {
+        redis.must({"SET", "k", "12345"});
+        auto r = decide({window("k", 5, 1'000'000)});
+        CHECK(r.results[0].remaining == 4);
+        CHECK(redis.text({"TYPE", "k"}) == "zset");
+    }
+}
+
+TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    auto unknown = decide.raw({ScriptLimit{"k", "leaky_bucket", false, 1, 1}});
+    REQUIRE_FALSE(unknown.ok());
+    CHECK_THAT(unknown.error->message, Catch::Contains("unknown algorithm"));
+    auto short_args = redis.run({"EVALSHA", decide.sha, "1", "k", "token_bucket", "0", "1000"});
+    REQUIRE_FALSE(short_args.ok());
+    CHECK_THAT(short_args.error->message, Catch::Contains("4 arguments per key"));
+    CHECK(redis.integer({"EXISTS", "k"}) == 0);
+}

@@ -1,0 +1,137 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../support/limit_configs.hpp"
+#include "limit/limit_key.hpp"
+
+using namespace sluice;
+using namespace std::chrono_literals;
+using namespace sluice::test;
+using limit::build_limit_keys;
+using limit::RequestKeyValues;
+using limit::RouteLimits;
+
+namespace {
+
+// The request used by most rows.
+struct Request {
+    std::string ip = "203.0.113.7";
+    std::string method = "GET";
+    std::string path = "/login";
+    std::map<std::string, std::string> headers{{"x-api-key", "abc123"}, {"x-tenant", "acme"}};
+
+    RequestKeyValues values() const {
+        return {ip, method, path, [this](std::string_view name) -> std::optional<std::string_view> {
+                    auto found = headers.find(std::string(name));
+                    if (found == headers.end()) return std::nullopt;
+                    return found->second;
+                }};
+    }
+};
+
+std::vector<std::optional<std::string>> keys_for(const std::vector<config::LimitConfig>& limits,
+                                                 const Request& request = {}, std::string_view route = "login",
+                                                 std::string_view prefix = "sluice") {
+    return build_limit_keys(prefix, RouteLimits{route, limits}, request.values());
+}
+
+// Redis Cluster's rule: the part between the first '{' and the first '}' after it, if not empty.
+std::string hash_tag(const std::string& key) {
+    const auto open = key.find('{');
+    if (open == std::string::npos) return key;
+    const auto close = key.find('}', open + 1);
+    if (close == std::string::npos || close == open + 1) return key;
+    return key.substr(open + 1, close - open - 1);
+}
+
+}  // namespace
+
+TEST_CASE("limit keys: format, hash tag and escaping", "[limit_key]") {
+    struct Row {
+        const char* what;
+        std::vector<config::LimitConfig> limits;
+        std::vector<std::optional<std::string>> expected;
+    };
+    const std::vector<Row> rows{
+        {"one limit by client",
+         {token_bucket("burst", 5, 1s, 10)},
+         {"sluice:{login:203.0.113.7}:burst"}},
+        {"two limits by client share the client in the tag",
+         {token_bucket("burst", 5, 1s, 10), sliding_window("minute", 30, 60s)},
+         {"sluice:{login:203.0.113.7}:burst", "sluice:{login:203.0.113.7}:minute"}},
+        {"nothing in common: the tag is the route",
+         {token_bucket("per_ip", 5, 1s, 10), sliding_window("per_key", 100, 60s, {header("x-api-key")})},
+         {"sluice:{login}:per_ip:203.0.113.7", "sluice:{login}:per_key:abc123"}},
+        {"common part in the tag, the rest after the limit",
+         {token_bucket("a", 5, 1s, 10, {client_ip(), method()}), sliding_window("b", 9, 1s, {client_ip()})},
+         {"sluice:{login:203.0.113.7}:a:GET", "sluice:{login:203.0.113.7}:b"}},
+        {"parts in canonical order whatever the config order",
+         {token_bucket("a", 5, 1s, 10, {path(), header("x-tenant"), method(), client_ip()})},
+         {"sluice:{login:203.0.113.7:acme:GET:/login}:a"}},
+        {"a limit without key parts is one counter for the route",
+         {token_bucket("global", 100, 1s, 100, {}), token_bucket("burst", 5, 1s, 10)},
+         {"sluice:{login}:global", "sluice:{login}:burst:203.0.113.7"}},
+        {"an absent header: that limit does not apply",
+         {token_bucket("burst", 5, 1s, 10), sliding_window("user", 9, 1s, {header("x-user")})},
+         {"sluice:{login}:burst:203.0.113.7", std::nullopt}},
+        {"an absent header every limit needs: none applies",
+         {token_bucket("a", 5, 1s, 10, {header("x-user")}), sliding_window("b", 9, 1s, {header("x-user")})},
+         {std::nullopt, std::nullopt}},
+    };
+    for (const auto& row : rows) {
+        INFO(row.what);
+        CHECK(keys_for(row.limits) == row.expected);
+    }
+}
+
+TEST_CASE("limit keys: values are escaped so keys are unambiguous and only the tag is a tag", "[limit_key]") {
+    Request request;
+    request.ip = "2001:db8::1";
+    request.headers["x-api-key"] = "a:b{c}% d";
+    const auto keys = keys_for({token_bucket("k", 5, 1s, 10, {client_ip(), header("x-api-key")})}, request,
+                               "log:in{x}", "app:rl{");
+    REQUIRE(keys[0]);
+    CHECK(*keys[0] == "app:rl%7B:{log%3Ain%7Bx%7D:2001%3Adb8%3A%3A1:a%3Ab%7Bc%7D%25%20d}:k");
+
+    // ["a:b", "c"] and ["a", "b:c"] must not be the same counter.
+    Request one;
+    one.headers = {{"x-user", "a:b"}, {"x-tenant", "c"}};
+    Request two;
+    two.headers = {{"x-user", "a"}, {"x-tenant", "b:c"}};
+    const std::vector<config::LimitConfig> limits{
+        token_bucket("k", 5, 1s, 10, {header("x-tenant"), header("x-user")})};
+    CHECK(keys_for(limits, one) != keys_for(limits, two));
+}
+
+TEST_CASE("limit keys: every key of a request has the same cluster hash tag", "[limit_key]") {
+    const std::vector<std::vector<config::LimitConfig>> routes{
+        {token_bucket("a", 5, 1s, 10), sliding_window("b", 9, 1s), sliding_window("c", 9, 1s, {client_ip(), path()})},
+        {token_bucket("a", 5, 1s, 10), sliding_window("b", 9, 1s, {header("x-api-key")})},
+        {token_bucket("a", 5, 1s, 10, {}), sliding_window("b", 9, 1s, {method()})},
+    };
+    Request request;
+    request.headers["x-api-key"] = "}{";
+    for (const auto& limits : routes) {
+        const auto keys = keys_for(limits, request);
+        for (const auto& key : keys) {
+            REQUIRE(key);
+            CHECK(hash_tag(*key) == hash_tag(*keys[0]));
+            CHECK(hash_tag(*key) != *key);
+        }
+    }
+}
+
+TEST_CASE("limit keys: stable when rates, algorithms or shadow change", "[limit_key]") {
+    const auto before = keys_for({token_bucket("a", 5, 1s, 10), sliding_window("b", 9, 1s)});
+    const auto after = keys_for({sliding_window("a", 100, 1h, {client_ip()}, true), token_bucket("b", 1, 3s, 1)});
+    CHECK(before == after);
+    // Different clients, routes and limits never share a counter.
+    Request other;
+    other.ip = "198.51.100.2";
+    CHECK(keys_for({token_bucket("a", 5, 1s, 10)}) != keys_for({token_bucket("a", 5, 1s, 10)}, other));
+    CHECK(keys_for({token_bucket("a", 5, 1s, 10)}) != keys_for({token_bucket("a", 5, 1s, 10)}, {}, "signup"));
+}

@@ -1,0 +1,167 @@
+// MemoryLimiter with an injected clock: exact boundaries.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "../support/limit_configs.hpp"
+#include "limit/memory_limiter.hpp"
+
+using namespace sluice;
+using namespace std::chrono_literals;
+using namespace sluice::test;
+using limit::Decision;
+using limit::MemoryLimiter;
+using limit::RequestKeyValues;
+using limit::RouteLimits;
+using Outcome = Decision::Outcome;
+
+namespace {
+
+constexpr std::int64_t second = 1'000'000;
+
+struct Fixture {
+    std::int64_t now = 1'700'000'000 * second;
+    MemoryLimiter limiter{"sluice", [this] { return now; }};
+    std::vector<config::LimitConfig> limits;
+    std::string ip = "203.0.113.7";
+
+    Decision at(std::int64_t t) {
+        now = t;
+        return limiter.decide(RouteLimits{"login", limits}, RequestKeyValues{ip, "GET", "/login", {}});
+    }
+};
+
+}  // namespace
+
+TEST_CASE("memory limiter: 1 per 3 s admits exactly one request every 3 s", "[memory_limiter]") {
+    Fixture f;
+    f.limits = {token_bucket("slow", 1, 3s, 1)};
+    const auto t0 = f.now;
+    for (int i = 0; i < 4; ++i) {
+        const auto due = t0 + i * 3 * second;
+        INFO("period " << i);
+        if (i > 0) {
+            auto early = f.at(due - 1);
+            CHECK(early.outcome == Outcome::limited);
+            CHECK(early.limits[0].retry_after == 1ms);  // 1 us, rounded up
+        }
+        auto on_time = f.at(due);
+        CHECK(on_time.outcome == Outcome::allowed);
+        CHECK(on_time.limits[0].remaining == 0);
+        CHECK(on_time.limits[0].reset == 3000ms);
+        CHECK(on_time.time_us == due);
+    }
+}
+
+TEST_CASE("memory limiter: token bucket burst and fractional refill", "[memory_limiter]") {
+    Fixture f;
+    f.limits = {token_bucket("burst", 2.5, 1s, 2)};  // a token every 400 ms
+    const auto t0 = f.now;
+    CHECK(f.at(t0).limits[0].remaining == 1);
+    CHECK(f.at(t0).limits[0].remaining == 0);
+    auto rejected = f.at(t0 + 100'000);
+    CHECK(rejected.outcome == Outcome::limited);
+    CHECK(rejected.limited_by == 0u);
+    CHECK(rejected.limits[0].retry_after == 300ms);
+    CHECK(rejected.limits[0].reset == 700ms);
+    // 1.5 tokens at +600 ms: one request, and the half token is kept.
+    CHECK(f.at(t0 + 600'000).outcome == Outcome::allowed);
+    auto half = f.at(t0 + 600'000);
+    CHECK(half.outcome == Outcome::limited);
+    CHECK(half.limits[0].retry_after == 200ms);
+    CHECK(f.at(t0 + 800'000).outcome == Outcome::allowed);
+    // Long idle: full, not more.
+    CHECK(f.at(t0 + 60 * second).limits[0].remaining == 1);
+}
+
+TEST_CASE("memory limiter: sliding window edges are exact", "[memory_limiter]") {
+    Fixture f;
+    f.limits = {sliding_window("win", 2, 1s)};
+    const auto t0 = f.now;
+    CHECK(f.at(t0).limits[0].remaining == 1);
+    CHECK(f.at(t0 + 500'000).limits[0].remaining == 0);
+    auto edge = f.at(t0 + second - 1);
+    CHECK(edge.outcome == Outcome::limited);
+    CHECK(edge.limits[0].retry_after == 1ms);
+    CHECK(edge.limits[0].reset == 501ms);  // 500'001 us until the newest leaves
+    auto at_edge = f.at(t0 + second);      // the first request leaves exactly here
+    CHECK(at_edge.outcome == Outcome::allowed);
+    CHECK(at_edge.limits[0].remaining == 0);
+    CHECK(at_edge.limits[0].reset == 1000ms);
+    auto next = f.at(t0 + second + 1);
+    CHECK(next.outcome == Outcome::limited);
+    CHECK(next.limits[0].retry_after == 500ms);  // the +500 ms request leaves at +1.5 s
+}
+
+TEST_CASE("memory limiter: requests at the same instant are each counted", "[memory_limiter]") {
+    Fixture f;
+    f.limits = {sliding_window("win", 3, 1s)};
+    CHECK(f.at(f.now).outcome == Outcome::allowed);
+    CHECK(f.at(f.now).outcome == Outcome::allowed);
+    CHECK(f.at(f.now).outcome == Outcome::allowed);
+    CHECK(f.at(f.now).outcome == Outcome::limited);
+}
+
+TEST_CASE("memory limiter: all or nothing, and shadow limits", "[memory_limiter]") {
+    Fixture f;
+    SECTION("a rejection charges no limit") {
+        f.limits = {token_bucket("tb", 1, 1s, 5), sliding_window("sw", 1, 10s)};
+        CHECK(f.at(f.now).outcome == Outcome::allowed);
+        auto second_request = f.at(f.now);
+        CHECK(second_request.outcome == Outcome::limited);
+        CHECK(second_request.limited_by == 1u);
+        CHECK(second_request.limits[0].allowed);
+        CHECK(second_request.limits[0].remaining == 4);  // not charged
+        CHECK(f.at(f.now).limits[0].remaining == 4);
+    }
+    SECTION("a shadow limit that would reject does not block and is not charged") {
+        f.limits = {token_bucket("tb", 1, 1s, 5), sliding_window("sw", 1, 10s, {client_ip()}, true)};
+        CHECK(f.at(f.now).outcome == Outcome::allowed);
+        auto d = f.at(f.now);
+        CHECK(d.outcome == Outcome::allowed);
+        CHECK(d.shadow_limited());
+        CHECK(d.limits[0].remaining == 3);
+        CHECK_FALSE(d.limits[1].allowed);
+        CHECK(d.limits[1].retry_after == 10000ms);
+    }
+    SECTION("a limit whose header is absent does not apply") {
+        f.limits = {token_bucket("tb", 1, 1s, 1), sliding_window("user", 1, 10s, {header("x-user")})};
+        auto d = f.at(f.now);
+        CHECK(d.outcome == Outcome::allowed);
+        CHECK(d.limits[0].applies);
+        CHECK_FALSE(d.limits[1].applies);
+    }
+}
+
+TEST_CASE("memory limiter: keys whose state is empty again are swept", "[memory_limiter]") {
+    Fixture f;
+    f.limits = {token_bucket("tb", 1, 1s, 1), sliding_window("sw", 5, 1s)};
+    for (int i = 0; i < 2000; ++i) {
+        f.ip = "10.0.0." + std::to_string(i);
+        f.at(f.now);
+    }
+    CHECK(f.limiter.size() >= 2000);
+    f.ip = "10.1.1.1";
+    const auto later = f.now + 10 * second;
+    for (int i = 0; i < 2100; ++i) f.at(later);
+    CHECK(f.limiter.size() <= 2);
+}
+
+TEST_CASE("memory limiter: exact under concurrent workers", "[memory_limiter]") {
+    MemoryLimiter limiter("sluice");
+    const std::vector<config::LimitConfig> limits{sliding_window("sw", 1500, 3600s)};
+    std::atomic<int> allowed{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 4; ++w)
+        workers.emplace_back([&] {
+            for (int i = 0; i < 1000; ++i) {
+                auto d = limiter.decide(RouteLimits{"r", limits}, RequestKeyValues{"1.2.3.4", "GET", "/", {}});
+                if (d.outcome == Outcome::allowed) ++allowed;
+            }
+        });
+    for (auto& worker : workers) worker.join();
+    CHECK(allowed == 1500);
+}

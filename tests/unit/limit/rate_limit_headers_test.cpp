@@ -1,0 +1,94 @@
+#include <catch2/catch.hpp>
+
+#include "limit/rate_limit_headers.hpp"
+#include "../support/limit_configs.hpp"
+
+using namespace sluice;
+using namespace std::chrono_literals;
+
+namespace {
+
+config::LimitConfig bucket(std::string name, double rate, config::Duration per, std::uint64_t burst) {
+    return test::token_bucket(std::move(name), rate, per, burst);
+}
+
+config::LimitConfig window(std::string name, std::uint64_t limit, config::Duration w, bool shadow = false) {
+    return test::sliding_window(std::move(name), limit, w, {test::client_ip()}, shadow);
+}
+
+limit::LimitResult result(bool allowed, std::uint64_t remaining, std::chrono::milliseconds reset,
+                          std::chrono::milliseconds retry = 0ms, bool shadow = false) {
+    limit::LimitResult r;
+    r.applies = true;
+    r.allowed = allowed;
+    r.remaining = remaining;
+    r.reset = reset;
+    r.retry_after = retry;
+    r.shadow = shadow;
+    return r;
+}
+
+std::string find(const limit::HeaderList& h, std::string_view name) {
+    for (const auto& [n, v] : h)
+        if (n == name) return v;
+    return "<none>";
+}
+
+}  // namespace
+
+TEST_CASE("quota and window of each algorithm") {
+    CHECK(limit::quota_and_window(bucket("b", 5, 1s, 10)) == std::pair<std::uint64_t, std::uint64_t>{10, 2});
+    CHECK(limit::quota_and_window(bucket("b", 1, 3s, 1)) == std::pair<std::uint64_t, std::uint64_t>{1, 3});
+    CHECK(limit::quota_and_window(bucket("b", 100, 1s, 10)) == std::pair<std::uint64_t, std::uint64_t>{10, 1});
+    CHECK(limit::quota_and_window(window("w", 30, 60s)) == std::pair<std::uint64_t, std::uint64_t>{30, 60});
+    CHECK(limit::quota_and_window(window("w", 3, 250ms)) == std::pair<std::uint64_t, std::uint64_t>{3, 1});
+}
+
+TEST_CASE("headers speak of the limit closest to exhaustion") {
+    config::RouteConfig route;
+    route.name = "login";
+    route.limits = {bucket("burst", 5, 1s, 10), window("minute", 30, 60s), window("audit", 1, 60s, true)};
+    auto decision = limit::Decision::from_results(
+        {result(true, 3, 1400ms), result(true, 20, 60000ms), result(false, 0, 60000ms, 60000ms, true)}, 0);
+
+    SECTION("ietf") {
+        auto h = limit::rate_limit_headers(route, decision, config::HeaderStyle::ietf);
+        CHECK(find(h, "RateLimit-Policy") == "\"burst\";q=10;w=2");
+        CHECK(find(h, "RateLimit") == "\"burst\";r=3;t=2");
+        CHECK(find(h, "X-RateLimit-Limit") == "<none>");
+    }
+    SECTION("legacy") {
+        auto h = limit::rate_limit_headers(route, decision, config::HeaderStyle::legacy);
+        CHECK(find(h, "X-RateLimit-Limit") == "10");
+        CHECK(find(h, "X-RateLimit-Remaining") == "3");
+        CHECK(find(h, "X-RateLimit-Reset") == "2");
+        CHECK(find(h, "RateLimit") == "<none>");
+    }
+    SECTION("both and none") {
+        CHECK(limit::rate_limit_headers(route, decision, config::HeaderStyle::both).size() == 5);
+        CHECK(limit::rate_limit_headers(route, decision, config::HeaderStyle::none).empty());
+    }
+    SECTION("a shadow limit is never advertised") {
+        CHECK(limit::advertised_limit(decision) == std::optional<std::size_t>(0));
+        CHECK(decision.outcome == limit::Decision::Outcome::allowed);
+    }
+}
+
+TEST_CASE("a rejected request advertises the limit that rejected it") {
+    config::RouteConfig route;
+    route.name = "api";
+    route.limits = {bucket("burst", 5, 1s, 10), window("minute", 30, 60s)};
+    auto decision = limit::Decision::from_results({result(true, 0, 2000ms), result(false, 0, 59000ms, 1500ms)}, 0);
+    REQUIRE(decision.outcome == limit::Decision::Outcome::limited);
+    CHECK(limit::advertised_limit(decision) == std::optional<std::size_t>(1));
+    auto h = limit::rate_limit_headers(route, decision, config::HeaderStyle::ietf);
+    CHECK(find(h, "RateLimit-Policy") == "\"minute\";q=30;w=60");
+}
+
+TEST_CASE("Retry-After is whole seconds, rounded up, never 0") {
+    CHECK(limit::retry_after_seconds(0ms) == 1);
+    CHECK(limit::retry_after_seconds(1ms) == 1);
+    CHECK(limit::retry_after_seconds(1000ms) == 1);
+    CHECK(limit::retry_after_seconds(1001ms) == 2);
+    CHECK(limit::retry_after_seconds(59999ms) == 60);
+}

@@ -1,0 +1,309 @@
+// RedisConnection against a real redis-server: handshake, pipelining, reconnect, health
+// check, NOSCRIPT, and the promise that nothing is ever resent.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "../support/io_loop.hpp"
+#include "../support/redis_server.hpp"
+#include "redis/redis_connection.hpp"
+
+using namespace sluice;
+using namespace std::chrono_literals;
+using redis::RedisConnection;
+using redis::RedisConnectionOptions;
+using redis::RedisError;
+using redis::RedisResult;
+using test::RedisServer;
+using test::run_for;
+using test::run_until;
+using test::SyncRedis;
+
+namespace {
+
+RedisConnectionOptions options_for(const RedisServer& server) {
+    RedisConnectionOptions options;
+    options.port = server.port();
+    options.backoff_min = 10ms;
+    options.backoff_max = 100ms;
+    return options;
+}
+
+// Collects every callback invocation of one command.
+struct Calls {
+    std::vector<RedisResult> results;
+    RedisConnection::Callback callback() {
+        return [this](RedisResult result) { results.push_back(std::move(result)); };
+    }
+    bool done() const { return !results.empty(); }
+};
+
+void start_and_wait_ready(boost::asio::io_context& io, RedisConnection& connection) {
+    connection.start();
+    REQUIRE(run_until(io, [&] { return connection.ready(); }));
+}
+
+}  // namespace
+
+TEST_CASE("redis connection: commands over TCP are pipelined and answered in order", "[redis]") {
+    RedisServer server;
+    boost::asio::io_context io;
+    RedisConnection connection(io, options_for(server));
+    start_and_wait_ready(io, connection);
+
+    std::vector<std::int64_t> values;
+    for (int i = 0; i < 100; ++i)
+        connection.command({"INCR", "n"}, [&](RedisResult r) {
+            REQUIRE(r.ok());
+            values.push_back(r.reply.integer);
+        });
+    REQUIRE(values.empty());  // nothing is answered inside the call
+    REQUIRE(run_until(io, [&] { return values.size() == 100; }));
+    for (int i = 0; i < 100; ++i) CHECK(values[i] == i + 1);
+
+    Calls get;
+    connection.command({"GET", "missing"}, get.callback());
+    REQUIRE(run_until(io, [&] { return get.done(); }));
+    CHECK(get.results[0].reply.type == redis::RedisReply::Type::nil);
+
+    Calls wrong;
+    connection.command({"LPUSH", "n", "x"}, wrong.callback());
+    REQUIRE(run_until(io, [&] { return wrong.done(); }));
+    REQUIRE_FALSE(wrong.results[0].ok());
+    CHECK(wrong.results[0].error->code == RedisError::Code::reply_error);
+    CHECK_THAT(wrong.results[0].error->message, Catch::StartsWith("WRONGTYPE"));
+}
+
+TEST_CASE("redis connection: large values both ways (many partial reads and writes)", "[redis]") {
+    RedisServer server;
+    boost::asio::io_context io;
+    RedisConnection connection(io, options_for(server));
+    start_and_wait_ready(io, connection);
+    const std::string big(1 << 20, 'x');
+    Calls set;
+    connection.command({"SET", "big", big}, set.callback());
+    Calls get;
+    connection.command({"GET", "big"}, get.callback());
+    REQUIRE(run_until(io, [&] { return get.done(); }));
+    REQUIRE(set.results.size() == 1);
+    CHECK(set.results[0].ok());
+    REQUIRE(get.results[0].ok());
+    CHECK(get.results[0].reply.text == big);
+}
+
+TEST_CASE("redis connection: unix socket", "[redis]") {
+    RedisServer server({}, true);
+    boost::asio::io_context io;
+    auto options = options_for(server);
+    options.unix_path = server.unix_path();
+    options.port = 1;  // not used
+    RedisConnection connection(io, options);
+    start_and_wait_ready(io, connection);
+    Calls ping;
+    connection.command({"PING"}, ping.callback());
+    REQUIRE(run_until(io, [&] { return ping.done(); }));
+    CHECK(ping.results[0].reply.text == "PONG");
+}
+
+TEST_CASE("redis connection: a host name is resolved before connecting", "[redis]") {
+    RedisServer server;
+    boost::asio::io_context io;
+    auto options = options_for(server);
+    options.host = "localhost";
+    RedisConnection connection(io, options);
+    start_and_wait_ready(io, connection);
+}
+
+TEST_CASE("redis connection: AUTH and SELECT on connect", "[redis]") {
+    SECTION("password only") {
+        RedisServer server({"--requirepass", "s3cret"});
+        boost::asio::io_context io;
+        auto options = options_for(server);
+        options.password = "s3cret";
+        options.database = 3;
+        RedisConnection connection(io, options);
+        start_and_wait_ready(io, connection);
+        Calls set;
+        connection.command({"SET", "where", "db3"}, set.callback());
+        REQUIRE(run_until(io, [&] { return set.done(); }));
+        REQUIRE(set.results[0].ok());
+
+        SyncRedis check(server.port());
+        check.must({"AUTH", "s3cret"});
+        check.must({"SELECT", "3"});
+        CHECK(check.text({"GET", "where"}) == "db3");
+    }
+    SECTION("username and password (ACL)") {
+        RedisServer server;
+        SyncRedis admin(server.port());
+        admin.must({"ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all"});
+        admin.must({"ACL", "SETUSER", "default", "off"});
+        boost::asio::io_context io;
+        auto options = options_for(server);
+        options.username = "limiter";
+        options.password = "pw";
+        RedisConnection connection(io, options);
+        start_and_wait_ready(io, connection);
+        Calls whoami;
+        connection.command({"ACL", "WHOAMI"}, whoami.callback());
+        REQUIRE(run_until(io, [&] { return whoami.done(); }));
+        CHECK(whoami.results[0].reply.text == "limiter");
+    }
+    SECTION("a wrong or missing password never becomes ready") {
+        RedisServer server({"--requirepass", "s3cret"});
+        boost::asio::io_context io;
+        auto options = options_for(server);
+        options.password = GENERATE(std::string("wrong"), std::string());
+        RedisConnection connection(io, options);
+        connection.start();
+        run_for(io, 300ms);
+        CHECK_FALSE(connection.ready());
+        CHECK(connection.ready_count() == 0);
+    }
+}
+
+TEST_CASE("redis connection: commands fail at once, but not inline, while not connected", "[redis]") {
+    boost::asio::io_context io;
+    RedisConnectionOptions options;
+    options.port = 1;  // nothing listens there
+    RedisConnection connection(io, options);
+    connection.start();
+    Calls call;
+    connection.command({"PING"}, call.callback());
+    CHECK(call.results.empty());
+    REQUIRE(run_until(io, [&] { return call.done(); }, 100ms));
+    REQUIRE(call.results.size() == 1);
+    CHECK(call.results[0].error->code == RedisError::Code::not_connected);
+}
+
+TEST_CASE("redis connection: reconnects after the server restarts", "[redis]") {
+    RedisServer server;
+    boost::asio::io_context io;
+    RedisConnection connection(io, options_for(server));
+    start_and_wait_ready(io, connection);
+
+    server.kill();
+    REQUIRE(run_until(io, [&] { return !connection.ready(); }));
+    run_for(io, 300ms);  // a few failed attempts with backoff
+    CHECK_FALSE(connection.ready());
+    server.restart();
+    REQUIRE(run_until(io, [&] { return connection.ready(); }, 3s));
+    CHECK(connection.ready_count() == 2);
+
+    Calls ping;
+    connection.command({"PING"}, ping.callback());
+    REQUIRE(run_until(io, [&] { return ping.done(); }));
+    CHECK(ping.results[0].ok());
+}
+
+TEST_CASE("redis connection: the health check drops a server that stopped answering", "[redis]") {
+    RedisServer server;
+    boost::asio::io_context io;
+    auto options = options_for(server);
+    options.health_interval = 100ms;
+    options.connect_timeout = 200ms;
+    RedisConnection connection(io, options);
+    start_and_wait_ready(io, connection);
+
+    run_for(io, 350ms);  // idle PINGs are answered: still the first connection
+    CHECK(connection.ready());
+    CHECK(connection.ready_count() == 1);
+
+    server.suspend();
+    const auto stopped_at = std::chrono::steady_clock::now();
+    REQUIRE(run_until(io, [&] { return !connection.ready(); }, 2s));
+    CHECK(std::chrono::steady_clock::now() - stopped_at < 500ms);  // about two intervals
+    server.resume();
+    REQUIRE(run_until(io, [&] { return connection.ready(); }, 3s));
+    CHECK(connection.ready_count() == 2);
+}
+
+TEST_CASE("redis connection: scripts are loaded on connect; NOSCRIPT is retried once with EVAL", "[redis]") {
+    RedisServer server;
+    SyncRedis check(server.port());
+    boost::asio::io_context io;
+    RedisConnection connection(io, options_for(server));
+    const auto script = connection.add_script("return redis.call('INCRBY', KEYS[1], ARGV[1])");
+    start_and_wait_ready(io, connection);
+
+    const auto sha = check.must({"SCRIPT", "LOAD", "return redis.call('INCRBY', KEYS[1], ARGV[1])"}).text;
+    Calls first;
+    connection.evalsha(script, {"counter"}, {"5"}, first.callback());
+    REQUIRE(run_until(io, [&] { return first.done(); }));
+    REQUIRE(first.results[0].ok());
+    CHECK(first.results[0].reply.integer == 5);
+
+    check.must({"SCRIPT", "FLUSH"});
+    check.must({"CONFIG", "RESETSTAT"});
+    Calls second;
+    connection.evalsha(script, {"counter"}, {"2"}, second.callback());
+    REQUIRE(run_until(io, [&] { return second.done(); }));
+    REQUIRE(second.results.size() == 1);
+    REQUIRE(second.results[0].ok());
+    CHECK(second.results[0].reply.integer == 7);  // ran exactly once
+    CHECK(check.text({"GET", "counter"}) == "7");
+    const auto stats = check.text({"INFO", "commandstats"});
+    CHECK_THAT(stats, Catch::Contains("cmdstat_evalsha:calls=1,") && Catch::Contains("cmdstat_eval:calls=1,"));
+    CHECK(check.must({"SCRIPT", "EXISTS", sha}).elements[0].integer == 1);  // EVAL cached it again
+
+    SECTION("an error other than NOSCRIPT is not retried") {
+        check.must({"SET", "text", "abc"});
+        check.must({"CONFIG", "RESETSTAT"});
+        Calls failing;
+        connection.evalsha(script, {"text"}, {"1"}, failing.callback());
+        REQUIRE(run_until(io, [&] { return failing.done(); }));
+        REQUIRE(failing.results.size() == 1);
+        CHECK(failing.results[0].error->code == RedisError::Code::reply_error);
+        CHECK_THAT(check.text({"INFO", "commandstats"}), !Catch::Contains("cmdstat_eval:"));
+    }
+}
+
+TEST_CASE("redis connection: a script call is never resent after the connection drops", "[redis]") {
+    RedisServer server;
+    boost::asio::io_context io;
+    RedisConnection connection(io, options_for(server));
+    const auto script = connection.add_script("return redis.call('INCR', KEYS[1])");
+    start_and_wait_ready(io, connection);
+
+    server.suspend();  // the call reaches the socket; nobody answers
+    Calls call;
+    connection.evalsha(script, {"charged"}, {}, call.callback());
+    run_for(io, 50ms);
+    CHECK(call.results.empty());
+    server.kill();
+    REQUIRE(run_until(io, [&] { return call.done(); }));
+    CHECK(call.results[0].error->code == RedisError::Code::connection_lost);
+
+    server.restart();
+    REQUIRE(run_until(io, [&] { return connection.ready(); }, 3s));
+    run_for(io, 100ms);
+    CHECK(call.results.size() == 1);
+    SyncRedis check(server.port());
+    CHECK(check.integer({"EXISTS", "charged"}) == 0);
+}
+
+TEST_CASE("redis connection: stop() answers pending callbacks exactly once", "[redis]") {
+    RedisServer server;
+    boost::asio::io_context io;
+    std::optional<RedisConnection> connection;
+    connection.emplace(io, options_for(server));
+    start_and_wait_ready(io, *connection);
+    server.suspend();
+    Calls call;
+    connection->command({"PING"}, call.callback());
+    run_for(io, 20ms);
+    REQUIRE(call.results.empty());
+
+    SECTION("stop") { connection->stop(); }
+    SECTION("destroy") { connection.reset(); }
+    REQUIRE(call.results.size() == 1);
+    CHECK(call.results[0].error->code == RedisError::Code::shutting_down);
+    run_for(io, 50ms);
+    CHECK(call.results.size() == 1);
+    server.resume();
+}
