@@ -14,27 +14,54 @@ namespace {
 
 namespace asio = boost::asio;
 
+}  // namespace
+
 // One decision in flight. Whichever comes first, the reply or the deadline, answers;
 // the other finds `answered` set and does nothing.
-struct PendingDecision {
-    PendingDecision(asio::io_context& io_context, RedisLimiter::Callback callback)
-        : deadline(io_context), callback(std::move(callback)) {}
+struct RedisLimiter::Pending {
+    explicit Pending(RedisLimiter::Callback cb) : callback(std::move(cb)) {}
 
     void answer(Decision decision) {
         if (answered) return;
         answered = true;
-        deadline.cancel();
         callback(std::move(decision));
     }
 
-    asio::steady_timer deadline;
     RedisLimiter::Callback callback;
     bool answered = false;
     std::vector<LimitResult> results;  // one per route limit; `applies` and `shadow` filled in
     std::vector<std::size_t> sent;     // route index of each key sent
 };
 
-}  // namespace
+struct RedisLimiter::DeadlineTimer {
+    explicit DeadlineTimer(asio::io_context& io) : timer(io) {}
+    asio::steady_timer timer;
+};
+
+RedisLimiter::~RedisLimiter() = default;
+
+void RedisLimiter::watch_deadlines() {
+    const auto now = std::chrono::steady_clock::now();
+    while (!deadlines_.empty()) {
+        auto& [deadline, weak] = deadlines_.front();
+        auto pending = weak.lock();
+        if (!pending || pending->answered) {
+            deadlines_.pop_front();
+            continue;
+        }
+        if (deadline > now) break;
+        deadlines_.pop_front();
+        pending->answer(Decision::store_failure("no reply from redis within " + std::to_string(timeout_.count()) + "ms"));
+    }
+    if (deadlines_.empty()) return;
+    deadline_timer_waiting_ = true;
+    deadline_timer_->timer.expires_at(deadlines_.front().first);
+    deadline_timer_->timer.async_wait([this](const boost::system::error_code& ec) {
+        if (ec) return;  // only cancelled when the limiter goes away: `this` may be gone
+        deadline_timer_waiting_ = false;
+        watch_deadlines();
+    });
+}
 
 RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::RedisConnection& connection,
                            std::string key_prefix, std::chrono::milliseconds timeout, bool remember_rejections)
@@ -43,7 +70,8 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::RedisConnection&
       script_(connection.add_script(decide_script_source())),
       key_prefix_(std::move(key_prefix)),
       timeout_(timeout),
-      remember_rejections_(remember_rejections) {}
+      remember_rejections_(remember_rejections),
+      deadline_timer_(std::make_unique<DeadlineTimer>(io_context)) {}
 
 namespace {
 // Remembered rejections kept at most; past it expired ones are swept, then all are dropped.
@@ -97,7 +125,7 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         asio::post(io_context_, [callback = std::move(callback), d = std::move(*known)]() mutable { callback(std::move(d)); });
         return;
     }
-    auto pending = std::make_shared<PendingDecision>(io_context_, std::move(callback));
+    auto pending = std::make_shared<Pending>(std::move(callback));
 
     std::vector<std::string> sent_keys;
     std::vector<std::string> args;
@@ -118,12 +146,8 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         return;
     }
 
-    pending->deadline.expires_after(timeout_);
-    pending->deadline.async_wait([pending, timeout = timeout_](const boost::system::error_code& ec) {
-        if (ec) return;
-        pending->answer(Decision::store_failure("no reply from redis within " +
-                                                std::to_string(timeout.count()) + "ms"));
-    });
+    deadlines_.emplace_back(std::chrono::steady_clock::now() + timeout_, pending);
+    if (!deadline_timer_waiting_) watch_deadlines();
 
     const auto sent = std::chrono::steady_clock::now();
     std::vector<std::string> keys_by_limit(route.limits.size());

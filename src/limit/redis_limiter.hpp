@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <functional>
+#include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -31,6 +33,7 @@ public:
     // be Redis's own (the differential test).
     RedisLimiter(boost::asio::io_context& io_context, redis::RedisConnection& connection,
                  std::string key_prefix, std::chrono::milliseconds timeout, bool remember_rejections = true);
+    ~RedisLimiter();
 
     // The callback runs exactly once, on the io_context, never inside this call:
     //  - allowed/limited from Redis;
@@ -54,6 +57,19 @@ private:
         std::size_t limit = 0;
     };
     void remember(const std::string& key, std::chrono::steady_clock::time_point sent, const Decision& decision);
+
+public:
+    struct Pending;  // one decision in flight (defined in the .cpp)
+
+private:
+    // Deadlines: every decision has the same timeout, so they expire in the order they were
+    // issued. One timer waits for the oldest; answered entries are skipped when reached. No
+    // timer is started or cancelled per decision.
+    struct DeadlineTimer;
+    void watch_deadlines();
+    std::deque<std::pair<std::chrono::steady_clock::time_point, std::weak_ptr<Pending>>> deadlines_;
+    std::unique_ptr<DeadlineTimer> deadline_timer_;
+    bool deadline_timer_waiting_ = false;
     std::optional<Decision> remembered(const std::vector<std::optional<std::string>>& keys, const RouteLimits& route);
 
     boost::asio::io_context& io_context_;
