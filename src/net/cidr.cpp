@@ -1,8 +1,8 @@
-#include <algorithm>
 #include "net/cidr.hpp"
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace sluice::net {

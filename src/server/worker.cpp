@@ -1,12 +1,11 @@
 #include "server/worker.hpp"
 
-#include <boost/asio/post.hpp>
-#include <boost/asio/socket_base.hpp>
 #include <boost/asio/detail/socket_option.hpp>
 #include <boost/asio/ip/v6_only.hpp>
-#include <spdlog/spdlog.h>
-
+#include <boost/asio/post.hpp>
+#include <boost/asio/socket_base.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
 
 #include "http/client_session.hpp"
 #include "limit/memory_limiter.hpp"
