@@ -14,6 +14,9 @@ namespace {
 
 namespace asio = boost::asio;
 
+// Remembered rejections kept at most; past it expired ones are swept, then all are dropped.
+constexpr std::size_t max_rejections = 100000;
+
 }  // namespace
 
 // One decision in flight. Whichever comes first, the reply or the deadline, answers;
@@ -72,11 +75,6 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::RedisConnection&
       timeout_(timeout),
       remember_rejections_(remember_rejections),
       deadline_timer_(std::make_unique<DeadlineTimer>(io_context)) {}
-
-namespace {
-// Remembered rejections kept at most; past it expired ones are swept, then all are dropped.
-constexpr std::size_t max_rejections = 100000;
-}  // namespace
 
 std::optional<Decision> RedisLimiter::remembered(const std::vector<std::optional<std::string>>& keys,
                                                  const RouteLimits& route) {

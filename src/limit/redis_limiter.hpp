@@ -3,8 +3,8 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,20 +57,14 @@ private:
         std::size_t limit = 0;
     };
     void remember(const std::string& key, std::chrono::steady_clock::time_point sent, const Decision& decision);
+    std::optional<Decision> remembered(const std::vector<std::optional<std::string>>& keys, const RouteLimits& route);
 
-public:
-    struct Pending;  // one decision in flight (defined in the .cpp)
-
-private:
     // Deadlines: every decision has the same timeout, so they expire in the order they were
     // issued. One timer waits for the oldest; answered entries are skipped when reached. No
     // timer is started or cancelled per decision.
+    struct Pending;  // one decision in flight
     struct DeadlineTimer;
     void watch_deadlines();
-    std::deque<std::pair<std::chrono::steady_clock::time_point, std::weak_ptr<Pending>>> deadlines_;
-    std::unique_ptr<DeadlineTimer> deadline_timer_;
-    bool deadline_timer_waiting_ = false;
-    std::optional<Decision> remembered(const std::vector<std::optional<std::string>>& keys, const RouteLimits& route);
 
     boost::asio::io_context& io_context_;
     redis::RedisConnection& connection_;
@@ -79,6 +73,9 @@ private:
     std::chrono::milliseconds timeout_;
     bool remember_rejections_;
     std::unordered_map<std::string, Rejection> rejections_;
+    std::deque<std::pair<std::chrono::steady_clock::time_point, std::weak_ptr<Pending>>> deadlines_;
+    std::unique_ptr<DeadlineTimer> deadline_timer_;
+    bool deadline_timer_waiting_ = false;
 };
 
 }  // namespace sluice::limit
