@@ -40,7 +40,6 @@ using ResponseParser = bhttp::response_parser<bhttp::buffer_body>;
 namespace {
 
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
-constexpr std::size_t relay_chunk = 32 * 1024;
 constexpr std::size_t drain_limit = 64 * 1024;      // unread request body we read and discard to keep the connection
 constexpr auto linger_time = std::chrono::seconds(1);  // reading what a client still sends after our final response
 constexpr std::uint32_t upstream_header_limit = 64 * 1024;
@@ -500,7 +499,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     req.version(11);
     if (chunked) req.chunked(true);
 
-    std::array<char, relay_chunk> chunk;
+    auto chunk = worker_.relay_buffers().take();
     std::unique_ptr<UpstreamConnection> conn;
     std::optional<ResponseParser> res_parser;
     Clock::time_point upstream_started;

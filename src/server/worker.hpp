@@ -15,6 +15,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "http/relay_buffers.hpp"
 #include "http/upstream_pool.hpp"
 #include "limit/decision.hpp"
 #include "limit/limit_key.hpp"
@@ -62,6 +63,7 @@ public:
     unsigned index() const { return index_; }
     const std::shared_ptr<const Snapshot>& snapshot() const { return snapshot_; }
     http::UpstreamPool& upstream_pool() { return pool_; }
+    http::RelayBuffers& relay_buffers() { return relay_buffers_; }
     std::size_t next_server(std::size_t upstream_index, std::size_t server_count);
     bool stopping() const { return stopping_; }
     void add_session(http::ClientSession* s) { sessions_.insert(s); }
@@ -84,6 +86,7 @@ private:
     // unregister and read the snapshot; the pool and acceptors hold sockets of io_ and go first.
     unsigned index_;
     std::unordered_set<http::ClientSession*> sessions_;
+    http::RelayBuffers relay_buffers_;
     std::vector<std::size_t> round_robin_;
     std::shared_ptr<const Snapshot> snapshot_;
     std::atomic<std::size_t>& connections_;
