@@ -18,6 +18,6 @@ TEST_CASE("relay buffers are lent and reused") {
     }
     CHECK(pool.idle() == 2);
     auto again = pool.take();
-    CHECK((again.data() == first || pool.idle() == 1));
+    CHECK(again.data() == first);  // the buffer given back last is lent first
     CHECK(pool.idle() == 1);
 }
