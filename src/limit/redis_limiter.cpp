@@ -144,6 +144,13 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         return;
     }
 
+    // Answered decisions at the front need no deadline any more: drop them now rather than
+    // keep their memory until the timer reaches them.
+    while (!deadlines_.empty()) {
+        auto front = deadlines_.front().second.lock();
+        if (front && !front->answered) break;
+        deadlines_.pop_front();
+    }
     deadlines_.emplace_back(std::chrono::steady_clock::now() + timeout_, pending);
     if (!deadline_timer_waiting_) watch_deadlines();
 
