@@ -1,22 +1,32 @@
--- decide: all limits of one route in one atomic call.
+-- decide: a batch of requests, each against all limits of its route, in one atomic call.
 --
 -- The script Redis runs is token_bucket.lua .. sliding_window.lua .. decide.lua, joined by
 -- the C++ side (limit/decide_script.cpp); this file uses the two tables they define.
 --
--- KEYS[i]: the key of limit i (all in one cluster slot: they share one hash tag).
--- ARGV: four per limit, in KEYS order:
+-- A worker sends every decision that became due in one turn of its event loop as one call
+-- (a batch of one when it is not busy). The requests are decided one after the other, in
+-- order, exactly as if each had been its own call at the same Redis TIME: a later request
+-- sees what an earlier one consumed. Batching only saves the per-call cost in Redis (command
+-- parsing, script setup, TIME) and in the proxy.
+--
+-- KEYS: the key of every limit of every request, request after request (the keys of one
+--   request share one hash tag; a batch may hold several tags, so this needs one Redis,
+--   not a cluster).
+-- ARGV: per request, in KEYS order: its number of limits n >= 1, then four per limit:
 --   algorithm   "token_bucket" | "sliding_window"
 --   shadow      "1" = report only, "0" = enforced
 --   token_bucket:   interval_us (time to refill one token), burst
 --   sliding_window: limit, window_us
 -- Time is Redis TIME, always; there is no way to pass a time in. Needs Redis >= 6.2 (PXAT).
+-- The whole batch is checked for shape before anything runs: a malformed one is an error
+-- reply and writes nothing.
 --
--- Every limit is checked first, without writing. The request is admitted when every
--- enforced limit allows it; then every enforced limit consumes, and every shadow limit that
--- allows it consumes too (a shadow limit that would reject consumes nothing, as if it were
--- enforced alone). When the request is rejected, nothing is written at all.
+-- Per request, every limit is checked first, without writing. The request is admitted when
+-- every enforced limit allows it; then every enforced limit consumes, and every shadow limit
+-- that allows it consumes too (a shadow limit that would reject consumes nothing, as if it
+-- were enforced alone). When the request is rejected, nothing is written for it at all.
 --
--- Reply: flat array of integers: now_us, then four per limit:
+-- Reply: flat array of integers: now_us, then four per limit, in KEYS order:
 --   allowed (1: this limit alone admits the request, 0: it would reject),
 --   remaining (after this request; a rejected request took nothing),
 --   retry_after_ms (0 when allowed; else ms until this limit admits, rounded up),
@@ -24,41 +34,70 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local algorithms = { token_bucket = token_bucket, sliding_window = sliding_window }
-local limits = #KEYS
-if #ARGV ~= 4 * limits then
-  return redis.error_reply('ERR decide: expected 4 arguments per key')
+local nargs = #ARGV
+local ceil = math.ceil
+
+local function whole(x)
+  return x and x >= 0 and x % 1 == 0
+end
+
+-- Shape first: counts, algorithms and numbers of the whole batch.
+local a, keys = 1, 0
+while a <= nargs do
+  local n = tonumber(ARGV[a])
+  if not whole(n) or n < 1 then
+    return redis.error_reply('ERR decide: argument ' .. a .. ' is not a limit count')
+  end
+  if a + 4 * n > nargs then
+    return redis.error_reply('ERR decide: expected a limit count, then 4 arguments per key')
+  end
+  for i = a + 1, a + 4 * n, 4 do
+    if not algorithms[ARGV[i]] then
+      return redis.error_reply('ERR decide: unknown algorithm ' .. tostring(ARGV[i]))
+    end
+    if not whole(tonumber(ARGV[i + 2])) or not whole(tonumber(ARGV[i + 3])) then
+      return redis.error_reply('ERR decide: parameters of key ' .. (keys + (i - a + 3) / 4) ..
+                               ' are not whole numbers')
+    end
+  end
+  a = a + 1 + 4 * n
+  keys = keys + n
+end
+if keys ~= #KEYS then
+  return redis.error_reply('ERR decide: ' .. #KEYS .. ' keys for ' .. keys .. ' limits')
 end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
-local checks = {}
-local admit = true
-for i = 1, limits do
-  local algorithm = algorithms[ARGV[4 * i - 3]]
-  if not algorithm then
-    return redis.error_reply('ERR decide: unknown algorithm ' .. tostring(ARGV[4 * i - 3]))
-  end
-  local a, b = tonumber(ARGV[4 * i - 1]), tonumber(ARGV[4 * i])
-  if not a or not b then
-    return redis.error_reply('ERR decide: parameters of limit ' .. i .. ' are not numbers')
-  end
-  local c = algorithm.check(KEYS[i], now, a, b)
-  c.algorithm = algorithm
-  c.shadow = ARGV[4 * i - 2] == '1'
-  if not c.allowed and not c.shadow then admit = false end
-  checks[i] = c
-end
-
 local reply = { now }
-for i = 1, limits do
-  local c = checks[i]
-  local consumed = admit and c.allowed
-  if consumed then c.algorithm.commit(c) end
-  local remaining, retry_us, reset_us = c.algorithm.report(c, consumed)
-  reply[#reply + 1] = c.allowed and 1 or 0
-  reply[#reply + 1] = remaining
-  reply[#reply + 1] = math.ceil(retry_us / 1000)
-  reply[#reply + 1] = math.ceil(reset_us / 1000)
+local r = 1
+local k = 0  -- keys used by the requests before this one
+a = 1
+local checks = {}
+while a <= nargs do
+  local n = tonumber(ARGV[a])
+  local admit = true
+  for i = 1, n do
+    local base = a + 4 * i - 3
+    local algorithm = algorithms[ARGV[base]]
+    local c = algorithm.check(KEYS[k + i], now, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]))
+    c.algorithm = algorithm
+    if not c.allowed and ARGV[base + 1] ~= '1' then admit = false end
+    checks[i] = c
+  end
+  for i = 1, n do
+    local c = checks[i]
+    local consumed = admit and c.allowed
+    if consumed then c.algorithm.commit(c) end
+    local remaining, retry_us, reset_us = c.algorithm.report(c, consumed)
+    reply[r + 1] = c.allowed and 1 or 0
+    reply[r + 2] = remaining
+    reply[r + 3] = ceil(retry_us / 1000)
+    reply[r + 4] = ceil(reset_us / 1000)
+    r = r + 4
+  end
+  a = a + 1 + 4 * n
+  k = k + n
 end
 return reply

@@ -33,8 +33,11 @@ function sliding_window.check(key, now, limit, window)
   end
   if not c.allowed then
     -- The request fits once count - limit + 1 of the counted members have left.
-    local leaving = redis.call('ZRANGEBYSCORE', key, oldest_counted, '+inf',
-                               'WITHSCORES', 'LIMIT', count - limit, 1)
+    local leaving = {}
+    if count > 0 then
+      leaving = redis.call('ZRANGEBYSCORE', key, oldest_counted, '+inf',
+                           'WITHSCORES', 'LIMIT', count - limit, 1)
+    end
     if leaving[2] then
       c.retry_us = tonumber(leaving[2]) + window - now
     else

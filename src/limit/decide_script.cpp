@@ -15,6 +15,10 @@ std::string decide_script_source() {
     return source;
 }
 
+void append_decide_count(std::size_t limits, std::vector<std::string>& args) {
+    args.push_back(std::to_string(limits));
+}
+
 void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args) {
     if (limit.algorithm == config::Algorithm::token_bucket) {
         const auto params = token_bucket_params(limit);
@@ -31,25 +35,32 @@ void append_decide_args(const config::LimitConfig& limit, std::vector<std::strin
     }
 }
 
-std::optional<DecideReply> parse_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
+std::optional<std::int64_t> check_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
     using Type = redis::RedisReply::Type;
     if (reply.type != Type::array || reply.elements.size() != 1 + 4 * limits) return std::nullopt;
     for (const auto& element : reply.elements)
         if (element.type != Type::integer || element.integer < 0) return std::nullopt;
+    return reply.elements[0].integer;
+}
 
+LimitResult decide_result(const redis::RedisReply& reply, std::size_t index) {
+    const auto* field = &reply.elements[1 + 4 * index];
+    LimitResult result;
+    result.applies = true;
+    result.allowed = field[0].integer != 0;
+    result.remaining = static_cast<std::uint64_t>(field[1].integer);
+    result.retry_after = std::chrono::milliseconds(field[2].integer);
+    result.reset = std::chrono::milliseconds(field[3].integer);
+    return result;
+}
+
+std::optional<DecideReply> parse_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
+    const auto now_us = check_decide_reply(reply, limits);
+    if (!now_us) return std::nullopt;
     DecideReply out;
-    out.now_us = reply.elements[0].integer;
+    out.now_us = *now_us;
     out.results.reserve(limits);
-    for (std::size_t i = 0; i < limits; ++i) {
-        const auto* field = &reply.elements[1 + 4 * i];
-        LimitResult result;
-        result.applies = true;
-        result.allowed = field[0].integer != 0;
-        result.remaining = static_cast<std::uint64_t>(field[1].integer);
-        result.retry_after = std::chrono::milliseconds(field[2].integer);
-        result.reset = std::chrono::milliseconds(field[3].integer);
-        out.results.push_back(result);
-    }
+    for (std::size_t i = 0; i < limits; ++i) out.results.push_back(decide_result(reply, i));
     return out;
 }
 

@@ -1,12 +1,13 @@
 // The Redis side of a decision: the Lua script, its arguments, its reply. Pure.
 //
 // The script is lua/token_bucket.lua + lua/sliding_window.lua + lua/decide.lua, joined here
-// (each algorithm keeps its own file; decide.lua runs them). See lua/decide.lua for the
-// protocol:
-//   KEYS  one per limit
-//   ARGV  four per limit: algorithm ("token_bucket" | "sliding_window"), shadow ("0" | "1"),
-//         then interval_us, burst (token_bucket) or limit, window_us (sliding_window)
-//   reply flat integer array: now_us, then per limit: allowed (0|1), remaining,
+// (each algorithm keeps its own file; decide.lua runs them). One call decides a batch of
+// requests, in order. See lua/decide.lua for the protocol:
+//   KEYS  one per limit, request after request
+//   ARGV  per request: its number of limits, then four per limit: algorithm
+//         ("token_bucket" | "sliding_window"), shadow ("0" | "1"), then interval_us, burst
+//         (token_bucket) or limit, window_us (sliding_window)
+//   reply flat integer array: now_us, then per limit (KEYS order): allowed (0|1), remaining,
 //         retry_after_ms, reset_ms
 #pragma once
 
@@ -23,7 +24,9 @@ namespace sluice::limit {
 
 std::string decide_script_source();
 
-// Appends the four ARGV entries of one limit.
+// A request's ARGV: append_decide_count with the number of its limits sent, then
+// append_decide_args for each of them, in the order of their keys.
+void append_decide_count(std::size_t limits, std::vector<std::string>& args);
 void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args);
 
 struct DecideReply {
@@ -31,7 +34,14 @@ struct DecideReply {
     std::vector<LimitResult> results;  // one per key sent; `applies` set, `shadow` not
 };
 
-// nullopt when the reply is not `limits` results in the documented shape.
+// A batch's reply: nullopt unless it is `limits` results (all requests together) in the
+// documented shape; else the Redis TIME the script used.
+std::optional<std::int64_t> check_decide_reply(const redis::RedisReply& reply, std::size_t limits);
+// The result of the key at `index` (counted over the whole batch) of a reply
+// check_decide_reply accepted; `applies` set, `shadow` not.
+LimitResult decide_result(const redis::RedisReply& reply, std::size_t index);
+
+// A batch of one request: nullopt when the reply is not `limits` results in the documented shape.
 std::optional<DecideReply> parse_decide_reply(const redis::RedisReply& reply, std::size_t limits);
 
 }  // namespace sluice::limit

@@ -17,6 +17,10 @@ namespace asio = boost::asio;
 // Remembered rejections kept at most; past it expired ones are swept, then all are dropped.
 constexpr std::size_t max_rejections = 100000;
 
+// Requests per EVALSHA at most: a batch keeps Redis busy for a few microseconds per request,
+// and other clients of the same Redis wait meanwhile.
+constexpr std::size_t max_batch = 64;
+
 }  // namespace
 
 // One decision in flight. Whichever comes first, the reply or the deadline, answers;
@@ -34,6 +38,13 @@ struct RedisLimiter::Pending {
     bool answered = false;
     std::vector<LimitResult> results;  // one per route limit; `applies` and `shadow` filled in
     std::vector<std::size_t> sent;     // route index of each key sent
+    std::size_t first_key = 0;         // index of its first key in the batch
+};
+
+struct RedisLimiter::Batch {
+    std::vector<std::string> keys;
+    std::vector<std::string> args;
+    std::vector<std::shared_ptr<Pending>> pending;
 };
 
 struct RedisLimiter::DeadlineTimer {
@@ -124,25 +135,32 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         return;
     }
     auto pending = std::make_shared<Pending>(std::move(callback));
-
-    std::vector<std::string> sent_keys;
-    std::vector<std::string> args;
     pending->results.resize(route.limits.size());
+    std::size_t applying = 0;
     for (std::size_t i = 0; i < route.limits.size(); ++i) {
         pending->results[i].shadow = route.limits[i].shadow;
-        if (!keys[i]) continue;
-        pending->results[i].applies = true;
-        pending->sent.push_back(i);
-        sent_keys.push_back(std::move(*keys[i]));
-        append_decide_args(route.limits[i], args);
+        if (keys[i]) ++applying;
     }
-
-    if (sent_keys.empty()) {
+    if (applying == 0) {
         asio::post(io_context_, [pending] {
             pending->answer(Decision::from_results(std::move(pending->results), 0));
         });
         return;
     }
+
+    if (!batch_) batch_ = std::make_shared<Batch>();
+    auto& batch = *batch_;
+    pending->first_key = batch.keys.size();
+    pending->sent.reserve(applying);
+    append_decide_count(applying, batch.args);
+    for (std::size_t i = 0; i < route.limits.size(); ++i) {
+        if (!keys[i]) continue;
+        pending->results[i].applies = true;
+        pending->sent.push_back(i);
+        batch.keys.push_back(std::move(*keys[i]));
+        append_decide_args(route.limits[i], batch.args);
+    }
+    batch.pending.push_back(pending);
 
     // Answered decisions at the front need no deadline any more: drop them now rather than
     // keep their memory until the timer reaches them.
@@ -151,28 +169,52 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         if (front && !front->answered) break;
         deadlines_.pop_front();
     }
-    deadlines_.emplace_back(std::chrono::steady_clock::now() + timeout_, pending);
+    deadlines_.emplace_back(std::chrono::steady_clock::now() + timeout_, std::move(pending));
     if (!deadline_timer_waiting_) watch_deadlines();
 
+    if (batch.pending.size() >= max_batch) {
+        flush();
+    } else if (!flush_posted_) {
+        flush_posted_ = true;
+        asio::post(io_context_, [this, alive = std::weak_ptr<int>(alive_)] {
+            if (alive.expired()) return;
+            flush_posted_ = false;
+            flush();
+        });
+    }
+}
+
+void RedisLimiter::flush() {
+    if (!batch_ || batch_->pending.empty()) return;
+    auto batch = std::move(batch_);
     const auto sent = std::chrono::steady_clock::now();
-    std::vector<std::string> keys_by_limit(route.limits.size());
-    for (std::size_t k = 0; k < pending->sent.size(); ++k) keys_by_limit[pending->sent[k]] = sent_keys[k];
-    connection_.evalsha(script_, sent_keys, args,
-                        [this, pending, sent, keys_by_limit = std::move(keys_by_limit)](redis::RedisResult result) {
-        if (pending->answered) return;  // the deadline already answered
-        if (!result.ok()) return pending->answer(Decision::store_failure(result.error->message));
-        auto reply = parse_decide_reply(result.reply, pending->sent.size());
-        if (!reply) return pending->answer(Decision::store_failure("malformed reply from the decide script"));
-        for (std::size_t k = 0; k < pending->sent.size(); ++k) {
-            auto& slot = pending->results[pending->sent[k]];
-            const bool shadow = slot.shadow;
-            slot = reply->results[k];
-            slot.shadow = shadow;
+    connection_.evalsha(script_, batch->keys, batch->args, [this, batch, sent](redis::RedisResult result) {
+        if (!result.ok()) {
+            for (auto& pending : batch->pending) pending->answer(Decision::store_failure(result.error->message));
+            return;
         }
-        auto decision = Decision::from_results(std::move(pending->results), reply->now_us);
-        if (remember_rejections_ && decision.outcome == Decision::Outcome::limited)
-            remember(keys_by_limit[*decision.limited_by], sent, decision);
-        pending->answer(std::move(decision));
+        const auto now_us = check_decide_reply(result.reply, batch->keys.size());
+        if (!now_us) {
+            for (auto& pending : batch->pending)
+                pending->answer(Decision::store_failure("malformed reply from the decide script"));
+            return;
+        }
+        for (auto& pending : batch->pending) {
+            if (pending->answered) continue;  // the deadline already answered
+            for (std::size_t k = 0; k < pending->sent.size(); ++k) {
+                auto& slot = pending->results[pending->sent[k]];
+                const bool shadow = slot.shadow;
+                slot = decide_result(result.reply, pending->first_key + k);
+                slot.shadow = shadow;
+            }
+            auto decision = Decision::from_results(std::move(pending->results), *now_us);
+            if (remember_rejections_ && decision.outcome == Decision::Outcome::limited) {
+                std::size_t k = 0;
+                while (pending->sent[k] != *decision.limited_by) ++k;
+                remember(batch->keys[pending->first_key + k], sent, decision);
+            }
+            pending->answer(std::move(decision));
+        }
     });
 }
 

@@ -1,5 +1,7 @@
-// Decides a request against all limits of its route with ONE EVALSHA on the worker's
-// Redis connection, within a deadline.
+// Decides a request against all limits of its route in ONE round trip on the worker's
+// Redis connection, within a deadline. Decisions asked for in the same turn of the event
+// loop go out together as one EVALSHA (lua/decide.lua decides them in order, atomically),
+// so a busy worker pays Redis's per-call cost once per batch, not once per request.
 #pragma once
 
 #include <chrono>
@@ -59,6 +61,11 @@ private:
     void remember(const std::string& key, std::chrono::steady_clock::time_point sent, const Decision& decision);
     std::optional<Decision> remembered(const std::vector<std::optional<std::string>>& keys, const RouteLimits& route);
 
+    // The decisions asked for since the last flush; sent as one EVALSHA by flush(), which
+    // runs from the io_context once the handlers ready now have run (or at once when full).
+    struct Batch;
+    void flush();
+
     // Deadlines: every decision has the same timeout, so they expire in the order they were
     // issued. One timer waits for the oldest; answered entries are skipped when reached. No
     // timer is started or cancelled per decision.
@@ -76,6 +83,9 @@ private:
     std::deque<std::pair<std::chrono::steady_clock::time_point, std::weak_ptr<Pending>>> deadlines_;
     std::unique_ptr<DeadlineTimer> deadline_timer_;
     bool deadline_timer_waiting_ = false;
+    std::shared_ptr<Batch> batch_;
+    bool flush_posted_ = false;
+    std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted handlers hold it weakly
 };
 
 }  // namespace sluice::limit

@@ -36,13 +36,42 @@ struct Script {
     SyncRedis& redis;
     std::string sha = redis.text({"SCRIPT", "LOAD", limit::decide_script_source()});
 
-    redis::RedisResult raw(const std::vector<ScriptLimit>& limits) {
-        std::vector<std::string> args{"EVALSHA", sha, std::to_string(limits.size())};
-        for (const auto& l : limits) args.push_back(l.key);
-        for (const auto& l : limits) {
-            args.insert(args.end(), {l.algorithm, l.shadow ? "1" : "0", std::to_string(l.a), std::to_string(l.b)});
+    // One call deciding each request (the limits of one route) in turn.
+    redis::RedisResult raw_batch(const std::vector<std::vector<ScriptLimit>>& requests) {
+        std::vector<std::string> keys;
+        std::vector<std::string> argv;
+        for (const auto& limits : requests) {
+            argv.push_back(std::to_string(limits.size()));
+            for (const auto& l : limits) {
+                keys.push_back(l.key);
+                argv.insert(argv.end(), {l.algorithm, l.shadow ? "1" : "0", std::to_string(l.a), std::to_string(l.b)});
+            }
         }
+        std::vector<std::string> args{"EVALSHA", sha, std::to_string(keys.size())};
+        args.insert(args.end(), keys.begin(), keys.end());
+        args.insert(args.end(), argv.begin(), argv.end());
         return redis.run(args);
+    }
+
+    redis::RedisResult raw(const std::vector<ScriptLimit>& limits) { return raw_batch({limits}); }
+
+    // The replies of a batch, one per request.
+    std::vector<limit::DecideReply> batch(const std::vector<std::vector<ScriptLimit>>& requests) {
+        auto result = raw_batch(requests);
+        if (!result.ok()) FAIL("script error: " << result.error->message);
+        std::size_t total = 0;
+        for (const auto& limits : requests) total += limits.size();
+        const auto now_us = limit::check_decide_reply(result.reply, total);
+        REQUIRE(now_us);
+        std::vector<limit::DecideReply> out;
+        std::size_t index = 0;
+        for (const auto& limits : requests) {
+            limit::DecideReply reply;
+            reply.now_us = *now_us;
+            for (std::size_t i = 0; i < limits.size(); ++i) reply.results.push_back(limit::decide_result(result.reply, index++));
+            out.push_back(std::move(reply));
+        }
+        return out;
     }
 
     limit::DecideReply operator()(const std::vector<ScriptLimit>& limits) {
@@ -391,6 +420,43 @@ TEST_CASE("decide script: a key of the other algorithm is replaced, not an error
     }
 }
 
+TEST_CASE("decide script: a batch decides its requests in order, each as if alone", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t minute = 60'000'000;
+    // Burst 3 on one key, asked five times in one call, with a request on another key and
+    // one whose second limit rejects in between.
+    redis.must({"SET", "tight", "1"});
+    auto replies = decide.batch({
+        {bucket("b", minute, 3)},
+        {bucket("b", minute, 3)},
+        {bucket("other", minute, 3)},
+        {bucket("b", minute, 3), window("tight", 0, minute)},  // rejected: writes nothing
+        {bucket("b", minute, 3)},
+        {bucket("b", minute, 3)},
+        {bucket("b", minute, 3)},
+    });
+    REQUIRE(replies.size() == 7);
+    CHECK(replies[0].results[0].allowed);
+    CHECK(replies[0].results[0].remaining == 2);
+    CHECK(replies[1].results[0].remaining == 1);
+    CHECK(replies[2].results[0].allowed);
+    CHECK(replies[2].results[0].remaining == 2);
+    CHECK(replies[3].results[0].allowed);  // the bucket alone would admit ...
+    CHECK_FALSE(replies[3].results[1].allowed);  // ... the window does not
+    CHECK(replies[3].results[0].remaining == 1);  // not charged
+    CHECK(replies[4].results[0].allowed);
+    CHECK(replies[4].results[0].remaining == 0);
+    CHECK_FALSE(replies[5].results[0].allowed);
+    CHECK(replies[5].results[0].retry_after > 59'000ms);
+    CHECK_FALSE(replies[6].results[0].allowed);
+    // One Redis TIME for the whole batch; the key holds three intervals past it.
+    CHECK(replies[6].now_us == replies[0].now_us);
+    CHECK(redis.text({"GET", "b"}) == std::to_string(replies[0].now_us + 3 * minute));
+    CHECK(redis.text({"TYPE", "tight"}) == "string");  // the rejected request wrote nothing
+}
+
 TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
@@ -398,8 +464,18 @@ TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     auto unknown = decide.raw({ScriptLimit{"k", "leaky_bucket", false, 1, 1}});
     REQUIRE_FALSE(unknown.ok());
     CHECK_THAT(unknown.error->message, Catch::Contains("unknown algorithm"));
-    auto short_args = redis.run({"EVALSHA", decide.sha, "1", "k", "token_bucket", "0", "1000"});
+    auto short_args = redis.run({"EVALSHA", decide.sha, "1", "k", "1", "token_bucket", "0", "1000"});
     REQUIRE_FALSE(short_args.ok());
     CHECK_THAT(short_args.error->message, Catch::Contains("4 arguments per key"));
+    auto no_count = redis.run({"EVALSHA", decide.sha, "1", "k", "token_bucket", "0", "1000", "5"});
+    REQUIRE_FALSE(no_count.ok());
+    CHECK_THAT(no_count.error->message, Catch::Contains("not a limit count"));
+    auto keys_mismatch = redis.run({"EVALSHA", decide.sha, "2", "k", "k2", "1", "token_bucket", "0", "1000", "5"});
+    REQUIRE_FALSE(keys_mismatch.ok());
+    CHECK_THAT(keys_mismatch.error->message, Catch::Contains("2 keys for 1 limits"));
+    // A malformed request late in a batch: the whole call is refused before anything runs.
+    auto late = decide.raw_batch({{bucket("k", 1000, 5)}, {bucket("k", 1000, 5)}, {ScriptLimit{"k", "token_bucket", false, 1, -2}}});
+    REQUIRE_FALSE(late.ok());
+    CHECK_THAT(late.error->message, Catch::Contains("not whole numbers"));
     CHECK(redis.integer({"EXISTS", "k"}) == 0);
 }

@@ -119,7 +119,16 @@ TEST_CASE("redis limiter: no applicable limit means no round trip", "[redis_limi
     CHECK_FALSE(d.limits[0].applies);
 }
 
-TEST_CASE("redis limiter: pipelined decisions are each counted", "[redis_limiter][redis]") {
+// Calls of one command so far, from INFO commandstats.
+long long command_calls(SyncRedis& redis, const std::string& command) {
+    const auto info = redis.text({"INFO", "commandstats"});
+    const auto at = info.find("cmdstat_" + command + ":calls=");
+    if (at == std::string::npos) return 0;
+    return std::stoll(info.substr(at + command.size() + 15));
+}
+
+TEST_CASE("redis limiter: decisions asked for together go out as one call and are each counted",
+          "[redis_limiter][redis]") {
     RedisServer server;
     SyncRedis check(server.port());
     Fixture f(server.port(), 2s);
@@ -134,6 +143,20 @@ TEST_CASE("redis limiter: pipelined decisions are each counted", "[redis_limiter
     }
     for (int i = 50; i < 60; ++i) CHECK(f.decisions[i].outcome == Outcome::limited);
     CHECK(check.integer({"ZCARD", "sluice:{login:203.0.113.7}:w"}) == 50);
+    CHECK(command_calls(check, "evalsha") == 1);
+
+    SECTION("a long run is split into calls of at most 64 requests, in order") {
+        const std::vector<config::LimitConfig> big{token_bucket("tb", 100, 60s, 100)};
+        for (int i = 0; i < 150; ++i) f.decide_async(big);
+        REQUIRE(run_until(f.io, [&] { return f.decisions.size() == 210; }));
+        for (int i = 0; i < 150; ++i) {
+            INFO("decision " << i);
+            const auto& d = f.decisions[60 + i];
+            CHECK(d.outcome == (i < 100 ? Outcome::allowed : Outcome::limited));
+            if (i < 100) CHECK(d.limits[0].remaining == static_cast<std::uint64_t>(99 - i));
+        }
+        CHECK(command_calls(check, "evalsha") == 1 + 3);
+    }
 }
 
 TEST_CASE("redis limiter: the deadline answers when redis is paused; the late reply is ignored",
