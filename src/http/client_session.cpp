@@ -150,7 +150,7 @@ private:
                                  bool keep_alive, const limit::HeaderList& rate_headers, observe::AccessRecord& rec);
     net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(const server::Snapshot& snap,
                                                                          std::size_t upstream, bool fresh,
-                                                                         Upstream& failure);
+                                                                         bool retryable, Upstream& failure);
     net::awaitable<bool> reply(const config::ServerConfig& server, RequestParser* parser, unsigned status,
                                std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
                                const limit::HeaderList* headers = nullptr, bool name_route_and_limit = false);
@@ -203,6 +203,7 @@ private:
     bool idle_ = false;  // waiting for a request with nothing received: graceful stop may close it
     beast::flat_buffer buffer_;
     std::string peer_ip_;
+    std::string head_;  // a message head being written; kept for its capacity
 };
 
 net::awaitable<void> Session::run() {
@@ -444,7 +445,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
 
 net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(const server::Snapshot& snap,
                                                                               std::size_t upstream, bool fresh,
-                                                                              Upstream& failure) {
+                                                                              bool retryable, Upstream& failure) {
     const auto& servers = snap.servers[upstream];
     const auto& upstream_cfg = snap.config->upstreams[upstream];
     auto first = worker_.next_server(upstream, servers.size());
@@ -454,7 +455,7 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(co
     for (std::size_t i = 0; i < servers.size(); ++i) {
         const auto& server = servers[(first + i) % servers.size()];
         if (!fresh) {
-            if (auto conn = worker_.upstream_pool().take(server.key)) co_return conn;
+            if (auto conn = worker_.upstream_pool().take(server.key, retryable)) co_return conn;
         }
         auto conn = std::make_unique<UpstreamConnection>(socket_.get_executor());
         conn->key = server.key;
@@ -510,7 +511,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     for (int attempt = 0;; ++attempt) {
         Upstream failure;
         upstream_started = Clock::now();
-        conn = co_await connect_upstream(snap, route.upstream_index, attempt > 0, failure);
+        conn = co_await connect_upstream(snap, route.upstream_index, attempt > 0, !has_body && attempt == 0, failure);
         if (!conn) {
             rec.upstream_ms = ms_since(upstream_started);
             if (failure == Upstream::timed_out)
@@ -528,9 +529,17 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             continue_sent = true;
         }
 
+        boost::system::error_code upstream_error;
+        if (!has_body) {
+            // Only a head: written by us, in one piece.
+            head_.clear();
+            write_request_head(sv(req.method_string()), sv(req.target()), 11, req.base(), head_);
+            conn->stream.expires_after(upstream_cfg.timeout);
+            auto [wec, wn] = co_await net::async_write(conn->stream, net::buffer(head_), nothrow);
+            upstream_error = wec;
+        } else {
         // Request head and body, streamed.
         bhttp::request_serializer<bhttp::buffer_body> sr{req};
-        boost::system::error_code upstream_error;
         do {
             auto& body = req.body();
             if (!parser.is_done()) {
@@ -569,6 +578,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
                 break;
             }
         } while (!parser.is_done() || !sr.is_done());
+        }
 
         // Response head; informational (1xx) responses are relayed and the final one awaited.
         while (!upstream_error) {
@@ -640,15 +650,61 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     res.keep_alive(keep);
     rec.status = status;
 
+    if (no_body || length_known) {
+        // The length is known: the head is written by us and the body relayed as it comes,
+        // byte for byte, without the parser. Head and the body bytes that arrived with it
+        // leave in one write (one system call for a small response).
+        std::uint64_t remaining = no_body ? 0 : *res_parser->content_length();
+        head_.clear();
+        write_response_head(client_version, status, sv(res.reason()), res.base(), head_);
+        const auto buffered = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, conn->buffer.size()));
+        const std::array<net::const_buffer, 2> first{net::buffer(head_), net::buffer(conn->buffer.data(), buffered)};
+        arm(cfg.server.idle_timeout);
+        auto [hec, hn] = co_await net::async_write(socket_, first, nothrow);
+        disarm();
+        if (hec || timed_out_) co_return false;
+        conn->buffer.consume(buffered);
+        remaining -= buffered;
+        rec.bytes_sent += buffered;
+        while (remaining > 0) {
+            const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, chunk.size()));
+            conn->stream.expires_after(upstream_cfg.timeout);
+            auto [rec_ec, n] = co_await conn->stream.async_read_some(net::buffer(chunk.data(), want), nothrow);
+            if (rec_ec) {
+                spdlog::warn("upstream {} server {}: response body cut short: {}", upstream_cfg.name, conn->key,
+                             rec_ec == beast::error::timeout ? "timed out" : rec_ec.message());
+                co_return false;  // the client sees the connection close mid-body
+            }
+            arm(cfg.server.idle_timeout);
+            auto [wec, wn] = co_await net::async_write(socket_, net::buffer(chunk.data(), n), nothrow);
+            disarm();
+            if (wec || timed_out_) co_return false;
+            remaining -= n;
+            rec.bytes_sent += n;
+        }
+        if (res_parser->keep_alive() && conn->buffer.size() == 0 && !worker_.stopping()) {
+            ++conn->uses;
+            if (conn->buffer.capacity() > 16 * 1024) conn->buffer.shrink_to_fit();
+            worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
+        }
+        co_return keep;
+    }
+
+    // Chunked or ended by the connection closing: Beast re-frames it (chunked to an
+    // HTTP/1.1 client) piece by piece.
     bhttp::response_serializer<bhttp::buffer_body> sr{res};
     auto& body = res.body();
     body.data = nullptr;
     body.size = 0;
     body.more = !no_body && !res_parser->is_done();
-    arm(cfg.server.idle_timeout);
-    auto [hec, hn] = co_await bhttp::async_write_header(socket_, sr, nothrow);
-    disarm();
-    if (hec) co_return false;
+    // The head goes out at once, unless body bytes came with it: then head and the first
+    // piece of body leave in one write (one system call for a small response).
+    if (body.more && conn->buffer.size() == 0) {
+        arm(cfg.server.idle_timeout);
+        auto [hec, hn] = co_await bhttp::async_write_header(socket_, sr, nothrow);
+        disarm();
+        if (hec) co_return false;
+    }
     while (!sr.is_done()) {
         if (!res_parser->is_done()) {
             body.data = chunk.data();
@@ -680,7 +736,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
 
     if (upstream_framed && res_parser->keep_alive() && conn->buffer.size() == 0 && !worker_.stopping()) {
         ++conn->uses;
-        conn->buffer.shrink_to_fit();
+        if (conn->buffer.capacity() > 16 * 1024) conn->buffer.shrink_to_fit();  // keep a small one for the next response
         worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
     }
     co_return keep;

@@ -4,6 +4,8 @@
 #include <iterator>
 #include <vector>
 
+#include <boost/beast/http/status.hpp>
+
 namespace sluice::http {
 namespace bhttp = boost::beast::http;
 
@@ -157,6 +159,52 @@ void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
     if (!info.peer_trusted || fields.find(x_forwarded_proto) == fields.end())
         fields.set(x_forwarded_proto, "http");
     append_via(fields, info.client_version);
+}
+
+namespace {
+
+void append_version(unsigned version, std::string& out) {
+    out += "HTTP/";
+    out += static_cast<char>('0' + version / 10 % 10);
+    out += '.';
+    out += static_cast<char>('0' + version % 10);
+}
+
+void append_fields(const Fields& fields, std::string& out) {
+    for (const auto& field : fields) {
+        const auto name = field.name_string();
+        const auto value = field.value();
+        out.append(name.data(), name.size()).append(": ", 2).append(value.data(), value.size()).append("\r\n", 2);
+    }
+    out.append("\r\n", 2);
+}
+
+}  // namespace
+
+void write_request_head(std::string_view method, std::string_view target, unsigned version, const Fields& fields,
+                        std::string& out) {
+    out.append(method).append(" ", 1).append(target).append(" ", 1);
+    append_version(version, out);
+    out.append("\r\n", 2);
+    append_fields(fields, out);
+}
+
+void write_response_head(unsigned version, unsigned status, std::string_view reason, const Fields& fields,
+                         std::string& out) {
+    append_version(version, out);
+    out += ' ';
+    out += static_cast<char>('0' + status / 100 % 10);
+    out += static_cast<char>('0' + status / 10 % 10);
+    out += static_cast<char>('0' + status % 10);
+    out += ' ';
+    if (reason.empty()) {
+        const auto standard = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+        out.append(standard.data(), standard.size());
+    } else {
+        out.append(reason);
+    }
+    out.append("\r\n", 2);
+    append_fields(fields, out);
 }
 
 }  // namespace sluice::http

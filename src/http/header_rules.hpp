@@ -32,6 +32,15 @@ void add_forwarding_headers(Fields& fields, const ForwardingInfo& info);
 // Appends "1.1 sluice" (or "1.0 sluice") to Via.
 void append_via(Fields& fields, unsigned version);
 
+// A message head as it goes on the wire (start line, every field in order as
+// "name: value", blank line), appended to `out`: the bytes Beast's serializer writes for the
+// same message, without walking its buffer sequences field by field. `reason` empty: the
+// standard reason phrase of `status`.
+void write_request_head(std::string_view method, std::string_view target, unsigned version, const Fields& fields,
+                        std::string& out);
+void write_response_head(unsigned version, unsigned status, std::string_view reason, const Fields& fields,
+                         std::string& out);
+
 // True if `value` (a comma-separated list) contains `token`, case-insensitively.
 bool has_token(std::string_view value, std::string_view token);
 

@@ -11,6 +11,9 @@ namespace {
 // one it closes while our request is in flight is retried by the session when safe.
 constexpr auto max_idle_time = std::chrono::seconds(30);
 
+// Idle at least this long, a connection is checked with a peek even for a retryable request.
+constexpr auto unchecked_idle_time = std::chrono::seconds(1);
+
 // True when the peer has not closed the connection and sent nothing unexpected.
 bool still_open(UpstreamConnection& conn) {
     auto& socket = conn.stream.socket();
@@ -23,7 +26,7 @@ bool still_open(UpstreamConnection& conn) {
 
 }  // namespace
 
-std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key) {
+std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, bool retryable) {
     auto it = idle_.find(key);
     if (it == idle_.end()) return nullptr;
     auto& list = it->second;
@@ -31,7 +34,8 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key) {
     while (!list.empty()) {
         auto conn = std::move(list.back());  // most recently used first: warmest, least likely closed
         list.pop_back();
-        if (now - conn->idle_since < max_idle_time && still_open(*conn)) return conn;
+        const auto idle = now - conn->idle_since;
+        if (idle < max_idle_time && ((retryable && idle < unchecked_idle_time) || still_open(*conn))) return conn;
         boost::system::error_code ec;
         conn->stream.socket().close(ec);
     }

@@ -23,9 +23,13 @@ struct UpstreamConnection {
 
 class UpstreamPool {
 public:
-    // An idle connection to `key` that still looks usable (not closed by the peer,
-    // not idle too long), or nullptr.
-    std::unique_ptr<UpstreamConnection> take(const std::string& key);
+    // An idle connection to `key` that still looks usable (not idle too long, and not closed
+    // by the peer), or nullptr. Looking at the peer costs a system call; with `retryable`
+    // (the caller resends a request without a body once on a fresh connection when a pooled
+    // one turns out closed) it is skipped for connections idle under a second: a server
+    // closes those only when it stops, and never sends unsolicited bytes on them (a 408 on
+    // an idle timeout comes after seconds).
+    std::unique_ptr<UpstreamConnection> take(const std::string& key, bool retryable = false);
 
     // Keeps `conn` for reuse unless `max_idle` connections to its server are kept already.
     void put(std::unique_ptr<UpstreamConnection> conn, std::size_t max_idle);

@@ -158,5 +158,37 @@ class UpstreamReuseTest(SluiceTestCase):
         self.assertEqual(len(self.up.requests), 3)
 
 
+    def test_a_request_with_a_body_is_not_sent_on_a_pooled_connection_the_upstream_closed(self):
+        # A request with a body is not resent after a failure, so a pooled connection is
+        # checked before it is used for one, however briefly it was idle.
+        def answer_then_close_soon(req, conn):
+            conn.send_response(200, [], b"got " + req.body)
+            conn.sleep(0.05)
+            conn.close()
+
+        port = self.start(workers=1, behaviour=answer_then_close_soon)
+        c = self.client(port)
+        for i in range(3):
+            r = c.request("POST", f"/post-after-close/{i}", body=b"x" * 10, timeout=3)
+            self.assertEqual((r.status, r.body), (200, b"got xxxxxxxxxx"))
+            time.sleep(0.2)
+        self.assertEqual(len(self.up.requests), 3)
+        self.assertEqual(self.up.connections, 3)
+
+    def test_bytes_past_the_content_length_are_not_taken_as_the_next_response(self):
+        # A broken upstream sends more than its Content-Length: the client gets the declared
+        # body, and the connection is not reused (the extra bytes would answer the next request).
+        def overlong(req, conn):
+            conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcJUNK")
+
+        port = self.start(workers=1, behaviour=overlong)
+        c = self.client(port)
+        for i in range(3):
+            r = c.request("GET", f"/overlong/{i}", timeout=3)
+            self.assertEqual((r.status, r.body), (200, b"abc"))
+        self.assertEqual(len(self.up.requests), 3)
+        self.assertEqual(self.up.connections, 3)
+
+
 if __name__ == "__main__":
     unittest.main()

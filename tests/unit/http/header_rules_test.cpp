@@ -107,3 +107,73 @@ TEST_CASE("has_token") {
     CHECK_FALSE(has_token("keep-alive, Upgraded", "upgrade"));
     CHECK_FALSE(has_token("", "close"));
 }
+
+// Our head writers against Beast's own serializer, on the same messages.
+#include <sstream>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace {
+
+template <bool isRequest>
+bhttp::message<isRequest, bhttp::empty_body> parse_head(std::string raw) {
+    bhttp::parser<isRequest, bhttp::empty_body> parser;
+    if constexpr (!isRequest) parser.skip(true);
+    boost::beast::error_code ec;
+    parser.put(boost::asio::buffer(raw), ec);
+    REQUIRE_FALSE(ec);
+    REQUIRE(parser.is_header_done());
+    return parser.release();
+}
+
+template <class Message>
+std::string beast_bytes(const Message& message) {
+    std::ostringstream out;
+    out << message;
+    return out.str();
+}
+
+}  // namespace
+
+TEST_CASE("write_request_head writes the bytes Beast's serializer writes") {
+    auto req = parse_head<true>(
+        "GET /a/b?x=1&y=%20 HTTP/1.1\r\nHost: example.com\r\nX-Odd-Case: v1\r\nx-odd-case: v2\r\nEmpty:\r\n"
+        "Accept: */*\r\nVia: 1.1 a, 1.0 b\r\n\r\n");
+    strip_hop_by_hop(req.base());
+    add_forwarding_headers(req.base(), {"203.0.113.7", false, 11});
+    std::string ours = "stale";  // appends
+    write_request_head(req.method_string(), req.target(), 11, req.base(), ours);
+    CHECK(ours == "stale" + beast_bytes(req));
+    CHECK(ours.ends_with("\r\n\r\n"));
+
+    auto post = parse_head<true>("POST /p HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    std::string head;
+    write_request_head(post.method_string(), post.target(), 10, post.base(), head);
+    CHECK(head == beast_bytes(post));
+}
+
+TEST_CASE("write_response_head writes the bytes Beast's serializer writes") {
+    SECTION("the upstream's own reason phrase, fields in order") {
+        auto res = parse_head<false>(
+            "HTTP/1.1 200 Fine Thanks\r\nContent-Length: 3\r\nSet-Cookie: a=1\r\nset-cookie: b=2\r\n\r\n");
+        append_via(res.base(), res.version());
+        res.set("RateLimit", "\"burst\";r=3;t=1");
+        res.keep_alive(false);
+        std::string head;
+        write_response_head(11, 200, res.reason(), res.base(), head);
+        CHECK(head == beast_bytes(res));
+        CHECK(head.starts_with("HTTP/1.1 200 Fine Thanks\r\nContent-Length: 3\r\n"));
+    }
+    SECTION("no reason phrase: the standard one") {
+        auto res = parse_head<false>("HTTP/1.1 404 \r\nContent-Length: 0\r\n\r\n");
+        res.version(10);
+        std::string head;
+        write_response_head(10, 404, res.reason(), res.base(), head);
+        CHECK(head == beast_bytes(res));
+        CHECK(head.starts_with("HTTP/1.0 404 Not Found\r\n"));
+    }
+}
