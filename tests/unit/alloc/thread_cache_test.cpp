@@ -1,0 +1,101 @@
+// The process-wide operator new/delete (src/alloc/thread_cache.cpp), linked into this binary
+// as into sluice.
+#include <catch2/catch.hpp>
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::size_t in_use() { return mallinfo2().uordblks; }
+
+}  // namespace
+
+TEST_CASE("thread cache: a freed block is handed out again for the same size class", "[alloc]") {
+    void* a = ::operator new(100);
+    ::operator delete(a);
+    void* b = ::operator new(97);  // same 16-byte class (97..112)
+    CHECK(b == a);
+    ::operator delete(b);
+    // A block of another class does not take it.
+    void* c = ::operator new(300);
+    CHECK(c != a);
+    ::operator delete(c);
+
+    // Up to 256 blocks of a class stay with the thread (glibc alone keeps 7 per size).
+    std::vector<void*> blocks;
+    std::vector<void*> again;
+    blocks.reserve(200);
+    again.reserve(200);
+    for (int i = 0; i < 200; ++i) blocks.push_back(::operator new(700));
+    const auto held = in_use();
+    for (void* p : blocks) ::operator delete(p);
+    CHECK(in_use() == held);
+    for (int i = 0; i < 200; ++i) again.push_back(::operator new(700));
+    CHECK(in_use() == held);  // all 200 came back from the cache
+    std::sort(blocks.begin(), blocks.end());
+    std::sort(again.begin(), again.end());
+    CHECK(again == blocks);
+    for (void* p : again) ::operator delete(p);
+}
+
+TEST_CASE("thread cache: every block has room for what was asked, at every size", "[alloc]") {
+    std::vector<std::pair<unsigned char*, std::size_t>> blocks;
+    for (std::size_t size : {0, 1, 15, 16, 17, 1000, 1024, 1025, 4095, 8192, 8193, 100000}) {
+        for (int round = 0; round < 3; ++round) {
+            auto* p = static_cast<unsigned char*>(::operator new(size));
+            CHECK(malloc_usable_size(p) >= size);
+            CHECK(reinterpret_cast<std::uintptr_t>(p) % alignof(std::max_align_t) == 0);
+            std::memset(p, static_cast<int>(size & 0xff), size);
+            blocks.emplace_back(p, size);
+        }
+    }
+    for (auto& [p, size] : blocks) {
+        for (std::size_t i = 0; i < size; ++i) REQUIRE(p[i] == static_cast<unsigned char>(size & 0xff));
+        ::operator delete(p);
+    }
+    auto* array = new std::string[64];
+    array[63] = std::string(100, 'x');
+    delete[] array;
+    void* nothrow = ::operator new(64, std::nothrow);
+    CHECK(nothrow != nullptr);
+    ::operator delete(nothrow, std::nothrow);
+    ::operator delete(nullptr);
+}
+
+TEST_CASE("thread cache: blocks freed on another thread, and threads that end, leak nothing", "[alloc]") {
+    const auto before = in_use();
+    for (int round = 0; round < 20; ++round) {
+        // Allocated here, freed there; then that thread caches 1 MB of its own and ends.
+        std::vector<void*> blocks;
+        for (int i = 0; i < 200; ++i) blocks.push_back(::operator new(512));
+        std::thread([&blocks] {
+            for (void* p : blocks) ::operator delete(p);
+            std::vector<void*> own;
+            for (int i = 0; i < 256; ++i) own.push_back(::operator new(4096));
+            for (void* p : own) ::operator delete(p);
+        }).join();
+    }
+    // Without the release at thread end, 20 threads would keep over 20 MB.
+    CHECK(in_use() < before + (4u << 20));
+}
+
+TEST_CASE("thread cache: bounded per thread", "[alloc]") {
+    const auto before = in_use();
+    std::thread([] {
+        std::vector<void*> blocks;
+        for (int i = 0; i < 5000; ++i) blocks.push_back(::operator new(2048));  // 10 MB
+        const auto held = in_use();
+        for (void* p : blocks) ::operator delete(p);
+        // At most 256 blocks of one class (and 2 MB) stay cached; the rest went back.
+        CHECK(in_use() < held - (8u << 20));
+    }).join();
+    CHECK(in_use() < before + (1u << 20));
+}
