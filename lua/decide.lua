@@ -26,7 +26,8 @@
 -- that allows it consumes too (a shadow limit that would reject consumes nothing, as if it
 -- were enforced alone). When the request is rejected, nothing is written for it at all.
 --
--- Reply: flat array of integers: now_us, then four per limit, in KEYS order:
+-- Reply: ONE string of decimal integers separated by spaces (one reply object to build and
+-- to parse, rather than an array of 4 per key): now_us, then four per limit, in KEYS order:
 --   allowed (1: this limit alone admits the request, 0: it would reject),
 --   remaining (after this request; a rejected request took nothing),
 --   retry_after_ms (0 when allowed; else ms until this limit admits, rounded up),
@@ -39,6 +40,12 @@ local ceil = math.ceil
 
 local function whole(x)
   return x and x >= 0 and x % 1 == 0
+end
+
+-- Lua writes numbers from 1e14 on with an exponent: those go through %d.
+local function decimal(x)
+  if x < 1e14 then return x end
+  return string.format('%d', x)
 end
 
 -- Shape first: counts, algorithms and numbers of the whole batch.
@@ -70,11 +77,11 @@ end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
-local reply = { now }
+local reply = { string.format('%d', now) }
 local r = 1
 local k = 0  -- keys used by the requests before this one
 a = 1
-local checks = {}
+local checks, used = {}, {}  -- per limit of the request: its check, its algorithm
 while a <= nargs do
   local n = tonumber(ARGV[a])
   local admit = true
@@ -82,22 +89,21 @@ while a <= nargs do
     local base = a + 4 * i - 3
     local algorithm = algorithms[ARGV[base]]
     local c = algorithm.check(KEYS[k + i], now, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]))
-    c.algorithm = algorithm
     if not c.allowed and ARGV[base + 1] ~= '1' then admit = false end
-    checks[i] = c
+    checks[i], used[i] = c, algorithm
   end
   for i = 1, n do
-    local c = checks[i]
+    local c, algorithm = checks[i], used[i]
     local consumed = admit and c.allowed
-    if consumed then c.algorithm.commit(c) end
-    local remaining, retry_us, reset_us = c.algorithm.report(c, consumed)
+    if consumed then algorithm.commit(c) end
+    local remaining, retry_us, reset_us = algorithm.report(c, consumed)
     reply[r + 1] = c.allowed and 1 or 0
-    reply[r + 2] = remaining
-    reply[r + 3] = ceil(retry_us / 1000)
-    reply[r + 4] = ceil(reset_us / 1000)
+    reply[r + 2] = decimal(remaining)
+    reply[r + 3] = decimal(ceil(retry_us / 1000))
+    reply[r + 4] = decimal(ceil(reset_us / 1000))
     r = r + 4
   end
   a = a + 1 + 4 * n
   k = k + n
 end
-return reply
+return table.concat(reply, ' ')

@@ -1,5 +1,8 @@
 #include "limit/decide_script.hpp"
 
+#include <charconv>
+#include <cstdint>
+
 #include <lua_scripts.hpp>
 
 #include "limit/limit_params.hpp"
@@ -35,32 +38,48 @@ void append_decide_args(const config::LimitConfig& limit, std::vector<std::strin
     }
 }
 
-std::optional<std::int64_t> check_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
-    using Type = redis::RedisReply::Type;
-    if (reply.type != Type::array || reply.elements.size() != 1 + 4 * limits) return std::nullopt;
-    for (const auto& element : reply.elements)
-        if (element.type != Type::integer || element.integer < 0) return std::nullopt;
-    return reply.elements[0].integer;
+std::optional<DecideFigures> read_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
+    if (reply.type != redis::RedisReply::Type::string) return std::nullopt;
+    DecideFigures figures;
+    figures.values.reserve(4 * limits);
+    const char* at = reply.text.data();
+    const char* const end = at + reply.text.size();
+    bool first = true;
+    while (at != end) {
+        std::uint64_t value = 0;
+        auto [next, ec] = std::from_chars(at, end, value);
+        if (ec != std::errc() || (next != end && (*next != ' ' || next + 1 == end))) return std::nullopt;
+        if (first) {
+            if (value > static_cast<std::uint64_t>(INT64_MAX)) return std::nullopt;
+            figures.now_us = static_cast<std::int64_t>(value);
+            first = false;
+        } else {
+            figures.values.push_back(value);
+        }
+        at = next == end ? end : next + 1;
+    }
+    if (first || figures.values.size() != 4 * limits) return std::nullopt;
+    return figures;
 }
 
-LimitResult decide_result(const redis::RedisReply& reply, std::size_t index) {
-    const auto* field = &reply.elements[1 + 4 * index];
+LimitResult decide_result(const DecideFigures& figures, std::size_t index) {
+    const auto* field = &figures.values[4 * index];
     LimitResult result;
     result.applies = true;
-    result.allowed = field[0].integer != 0;
-    result.remaining = static_cast<std::uint64_t>(field[1].integer);
-    result.retry_after = std::chrono::milliseconds(field[2].integer);
-    result.reset = std::chrono::milliseconds(field[3].integer);
+    result.allowed = field[0] != 0;
+    result.remaining = field[1];
+    result.retry_after = std::chrono::milliseconds(static_cast<std::int64_t>(field[2]));
+    result.reset = std::chrono::milliseconds(static_cast<std::int64_t>(field[3]));
     return result;
 }
 
 std::optional<DecideReply> parse_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
-    const auto now_us = check_decide_reply(reply, limits);
-    if (!now_us) return std::nullopt;
+    const auto figures = read_decide_reply(reply, limits);
+    if (!figures) return std::nullopt;
     DecideReply out;
-    out.now_us = *now_us;
+    out.now_us = figures->now_us;
     out.results.reserve(limits);
-    for (std::size_t i = 0; i < limits; ++i) out.results.push_back(decide_result(reply, i));
+    for (std::size_t i = 0; i < limits; ++i) out.results.push_back(decide_result(*figures, i));
     return out;
 }
 

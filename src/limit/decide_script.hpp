@@ -7,8 +7,8 @@
 //   ARGV  per request: its number of limits, then four per limit: algorithm
 //         ("token_bucket" | "sliding_window"), shadow ("0" | "1"), then interval_us, burst
 //         (token_bucket) or limit, window_us (sliding_window)
-//   reply flat integer array: now_us, then per limit (KEYS order): allowed (0|1), remaining,
-//         retry_after_ms, reset_ms
+//   reply one string of space-separated decimal integers: now_us, then per limit (KEYS
+//         order): allowed (0|1), remaining, retry_after_ms, reset_ms
 #pragma once
 
 #include <cstdint>
@@ -34,12 +34,15 @@ struct DecideReply {
     std::vector<LimitResult> results;  // one per key sent; `applies` set, `shadow` not
 };
 
-// A batch's reply: nullopt unless it is `limits` results (all requests together) in the
-// documented shape; else the Redis TIME the script used.
-std::optional<std::int64_t> check_decide_reply(const redis::RedisReply& reply, std::size_t limits);
-// The result of the key at `index` (counted over the whole batch) of a reply
-// check_decide_reply accepted; `applies` set, `shadow` not.
-LimitResult decide_result(const redis::RedisReply& reply, std::size_t index);
+// A batch's reply, read: Redis's TIME and four figures per key.
+struct DecideFigures {
+    std::int64_t now_us = 0;
+    std::vector<std::uint64_t> values;
+};
+// nullopt unless the reply holds `limits` results (all requests together) in the documented shape.
+std::optional<DecideFigures> read_decide_reply(const redis::RedisReply& reply, std::size_t limits);
+// The result of the key at `index` (counted over the whole batch); `applies` set, `shadow` not.
+LimitResult decide_result(const DecideFigures& figures, std::size_t index);
 
 // A batch of one request: nullopt when the reply is not `limits` results in the documented shape.
 std::optional<DecideReply> parse_decide_reply(const redis::RedisReply& reply, std::size_t limits);

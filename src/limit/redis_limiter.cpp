@@ -193,8 +193,8 @@ void RedisLimiter::flush() {
             for (auto& pending : batch->pending) pending->answer(Decision::store_failure(result.error->message));
             return;
         }
-        const auto now_us = check_decide_reply(result.reply, batch->keys.size());
-        if (!now_us) {
+        const auto figures = read_decide_reply(result.reply, batch->keys.size());
+        if (!figures) {
             for (auto& pending : batch->pending)
                 pending->answer(Decision::store_failure("malformed reply from the decide script"));
             return;
@@ -204,10 +204,10 @@ void RedisLimiter::flush() {
             for (std::size_t k = 0; k < pending->sent.size(); ++k) {
                 auto& slot = pending->results[pending->sent[k]];
                 const bool shadow = slot.shadow;
-                slot = decide_result(result.reply, pending->first_key + k);
+                slot = decide_result(*figures, pending->first_key + k);
                 slot.shadow = shadow;
             }
-            auto decision = Decision::from_results(std::move(pending->results), *now_us);
+            auto decision = Decision::from_results(std::move(pending->results), figures->now_us);
             if (remember_rejections_ && decision.outcome == Decision::Outcome::limited) {
                 std::size_t k = 0;
                 while (pending->sent[k] != *decision.limited_by) ++k;

@@ -1,6 +1,7 @@
 #include "redis/redis_connection.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <exception>
 #include <optional>
 #include <random>
@@ -73,18 +74,29 @@ bool is_noscript(const RedisResult& result) {
            result.error->message.starts_with("NOSCRIPT");
 }
 
+// Appends a command in RESP (what redisAsyncCommandArgv would build, without its
+// printf-style formatting of every length).
+void format_command(const std::vector<std::string>& args, std::string& out) {
+    char digits[24];
+    auto append_number = [&](char prefix, std::size_t n) {
+        out += prefix;
+        auto [end, ec] = std::to_chars(digits, digits + sizeof digits, n);
+        out.append(digits, end);
+        out.append("\r\n", 2);
+    };
+    append_number('*', args.size());
+    for (const auto& arg : args) {
+        append_number('$', arg.size());
+        out.append(arg).append("\r\n", 2);
+    }
+}
+
 int issue(::redisAsyncContext* context, redisCallbackFn* fn, void* privdata,
           const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lengths;
-    argv.reserve(args.size());
-    lengths.reserve(args.size());
-    for (const auto& arg : args) {
-        argv.push_back(arg.data());
-        lengths.push_back(arg.size());
-    }
-    return redisAsyncCommandArgv(context, fn, privdata, static_cast<int>(args.size()), argv.data(),
-                                 lengths.data());
+    thread_local std::string command;  // hiredis copies it; the buffer is reused
+    command.clear();
+    format_command(args, command);
+    return redisAsyncFormattedCommand(context, fn, privdata, command.data(), command.size());
 }
 
 }  // namespace

@@ -61,14 +61,14 @@ struct Script {
         if (!result.ok()) FAIL("script error: " << result.error->message);
         std::size_t total = 0;
         for (const auto& limits : requests) total += limits.size();
-        const auto now_us = limit::check_decide_reply(result.reply, total);
-        REQUIRE(now_us);
+        const auto figures = limit::read_decide_reply(result.reply, total);
+        REQUIRE(figures);
         std::vector<limit::DecideReply> out;
         std::size_t index = 0;
         for (const auto& limits : requests) {
             limit::DecideReply reply;
-            reply.now_us = *now_us;
-            for (std::size_t i = 0; i < limits.size(); ++i) reply.results.push_back(limit::decide_result(result.reply, index++));
+            reply.now_us = figures->now_us;
+            for (std::size_t i = 0; i < limits.size(); ++i) reply.results.push_back(limit::decide_result(*figures, index++));
             out.push_back(std::move(reply));
         }
         return out;
@@ -389,6 +389,9 @@ TEST_CASE("decide script: large figures come back exact", "[lua][redis]") {
     CHECK(r.results[1].remaining == 999'999);
     CHECK(r.results[1].reset.count() == 86'400'000);
     CHECK(redis.text({"GET", "big_tb"}) == std::to_string(r.now_us + day_us));
+    // Figures from 1e14 on, which Lua would print with an exponent.
+    auto huge = decide({bucket("huge_tb", 1, 200'000'000'000'000)});
+    CHECK(huge.results[0].remaining == 199'999'999'999'999u);
     const auto members = redis.must({"ZRANGE", "big_sw", "0", "-1", "WITHSCORES"});
     CHECK(members.elements[1].text == std::to_string(r.now_us));
 }
@@ -478,4 +481,32 @@ TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     REQUIRE_FALSE(late.ok());
     CHECK_THAT(late.error->message, Catch::Contains("not whole numbers"));
     CHECK(redis.integer({"EXISTS", "k"}) == 0);
+}
+
+TEST_CASE("decide script: reading the reply", "[lua]") {
+    using redis::RedisReply;
+    auto text = [](std::string t) {
+        RedisReply r;
+        r.type = RedisReply::Type::string;
+        r.text = std::move(t);
+        return r;
+    };
+    auto ok = limit::read_decide_reply(text("1700000000000001 1 4 0 250 0 0 1200 60000"), 2);
+    REQUIRE(ok);
+    CHECK(ok->now_us == 1700000000000001);
+    auto second = limit::decide_result(*ok, 1);
+    CHECK_FALSE(second.allowed);
+    CHECK(second.remaining == 0);
+    CHECK(second.retry_after == 1200ms);
+    CHECK(second.reset == 60000ms);
+    CHECK(limit::decide_result(*ok, 0).remaining == 4);
+
+    for (const std::string bad : {"", "1", "1 1 4 0", "1 1 4 0 250 ", "1 1 4 0 25x", "1 1 -4 0 250",
+                                  "1  1 4 0 250", "1 1 4 0 250 7", "99999999999999999999 1 4 0 250"}) {
+        INFO("reply '" << bad << "'");
+        CHECK_FALSE(limit::read_decide_reply(text(bad), 1));
+    }
+    RedisReply array;
+    array.type = RedisReply::Type::array;
+    CHECK_FALSE(limit::read_decide_reply(array, 0));
 }
