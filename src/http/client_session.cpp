@@ -382,11 +382,13 @@ net::awaitable<bool> Session::serve_one(bool first) {
 
     limit::HeaderList rate_headers;
     if (!route->limits.empty()) {
-        std::vector<std::string_view> xff;
-        for (const auto& f : req)
-            if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
+        std::vector<std::string_view> xff;  // only read from a trusted peer
+        if (!cfg.client_ip.trusted_proxies.empty())
+            for (const auto& f : req)
+                if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
         const std::string client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
-        const limit::RouteLimits limits{route->name, route->limits};
+        const limit::RouteLimits limits{route->name, route->limits,
+                                        &snap.key_plans[static_cast<std::size_t>(route - cfg.routes.data())]};
         const limit::RequestKeyValues values{client, sv(req.method_string()), path,
                                              [&req](std::string_view name) -> std::optional<std::string_view> {
                                                  auto it = req.find(name);
@@ -493,10 +495,13 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     // The request as the upstream gets it.
     const bool has_body = !parser.is_done();
     const bool chunked = parser.chunked();
-    auto peer = sluice::net::IpAddress::parse(peer_ip_);
+    bool peer_trusted = false;
+    if (!cfg.client_ip.trusted_proxies.empty()) {
+        auto peer = sluice::net::IpAddress::parse(peer_ip_);
+        peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
+    }
     strip_hop_by_hop(req.base());
-    add_forwarding_headers(req.base(), {peer_ip_, peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer),
-                                        client_version});
+    add_forwarding_headers(req.base(), {peer_ip_, peer_trusted, client_version});
     req.version(11);
     if (chunked) req.chunked(true);
 

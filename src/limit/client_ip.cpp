@@ -22,6 +22,7 @@ bool is_trusted(const std::vector<net::Cidr>& trusted, const net::IpAddress& ip)
 
 std::string client_ip(std::string_view peer, const std::vector<std::string_view>& xff,
                       const std::vector<net::Cidr>& trusted) {
+    if (trusted.empty()) return std::string(peer);
     auto peer_ip = net::IpAddress::parse(peer);
     if (!peer_ip || !is_trusted(trusted, *peer_ip)) return std::string(peer);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "limit/decide_script.hpp"
+
 namespace sluice::limit {
 namespace {
 
@@ -79,31 +81,51 @@ bool append_values(std::string& out, const std::vector<KeyPart>& parts, const Re
 
 }  // namespace
 
+KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfig> limits) {
+    KeyPlan plan;
+    append_escaped(plan.route, route, false);
+    plan.shared = shared_parts(limits);
+    plan.limits.reserve(limits.size());
+    for (const auto& limit : limits) {
+        KeyPlan::Limit entry;
+        append_escaped(entry.name, limit.name, false);
+        for (const auto& part : canonical(limit.key)) {
+            const bool in_tag = std::any_of(plan.shared.begin(), plan.shared.end(),
+                                            [&](const KeyPart& other) { return same_part(part, other); });
+            if (!in_tag) entry.own.push_back(part);
+        }
+        append_decide_args(limit, entry.args);
+        plan.limits.push_back(std::move(entry));
+    }
+    return plan;
+}
+
 std::vector<std::optional<std::string>> build_limit_keys(std::string_view key_prefix,
                                                          const RouteLimits& route,
                                                          const RequestKeyValues& request) {
-    std::vector<std::optional<std::string>> keys(route.limits.size());
-    const auto shared = shared_parts(route.limits);
+    if (!route.plan) {
+        const auto plan = make_key_plan(route.route, route.limits);
+        return build_limit_keys(key_prefix, RouteLimits{route.route, route.limits, &plan}, request);
+    }
+    const auto& plan = *route.plan;
+    std::vector<std::optional<std::string>> keys(plan.limits.size());
 
     // "<prefix>:{<route>:<shared values>}:"; a shared header that is absent means no limit applies.
     std::string head;
+    head.reserve(key_prefix.size() + plan.route.size() + 48);
     append_escaped(head, key_prefix, true);
     head += ":{";
-    append_escaped(head, route.route, false);
-    if (!append_values(head, shared, request)) return keys;
+    head += plan.route;
+    if (!append_values(head, plan.shared, request)) return keys;
     head += "}:";
 
-    for (std::size_t i = 0; i < route.limits.size(); ++i) {
-        const auto& limit = route.limits[i];
-        std::vector<KeyPart> own;
-        for (const auto& part : canonical(limit.key)) {
-            const bool in_tag = std::any_of(shared.begin(), shared.end(),
-                                            [&](const KeyPart& other) { return same_part(part, other); });
-            if (!in_tag) own.push_back(part);
-        }
-        std::string key = head;
-        append_escaped(key, limit.name, false);
-        if (append_values(key, own, request)) keys[i] = std::move(key);
+    for (std::size_t i = 0; i < plan.limits.size(); ++i) {
+        const auto& limit = plan.limits[i];
+        std::string key;
+        key.reserve(head.size() + limit.name.size() + 32);
+        key += head;
+        key += limit.name;
+        if (append_values(key, limit.own, request)) keys[i] = std::move(key);
     }
     return keys;
 }

@@ -29,11 +29,28 @@
 
 namespace sluice::limit {
 
+// What the keys of a route's limits are made of, worked out once per configuration (it
+// depends only on the route), so a request only fills in its values.
+struct KeyPlan {
+    struct Limit {
+        std::string name;                   // escaped limit name
+        std::vector<config::KeyPart> own;   // key parts not in the hash tag, canonical order
+        std::vector<std::string> args;      // its arguments to the decide script
+    };
+    std::string route;                      // escaped route name
+    std::vector<config::KeyPart> shared;    // key parts in the hash tag, canonical order
+    std::vector<Limit> limits;
+};
+
 // The limits of one route, as configured (a view: the config outlives the call).
+// `plan`, when set, is make_key_plan of the same route (it saves working it out per request).
 struct RouteLimits {
     std::string_view route;
     std::span<const config::LimitConfig> limits;
+    const KeyPlan* plan = nullptr;
 };
+
+KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfig> limits);
 
 // The request values key parts can name.
 struct RequestKeyValues {

@@ -1,5 +1,6 @@
 #include "limit/rate_limit_headers.hpp"
 
+#include <charconv>
 #include <cmath>
 
 namespace sluice::limit {
@@ -39,6 +40,30 @@ std::pair<std::uint64_t, std::uint64_t> quota_and_window(const config::LimitConf
     return {limit.burst, whole == 0 ? 1 : whole};
 }
 
+namespace {
+
+// "\"<name>\";<a>=<x>;<b>=<y>", built in place (no temporaries).
+std::string structured(std::string_view name, char a, std::uint64_t x, char b, std::uint64_t y) {
+    char digits[2][24];
+    auto end_x = std::to_chars(digits[0], digits[0] + 24, x).ptr;
+    auto end_y = std::to_chars(digits[1], digits[1] + 24, y).ptr;
+    std::string out;
+    out.reserve(name.size() + 8 + static_cast<std::size_t>(end_x - digits[0]) + static_cast<std::size_t>(end_y - digits[1]));
+    out += '"';
+    out += name;
+    out += "\";";
+    out += a;
+    out += '=';
+    out.append(digits[0], end_x);
+    out += ';';
+    out += b;
+    out += '=';
+    out.append(digits[1], end_y);
+    return out;
+}
+
+}  // namespace
+
 HeaderList rate_limit_headers(const config::RouteConfig& route, const Decision& decision, config::HeaderStyle style) {
     HeaderList out;
     if (style == config::HeaderStyle::none) return out;
@@ -48,9 +73,10 @@ HeaderList rate_limit_headers(const config::RouteConfig& route, const Decision& 
     const auto& result = decision.limits[*index];
     auto [quota, window] = quota_and_window(limit);
     auto reset = ceil_seconds(result.reset);
+    out.reserve(6);  // room for Retry-After too
     if (style == config::HeaderStyle::ietf || style == config::HeaderStyle::both) {
-        out.emplace_back("RateLimit-Policy", "\"" + limit.name + "\";q=" + std::to_string(quota) + ";w=" + std::to_string(window));
-        out.emplace_back("RateLimit", "\"" + limit.name + "\";r=" + std::to_string(result.remaining) + ";t=" + std::to_string(reset));
+        out.emplace_back("RateLimit-Policy", structured(limit.name, 'q', quota, 'w', window));
+        out.emplace_back("RateLimit", structured(limit.name, 'r', result.remaining, 't', reset));
     }
     if (style == config::HeaderStyle::legacy || style == config::HeaderStyle::both) {
         out.emplace_back("X-RateLimit-Limit", std::to_string(quota));

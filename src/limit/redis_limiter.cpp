@@ -129,7 +129,10 @@ void RedisLimiter::remember(const std::string& key, std::chrono::steady_clock::t
 }
 
 void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) {
-    auto keys = build_limit_keys(key_prefix_, route, request);
+    std::optional<KeyPlan> own_plan;  // only when the caller has none
+    if (!route.plan) own_plan = make_key_plan(route.route, route.limits);
+    const KeyPlan& plan = route.plan ? *route.plan : *own_plan;
+    auto keys = build_limit_keys(key_prefix_, RouteLimits{route.route, route.limits, &plan}, request);
     if (auto known = remembered(keys, route)) {
         asio::post(io_context_, [callback = std::move(callback), d = std::move(*known)]() mutable { callback(std::move(d)); });
         return;
@@ -158,7 +161,7 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         pending->results[i].applies = true;
         pending->sent.push_back(i);
         batch.keys.push_back(std::move(*keys[i]));
-        append_decide_args(route.limits[i], batch.args);
+        batch.args.insert(batch.args.end(), plan.limits[i].args.begin(), plan.limits[i].args.end());
     }
     batch.pending.push_back(pending);
 

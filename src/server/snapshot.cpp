@@ -30,6 +30,7 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         snap->route_metrics.push_back(&rm);
         auto& limits = snap->limit_metrics.emplace_back();
         for (const auto& limit : route.limits) limits.push_back(&metrics.limit(rm, limit.name));
+        snap->key_plans.push_back(limit::make_key_plan(route.name, route.limits));
     }
     for (const auto& upstream : config->upstreams) {
         auto& servers = snap->servers.emplace_back();

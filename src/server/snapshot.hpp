@@ -9,6 +9,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "config/config.hpp"
+#include "limit/limit_key.hpp"
 #include "observe/metrics.hpp"
 
 namespace sluice::server {
@@ -24,6 +25,7 @@ struct Snapshot {
     observe::Metrics* metrics = nullptr;
     std::vector<observe::RouteMetrics*> route_metrics;               // per route
     std::vector<std::vector<observe::LimitMetrics*>> limit_metrics;  // per route, per limit
+    std::vector<limit::KeyPlan> key_plans;                            // per route
 };
 
 // Resolves every upstream server (blocking; call off the data path).

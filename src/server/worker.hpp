@@ -94,7 +94,9 @@ private:
     std::atomic<bool> finished_{false};
     std::atomic<bool> store_ready_{false};
     observe::LimitedClients limited_clients_;
-    boost::asio::io_context io_{1};
+    // One thread runs it; other threads only post to it, and the acceptors and the Redis
+    // connection are set up before that thread starts: no locking of socket state needed.
+    boost::asio::io_context io_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
     boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
     std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> acceptors_;
     http::UpstreamPool pool_;

@@ -135,3 +135,24 @@ TEST_CASE("limit keys: stable when rates, algorithms or shadow change", "[limit_
     CHECK(keys_for({token_bucket("a", 5, 1s, 10)}) != keys_for({token_bucket("a", 5, 1s, 10)}, other));
     CHECK(keys_for({token_bucket("a", 5, 1s, 10)}) != keys_for({token_bucket("a", 5, 1s, 10)}, {}, "signup"));
 }
+
+TEST_CASE("limit keys: one plan per route serves every request", "[limit_key]") {
+    const std::vector<config::LimitConfig> limits{token_bucket("burst", 5, 1s, 10, {client_ip(), header("x-tenant")}),
+                                                  sliding_window("minute", 100, 60s, {header("x-tenant"), client_ip()})};
+    const auto plan = limit::make_key_plan("log:in", limits);
+    CHECK(plan.route == "log%3Ain");
+    REQUIRE(plan.limits.size() == 2);
+    CHECK(plan.limits[0].args == std::vector<std::string>{"token_bucket", "0", "200000", "10"});
+    CHECK(plan.limits[1].args == std::vector<std::string>{"sliding_window", "0", "100", "60000000"});
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"203.0.113.7", "app:rl:{log%3Ain:203.0.113.7:acme}:"},
+        {"2001:db8::1", "app:rl:{log%3Ain:2001%3Adb8%3A%3A1:acme}:"},
+    };
+    for (const auto& [ip, head] : cases) {
+        Request request;
+        request.ip = ip;
+        const auto planned = build_limit_keys("app:rl", RouteLimits{"log:in", limits, &plan}, request.values());
+        CHECK(planned == keys_for(limits, request, "log:in", "app:rl"));
+        CHECK(planned == std::vector<std::optional<std::string>>{head + "burst", head + "minute"});
+    }
+}
