@@ -82,26 +82,35 @@ local r = 1
 local k = 0  -- keys used by the requests before this one
 a = 1
 local checks, used = {}, {}  -- per limit of the request: its check, its algorithm
+local function put(allowed, remaining, retry_us, reset_us)
+  reply[r + 1] = allowed and 1 or 0
+  reply[r + 2] = decimal(remaining)
+  reply[r + 3] = decimal(ceil(retry_us / 1000))
+  reply[r + 4] = decimal(ceil(reset_us / 1000))
+  r = r + 4
+end
+
 while a <= nargs do
   local n = tonumber(ARGV[a])
-  local admit = true
-  for i = 1, n do
-    local base = a + 4 * i - 3
-    local algorithm = algorithms[ARGV[base]]
-    local c = algorithm.check(KEYS[k + i], now, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]))
-    if not c.allowed and ARGV[base + 1] ~= '1' then admit = false end
-    checks[i], used[i] = c, algorithm
-  end
-  for i = 1, n do
-    local c, algorithm = checks[i], used[i]
-    local consumed = admit and c.allowed
-    if consumed then algorithm.commit(c) end
-    local remaining, retry_us, reset_us = algorithm.report(c, consumed)
-    reply[r + 1] = c.allowed and 1 or 0
-    reply[r + 2] = decimal(remaining)
-    reply[r + 3] = decimal(ceil(retry_us / 1000))
-    reply[r + 4] = decimal(ceil(reset_us / 1000))
-    r = r + 4
+  local only = algorithms[ARGV[a + 1]]
+  if n == 1 and only.alone then
+    -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
+    put(only.alone(KEYS[k + 1], now, tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])))
+  else
+    local admit = true
+    for i = 1, n do
+      local base = a + 4 * i - 3
+      local algorithm = algorithms[ARGV[base]]
+      local c = algorithm.check(KEYS[k + i], now, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]))
+      if not c.allowed and ARGV[base + 1] ~= '1' then admit = false end
+      checks[i], used[i] = c, algorithm
+    end
+    for i = 1, n do
+      local c, algorithm = checks[i], used[i]
+      local consumed = admit and c.allowed
+      if consumed then algorithm.commit(c) end
+      put(c.allowed, algorithm.report(c, consumed))
+    end
   end
   a = a + 1 + 4 * n
   k = k + n

@@ -46,3 +46,23 @@ function token_bucket.report(c, consumed)
   if not c.allowed then retry_us = c.retry_us end
   return remaining, retry_us, tat - c.now
 end
+
+-- The whole decision when this is the request's only limit (most routes): check, consume if
+-- it fits, report; the same arithmetic as check/commit/report above, without building the
+-- check table that several limits need to wait for each other.
+-- Returns allowed, remaining, retry_after_us, reset_us.
+function token_bucket.alone(key, now, interval, burst)
+  local tolerance = interval * burst
+  local tat = tonumber(redis.pcall('GET', key)) or now
+  if tat < now then tat = now end
+  local next_tat = tat + interval
+  local allow_at = next_tat - tolerance
+  if allow_at > now then
+    local remaining = math.floor((now + tolerance - tat) / interval)
+    if remaining < 0 then remaining = 0 end
+    return false, remaining, allow_at - now, tat - now
+  end
+  redis.call('SET', key, string.format('%.0f', next_tat),
+             'PXAT', string.format('%.0f', math.ceil(next_tat / 1000)))
+  return true, math.floor((now + tolerance - next_tat) / interval), 0, next_tat - now
+end

@@ -54,7 +54,7 @@ struct RedisLimiter::DeadlineTimer {
 
 RedisLimiter::~RedisLimiter() = default;
 
-void RedisLimiter::watch_deadlines() {
+void RedisLimiter::watch_deadlines(bool poll) {
     const auto now = std::chrono::steady_clock::now();
     while (!deadlines_.empty()) {
         auto& [deadline, weak] = deadlines_.front();
@@ -64,6 +64,13 @@ void RedisLimiter::watch_deadlines() {
             continue;
         }
         if (deadline > now) break;
+        if (poll) {
+            // The reply may be here already, unread because the loop is busy: a decision
+            // is late only if Redis is. (Callbacks may add and drop deadlines: start over.)
+            poll = false;
+            connection_.poll_replies();
+            continue;
+        }
         deadlines_.pop_front();
         pending->answer(Decision::store_failure("no reply from redis within " + std::to_string(timeout_.count()) + "ms"));
     }
@@ -73,7 +80,7 @@ void RedisLimiter::watch_deadlines() {
     deadline_timer_->timer.async_wait([this](const boost::system::error_code& ec) {
         if (ec) return;  // only cancelled when the limiter goes away: `this` may be gone
         deadline_timer_waiting_ = false;
-        watch_deadlines();
+        watch_deadlines(true);
     });
 }
 
@@ -173,21 +180,21 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         deadlines_.pop_front();
     }
     deadlines_.emplace_back(std::chrono::steady_clock::now() + timeout_, std::move(pending));
-    if (!deadline_timer_waiting_) watch_deadlines();
+    if (!deadline_timer_waiting_) watch_deadlines(false);
 
     if (batch.pending.size() >= max_batch) {
-        flush();
+        flush(false);
     } else if (!flush_posted_) {
         flush_posted_ = true;
         asio::post(io_context_, [this, alive = std::weak_ptr<int>(alive_)] {
             if (alive.expired()) return;
             flush_posted_ = false;
-            flush();
+            flush(true);
         });
     }
 }
 
-void RedisLimiter::flush() {
+void RedisLimiter::flush(bool write_now) {
     if (!batch_ || batch_->pending.empty()) return;
     auto batch = std::move(batch_);
     const auto sent = std::chrono::steady_clock::now();
@@ -219,6 +226,9 @@ void RedisLimiter::flush() {
             pending->answer(std::move(decision));
         }
     });
+    // Under load the loop's queue is long; waiting for the next writable event would cost
+    // the decision another turn of it.
+    if (write_now) connection_.flush_output();
 }
 
 }  // namespace sluice::limit

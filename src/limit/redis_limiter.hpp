@@ -64,14 +64,18 @@ private:
     // The decisions asked for since the last flush; sent as one EVALSHA by flush(), which
     // runs from the io_context once the handlers ready now have run (or at once when full).
     struct Batch;
-    void flush();
+    // `write_now`: put it on the socket at once (only from the posted flush, never from
+    // inside a Redis callback).
+    void flush(bool write_now);
 
     // Deadlines: every decision has the same timeout, so they expire in the order they were
     // issued. One timer waits for the oldest; answered entries are skipped when reached. No
     // timer is started or cancelled per decision.
     struct Pending;  // one decision in flight
     struct DeadlineTimer;
-    void watch_deadlines();
+    // `poll`: before answering a decision by its deadline, take in the replies already
+    // on the socket (only from the timer, never from inside a Redis callback).
+    void watch_deadlines(bool poll);
 
     boost::asio::io_context& io_context_;
     redis::RedisConnection& connection_;

@@ -142,6 +142,17 @@ public:
     bool ready() const { return ready_; }
     std::uint64_t ready_count() const { return ready_count_; }
 
+    void poll_replies() {
+        // hiredis reads what the (non-blocking) socket has, nothing when empty, and runs
+        // the callbacks of complete replies; a closed connection goes down the usual path.
+        if (ready_ && context_) redisAsyncHandleRead(context_);
+    }
+
+    void flush_output() {
+        // A write that would block leaves the rest queued for the writable event.
+        if (ready_ && context_) redisAsyncHandleWrite(context_);
+    }
+
     void command(const std::vector<std::string>& args, Callback callback) {
         if (!ready_) return fail_later(std::move(callback), RedisError::Code::not_connected);
         auto request = std::make_unique<Request>(Request{std::move(callback), {}, std::nullopt});
@@ -482,6 +493,8 @@ RedisConnection::ScriptId RedisConnection::add_script(std::string source) {
 void RedisConnection::start() { impl_->start(); }
 void RedisConnection::stop() { impl_->stop(); }
 bool RedisConnection::ready() const { return impl_->ready(); }
+void RedisConnection::poll_replies() { impl_->poll_replies(); }
+void RedisConnection::flush_output() { impl_->flush_output(); }
 std::uint64_t RedisConnection::ready_count() const { return impl_->ready_count(); }
 
 void RedisConnection::command(const std::vector<std::string>& args, Callback callback) {

@@ -69,6 +69,14 @@ public:
 
     // Any command, e.g. {"GET", key}. Fails with `not_connected` unless ready().
     void command(const std::vector<std::string>& args, Callback callback);
+    // Reads and dispatches replies already waiting on the socket, now, without waiting for
+    // the event loop to get to them (a busy loop can take longer than a decision's
+    // deadline). Callbacks run inside this call. Never call it from inside a callback.
+    void poll_replies();
+    // Writes the commands queued so far to the socket now, rather than on the next turn of
+    // the event loop. Never call it from inside a callback.
+    void flush_output();
+
     // EVALSHA of a registered script; on NOSCRIPT, one EVAL with the source.
     void evalsha(ScriptId script, const std::vector<std::string>& keys,
                  const std::vector<std::string>& args, Callback callback);

@@ -46,6 +46,11 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
         sliding_window("shadow", 1, 80ms, {client_ip(), method()}, true),
         token_bucket("per_user", 10, 1s, 4, {header("x-user")}),
     };
+    // One-limit routes take the script's single-limit path (token_bucket.alone).
+    const std::vector<config::LimitConfig> alone{token_bucket("alone", 5, 100ms, 2, {client_ip(), method()})};
+    const std::vector<config::LimitConfig> watch{token_bucket("watch", 2, 100ms, 1, {client_ip()}, true)};
+    const std::vector<limit::RouteLimits> routes{{"login", limits}, {"alone", alone}, {"watch", watch}};
+    int alone_limited = 0, watch_shadow_limited = 0;
     const std::vector<std::string> ips{"203.0.113.7", "198.51.100.2", "2001:db8::1"};
     const std::vector<std::string> methods{"GET", "POST"};
     const std::vector<std::optional<std::string>> users{std::nullopt, "alice", "bob"};
@@ -61,34 +66,42 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
                 if (name == "x-user" && user) return *user;
                 return std::nullopt;
             }};
-        const limit::RouteLimits route{"login", limits};
+        for (const auto& route : routes) {
+            std::optional<Decision> from_redis;
+            redis_limiter.decide(route, request, [&](Decision d) { from_redis = std::move(d); });
+            REQUIRE(run_until(io, [&] { return from_redis.has_value(); }));
+            REQUIRE(from_redis->outcome != Decision::Outcome::store_error);
 
-        std::optional<Decision> from_redis;
-        redis_limiter.decide(route, request, [&](Decision d) { from_redis = std::move(d); });
-        REQUIRE(run_until(io, [&] { return from_redis.has_value(); }));
-        REQUIRE(from_redis->outcome != Decision::Outcome::store_error);
+            memory_now = from_redis->time_us;
+            const Decision from_memory = memory_limiter.decide(route, request);
 
-        memory_now = from_redis->time_us;
-        const Decision from_memory = memory_limiter.decide(route, request);
-
-        INFO("request " << i << " at " << memory_now << " from " << ip << " " << method);
-        REQUIRE(from_memory.outcome == from_redis->outcome);
-        REQUIRE(from_memory.limited_by == from_redis->limited_by);
-        REQUIRE(from_memory.limits.size() == from_redis->limits.size());
-        for (std::size_t l = 0; l < limits.size(); ++l) {
-            INFO("limit " << limits[l].name);
-            const auto& m = from_memory.limits[l];
-            const auto& r = from_redis->limits[l];
-            CHECK(m.applies == r.applies);
-            CHECK(m.shadow == r.shadow);
-            CHECK(m.allowed == r.allowed);
-            CHECK(m.remaining == r.remaining);
-            CHECK(m.retry_after == r.retry_after);
-            CHECK(m.reset == r.reset);
+            INFO("request " << i << " on route " << route.route << " at " << memory_now << " from " << ip << " "
+                             << method);
+            REQUIRE(from_memory.outcome == from_redis->outcome);
+            REQUIRE(from_memory.limited_by == from_redis->limited_by);
+            REQUIRE(from_memory.limits.size() == from_redis->limits.size());
+            for (std::size_t l = 0; l < route.limits.size(); ++l) {
+                INFO("limit " << route.limits[l].name);
+                const auto& m = from_memory.limits[l];
+                const auto& r = from_redis->limits[l];
+                CHECK(m.applies == r.applies);
+                CHECK(m.shadow == r.shadow);
+                CHECK(m.allowed == r.allowed);
+                CHECK(m.remaining == r.remaining);
+                CHECK(m.retry_after == r.retry_after);
+                CHECK(m.reset == r.reset);
+            }
+            if (route.route == "login") {
+                allowed += from_redis->outcome == Decision::Outcome::allowed;
+                limited += from_redis->outcome == Decision::Outcome::limited;
+                shadow_limited += from_redis->shadow_limited();
+            } else if (route.route == "alone") {
+                alone_limited += from_redis->outcome == Decision::Outcome::limited;
+            } else {
+                CHECK(from_redis->outcome == Decision::Outcome::allowed);  // shadow only
+                watch_shadow_limited += from_redis->shadow_limited();
+            }
         }
-        allowed += from_redis->outcome == Decision::Outcome::allowed;
-        limited += from_redis->outcome == Decision::Outcome::limited;
-        shadow_limited += from_redis->shadow_limited();
 
         std::this_thread::sleep_for(std::chrono::microseconds(random() % 12'000));
     }
@@ -96,4 +109,6 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
     CHECK(allowed > 50);
     CHECK(limited > 50);
     CHECK(shadow_limited > 10);
+    CHECK(alone_limited > 20);
+    CHECK(watch_shadow_limited > 20);
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -306,4 +307,37 @@ TEST_CASE("redis connection: stop() answers pending callbacks exactly once", "[r
     run_for(io, 50ms);
     CHECK(call.results.size() == 1);
     server.resume();
+}
+
+TEST_CASE("redis connection: flush_output and poll_replies work without the event loop", "[redis]") {
+    RedisServer server;
+    SyncRedis check(server.port());
+    boost::asio::io_context io;
+    RedisConnection connection(io, options_for(server));
+    start_and_wait_ready(io, connection);
+
+    Calls set;
+    connection.command({"SET", "written", "now"}, set.callback());
+    connection.flush_output();  // on the socket without a turn of the loop
+    std::string seen;
+    for (int i = 0; i < 200 && seen != "now"; ++i) {
+        const auto reply = check.must({"GET", "written"});
+        seen = reply.type == redis::RedisReply::Type::string ? reply.text : "";
+        if (seen != "now") std::this_thread::sleep_for(5ms);
+    }
+    CHECK(seen == "now");
+    CHECK_FALSE(set.done());  // the reply waits on the socket ...
+    std::this_thread::sleep_for(50ms);
+    connection.poll_replies();
+    REQUIRE(set.done());  // ... and is taken in by the poll, still without the loop
+    CHECK(set.results[0].ok());
+    CHECK(set.results[0].reply.text == "OK");
+
+    // Nothing waiting: a poll reads nothing and answers nothing.
+    Calls later;
+    connection.poll_replies();
+    connection.command({"PING"}, later.callback());
+    connection.poll_replies();
+    CHECK(run_until(io, [&] { return later.done(); }));
+    CHECK(later.results.size() == 1);
 }
