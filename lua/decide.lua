@@ -42,13 +42,9 @@ local function whole(x)
   return x and x >= 0 and x % 1 == 0
 end
 
--- Lua writes numbers from 1e14 on with an exponent: those go through %d.
-local function decimal(x)
-  if x < 1e14 then return x end
-  return string.format('%d', x)
-end
-
--- Shape first: counts, algorithms and numbers of the whole batch.
+-- Shape first: counts, algorithms and numbers of the whole batch. The numbers are kept
+-- (num[i] is ARGV[i] as a number, for the counts and parameters) so each is parsed once.
+local num = {}
 local a, keys = 1, 0
 while a <= nargs do
   local n = tonumber(ARGV[a])
@@ -58,14 +54,17 @@ while a <= nargs do
   if a + 4 * n > nargs then
     return redis.error_reply('ERR decide: expected a limit count, then 4 arguments per key')
   end
+  num[a] = n
   for i = a + 1, a + 4 * n, 4 do
     if not algorithms[ARGV[i]] then
       return redis.error_reply('ERR decide: unknown algorithm ' .. tostring(ARGV[i]))
     end
-    if not whole(tonumber(ARGV[i + 2])) or not whole(tonumber(ARGV[i + 3])) then
+    local x, y = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    if not whole(x) or not whole(y) then
       return redis.error_reply('ERR decide: parameters of key ' .. (keys + (i - a + 3) / 4) ..
                                ' are not whole numbers')
     end
+    num[i + 2], num[i + 3] = x, y
   end
   a = a + 1 + 4 * n
   keys = keys + n
@@ -77,31 +76,29 @@ end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
-local reply = { string.format('%d', now) }
-local r = 1
+local format = string.format
+local reply = { format('%d', now) }
 local k = 0  -- keys used by the requests before this one
 a = 1
 local checks, used = {}, {}  -- per limit of the request: its check, its algorithm
+-- Four figures of one limit (whole numbers, %d: Lua's own number printing is slower and
+-- switches to an exponent from 1e14).
 local function put(allowed, remaining, retry_us, reset_us)
-  reply[r + 1] = allowed and 1 or 0
-  reply[r + 2] = decimal(remaining)
-  reply[r + 3] = decimal(ceil(retry_us / 1000))
-  reply[r + 4] = decimal(ceil(reset_us / 1000))
-  r = r + 4
+  reply[#reply + 1] = format('%d %d %d %d', allowed and 1 or 0, remaining, ceil(retry_us / 1000), ceil(reset_us / 1000))
 end
 
 while a <= nargs do
-  local n = tonumber(ARGV[a])
+  local n = num[a]
   local only = algorithms[ARGV[a + 1]]
   if n == 1 and only.alone then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
-    put(only.alone(KEYS[k + 1], now, tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])))
+    put(only.alone(KEYS[k + 1], now, num[a + 3], num[a + 4]))
   else
     local admit = true
     for i = 1, n do
       local base = a + 4 * i - 3
       local algorithm = algorithms[ARGV[base]]
-      local c = algorithm.check(KEYS[k + i], now, tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]))
+      local c = algorithm.check(KEYS[k + i], now, num[base + 2], num[base + 3])
       if not c.allowed and ARGV[base + 1] ~= '1' then admit = false end
       checks[i], used[i] = c, algorithm
     end

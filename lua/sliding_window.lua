@@ -14,7 +14,7 @@
 local sliding_window = {}
 
 local function integer_string(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
 -- Reads the state and works out whether one more request fits. Writes nothing.
