@@ -2,6 +2,7 @@
 // loop for keep-alive. One coroutine per client connection, on its worker's io_context.
 #include "http/client_session.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <memory>
@@ -157,11 +158,12 @@ private:
     net::awaitable<bool> drain_body(RequestParser& parser, const config::ServerConfig& server);
     net::awaitable<void> close_gracefully();
 
-    // Client-side deadline: one timer per connection; on expiry the pending socket
-    // operation is cancelled and timed_out_ tells why. (beast::tcp_stream closes the
-    // socket on timeout, which would make answering 408 impossible.)
+    // Deadlines: one timer per connection for both sides. On expiry the pending operation
+    // is cancelled and timed_out_ (client side) or upstream_timed_out_ (upstream side)
+    // tells why. (beast::tcp_stream closes the socket on timeout, which would make
+    // answering 408 impossible, and starts and cancels a timer for every operation.)
     //
-    // Arming only moves `deadline_`: the timer is restarted only when the new deadline is
+    // Arming only moves a deadline: the timer is restarted only when the new deadline is
     // earlier than the one it waits for. When it fires early (the deadline moved later
     // meanwhile) it waits again. So the request path does not cancel and restart a timer
     // for every read and write.
@@ -171,6 +173,20 @@ private:
         if (!timer_waiting_ || deadline_ < timer_expiry_) start_timer();
     }
     void disarm() { deadline_ = Clock::time_point::max(); }
+    // The same for one operation on an upstream connection; disarm before `socket` can go.
+    void arm_upstream(tcp::socket& socket, config::Duration d) {
+        upstream_timed_out_ = false;
+        upstream_socket_ = &socket;
+        upstream_deadline_ = Clock::now() + d;
+        if (!timer_waiting_ || upstream_deadline_ < timer_expiry_) start_timer();
+    }
+    // Disarms; an operation the deadline cancelled reports beast::error::timeout.
+    boost::system::error_code disarm_upstream(boost::system::error_code ec) {
+        upstream_deadline_ = Clock::time_point::max();
+        upstream_socket_ = nullptr;
+        if (upstream_timed_out_ && ec == net::error::operation_aborted) return beast::error::timeout;
+        return ec;
+    }
     void stop_timer() {
         ++timer_generation_;
         timer_waiting_ = false;
@@ -178,17 +194,26 @@ private:
     }
     void start_timer() {
         timer_waiting_ = true;
-        timer_expiry_ = deadline_;
+        timer_expiry_ = std::min(deadline_, upstream_deadline_);
         auto generation = ++timer_generation_;
-        timer_.expires_at(deadline_);  // a wait already pending completes as superseded
+        timer_.expires_at(timer_expiry_);  // a wait already pending completes as superseded
         timer_.async_wait([self = shared_from_this(), generation](boost::system::error_code ec) {
             if (generation != self->timer_generation_) return;
             self->timer_waiting_ = false;
-            if (ec || self->deadline_ == Clock::time_point::max()) return;
-            if (Clock::now() < self->deadline_) return self->start_timer();
-            self->timed_out_ = true;
+            if (ec) return;
+            const auto now = Clock::now();
             boost::system::error_code ignored;
-            self->socket_.cancel(ignored);
+            if (now >= self->deadline_) {
+                self->deadline_ = Clock::time_point::max();
+                self->timed_out_ = true;
+                self->socket_.cancel(ignored);
+            }
+            if (now >= self->upstream_deadline_) {
+                self->upstream_deadline_ = Clock::time_point::max();
+                self->upstream_timed_out_ = true;
+                if (self->upstream_socket_) self->upstream_socket_->cancel(ignored);
+            }
+            if (std::min(self->deadline_, self->upstream_deadline_) != Clock::time_point::max()) self->start_timer();
         });
     }
 
@@ -200,6 +225,9 @@ private:
     bool timer_waiting_ = false;
     std::uint64_t timer_generation_ = 0;
     bool timed_out_ = false;
+    Clock::time_point upstream_deadline_ = Clock::time_point::max();
+    tcp::socket* upstream_socket_ = nullptr;  // the socket of the upstream operation armed
+    bool upstream_timed_out_ = false;
     bool idle_ = false;  // waiting for a request with nothing received: graceful stop may close it
     beast::flat_buffer buffer_;
     std::string peer_ip_;
@@ -466,6 +494,7 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(co
         if (!ec) {
             boost::system::error_code ignored;
             conn->stream.socket().set_option(tcp::no_delay(true), ignored);
+            conn->stream.expires_never();  // from here on the session's deadline covers it
             co_return conn;
         }
         failure = ec == beast::error::timeout ? Upstream::timed_out : Upstream::refused;
@@ -539,9 +568,9 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             // Only a head: written by us, in one piece.
             head_.clear();
             write_request_head(sv(req.method_string()), sv(req.target()), 11, req.base(), head_);
-            conn->stream.expires_after(upstream_cfg.timeout);
-            auto [wec, wn] = co_await net::async_write(conn->stream, net::buffer(head_), nothrow);
-            upstream_error = wec;
+            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
+            auto [wec, wn] = co_await net::async_write(conn->stream.socket(), net::buffer(head_), nothrow);
+            upstream_error = disarm_upstream(wec);
         } else {
         // Request head and body, streamed.
         bhttp::request_serializer<bhttp::buffer_body> sr{req};
@@ -575,8 +604,9 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
                 body.size = 0;
                 body.more = false;
             }
-            conn->stream.expires_after(upstream_cfg.timeout);
-            auto [wec, wn] = co_await bhttp::async_write(conn->stream, sr, nothrow);
+            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
+            auto [wec0, wn] = co_await bhttp::async_write(conn->stream.socket(), sr, nothrow);
+            auto wec = disarm_upstream(wec0);
             if (wec == bhttp::error::need_buffer) wec = {};
             if (wec) {
                 upstream_error = wec;
@@ -591,8 +621,9 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             res_parser->header_limit(upstream_header_limit);
             res_parser->body_limit(boost::none);
             if (is_head) res_parser->skip(true);
-            conn->stream.expires_after(upstream_cfg.timeout);
-            auto [hec, hn] = co_await bhttp::async_read_header(conn->stream, conn->buffer, *res_parser, nothrow);
+            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
+            auto [hec0, hn] = co_await bhttp::async_read_header(conn->stream.socket(), conn->buffer, *res_parser, nothrow);
+            const auto hec = disarm_upstream(hec0);
             if (hec) {
                 upstream_error = hec;
                 break;
@@ -673,8 +704,9 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
         rec.bytes_sent += buffered;
         while (remaining > 0) {
             const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, chunk.size()));
-            conn->stream.expires_after(upstream_cfg.timeout);
-            auto [rec_ec, n] = co_await conn->stream.async_read_some(net::buffer(chunk.data(), want), nothrow);
+            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
+            auto [rec_ec0, n] = co_await conn->stream.socket().async_read_some(net::buffer(chunk.data(), want), nothrow);
+            const auto rec_ec = disarm_upstream(rec_ec0);
             if (rec_ec) {
                 spdlog::warn("upstream {} server {}: response body cut short: {}", upstream_cfg.name, conn->key,
                              rec_ec == beast::error::timeout ? "timed out" : rec_ec.message());
@@ -702,9 +734,8 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     body.data = nullptr;
     body.size = 0;
     body.more = !no_body && !res_parser->is_done();
-    // The head goes out at once, unless body bytes came with it: then head and the first
-    // piece of body leave in one write (one system call for a small response).
-    if (body.more && conn->buffer.size() == 0) {
+    // The head goes out at once: a streaming response may take its time with the body.
+    {
         arm(cfg.server.idle_timeout);
         auto [hec, hn] = co_await bhttp::async_write_header(socket_, sr, nothrow);
         disarm();
@@ -714,8 +745,11 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
         if (!res_parser->is_done()) {
             body.data = chunk.data();
             body.size = chunk.size();
-            conn->stream.expires_after(upstream_cfg.timeout);
-            auto [rec_ec, n] = co_await bhttp::async_read(conn->stream, conn->buffer, *res_parser, nothrow);
+            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
+            // read_some: each piece is relayed as it comes (a stream of small chunks is not
+            // held back until a whole buffer is full).
+            auto [rec_ec0, n] = co_await bhttp::async_read_some(conn->stream.socket(), conn->buffer, *res_parser, nothrow);
+            auto rec_ec = disarm_upstream(rec_ec0);
             if (rec_ec == bhttp::error::need_buffer) rec_ec = {};
             if (rec_ec) {
                 spdlog::warn("upstream {} server {}: response body cut short: {}", upstream_cfg.name, conn->key,
@@ -723,7 +757,9 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
                 co_return false;  // the client sees the connection close mid-body
             }
             body.size = chunk.size() - body.size;
-            body.data = chunk.data();
+            // No bytes this time (a chunk header, say): no buffer at all, or the serializer
+            // would write an empty chunk, which ends a chunked body.
+            body.data = body.size ? chunk.data() : nullptr;
             body.more = !res_parser->is_done();
         } else {
             body.data = nullptr;

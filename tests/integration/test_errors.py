@@ -207,6 +207,15 @@ class LimitsTest(SluiceTestCase):
         self.assertEqual(self.up.last().header("x-big"), "v" * (MAX_HEADER // 2))
 
 
+def stall(raw):
+    """Sends `raw` (a head and part of a body), then nothing for 3 s, then closes."""
+    def behaviour(req, conn):
+        conn.send(raw)
+        conn.sleep(3.0)
+        conn.close()
+    return behaviour
+
+
 class UpstreamFailureTest(SluiceTestCase):
     """502 when the upstream cannot be reached or misbehaves, 504 on its timeout."""
 
@@ -220,6 +229,8 @@ class UpstreamFailureTest(SluiceTestCase):
             "/cut-head": send_raw(b"HTTP/1.1 200 OK\r\nContent-Le"),
             "/cut-body": send_raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten.."),
             "/slow": delayed(3.0, respond(200, b"too late")),
+            "/stall-body": stall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten.."),
+            "/stall-chunked": stall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"),
             "/ok": respond(200, b"ok"),
         }))
         self.port = free_port()
@@ -267,6 +278,23 @@ class UpstreamFailureTest(SluiceTestCase):
         self.assertLess(time.monotonic() - start, 2.9, "504 only after the upstream answered")
         entry = self.sluice.wait_access(target="/slow")
         self.assertEqual(entry["status"], "504")
+
+
+    def test_upstream_timeout_mid_body_closes_the_client_connection(self):
+        # The head and the first bytes have gone to the client; the upstream then stalls
+        # past its 1 s timeout: the client sees the connection close with the body
+        # incomplete, well before the upstream's 3 s, and the log says why.
+        for target, first in (("/stall-body", b"only ten.."), ("/stall-chunked", b"hello")):
+            with self.subTest(target):
+                c = self.client(self.port)
+                start = time.monotonic()
+                c.send(build_request("GET", target))
+                with self.assertRaises(IncompleteResponse) as cut:
+                    c.read_response(timeout=5)
+                self.assertLess(time.monotonic() - start, 2.5)
+                self.assertEqual(cut.exception.partial_response.status, 200)
+                self.assertIn(first, cut.exception.partial or b"")
+                self.sluice.wait_log("response body cut short: timed out")
 
 
 if __name__ == "__main__":
