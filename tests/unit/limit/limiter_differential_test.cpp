@@ -46,11 +46,18 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
         sliding_window("shadow", 1, 80ms, {client_ip(), method()}, true),
         token_bucket("per_user", 10, 1s, 4, {header("x-user")}),
     };
-    // One-limit routes take the script's single-limit path (token_bucket.alone).
-    const std::vector<config::LimitConfig> alone{token_bucket("alone", 5, 100ms, 2, {client_ip(), method()})};
+    // One-limit routes take the script's single-limit paths (token_bucket.alone,
+    // sliding_window.alone).
+    const std::vector<config::LimitConfig> alone{token_bucket("alone", 3, 100ms, 2, {client_ip()})};
     const std::vector<config::LimitConfig> watch{token_bucket("watch", 2, 100ms, 1, {client_ip()}, true)};
-    const std::vector<limit::RouteLimits> routes{{"login", limits}, {"alone", alone}, {"watch", watch}};
-    int alone_limited = 0, watch_shadow_limited = 0;
+    const std::vector<config::LimitConfig> window_alone{sliding_window("window_alone", 3, 90ms, {client_ip(), method()})};
+    const std::vector<config::LimitConfig> window_watch{sliding_window("window_watch", 2, 70ms, {client_ip()}, true)};
+    const std::vector<limit::RouteLimits> routes{{"login", limits},
+                                                 {"alone", alone},
+                                                 {"watch", watch},
+                                                 {"window_alone", window_alone},
+                                                 {"window_watch", window_watch}};
+    int alone_limited = 0, watch_shadow_limited = 0, window_alone_limited = 0, window_watch_shadow_limited = 0;
     const std::vector<std::string> ips{"203.0.113.7", "198.51.100.2", "2001:db8::1"};
     const std::vector<std::string> methods{"GET", "POST"};
     const std::vector<std::optional<std::string>> users{std::nullopt, "alice", "bob"};
@@ -97,9 +104,12 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
                 shadow_limited += from_redis->shadow_limited();
             } else if (route.route == "alone") {
                 alone_limited += from_redis->outcome == Decision::Outcome::limited;
+            } else if (route.route == "window_alone") {
+                window_alone_limited += from_redis->outcome == Decision::Outcome::limited;
             } else {
                 CHECK(from_redis->outcome == Decision::Outcome::allowed);  // shadow only
-                watch_shadow_limited += from_redis->shadow_limited();
+                (route.route == "watch" ? watch_shadow_limited : window_watch_shadow_limited) +=
+                    from_redis->shadow_limited();
             }
         }
 
@@ -111,4 +121,6 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
     CHECK(shadow_limited > 10);
     CHECK(alone_limited > 20);
     CHECK(watch_shadow_limited > 20);
+    CHECK(window_alone_limited > 20);
+    CHECK(window_watch_shadow_limited > 20);
 }
