@@ -10,7 +10,7 @@ import sys
 
 COLUMNS = ["scenario", "conns", "target", "round", "rps", "p50", "p99", "non2xx", "sockerr",
            "wrk_requests", "requests", "evals", "upstream", "r429", "store_errors", "crashed",
-           "rss_kb", "redis_usec", "listen_drops", "upstream_conns"]
+           "rss_kb", "redis_usec", "listen_drops", "upstream_conns", "proxy_ticks", "redis_ticks"]
 
 DESCRIPTION = {
     "none": "route without limits",
@@ -87,6 +87,9 @@ def summarize(runs):
                 "redis_usec": sum(r["redis_usec"] for r in ok),
                 "listen_drops": sum(r["listen_drops"] for r in g[target]),
                 "upstream_conns": sum(r["upstream_conns"] for r in g[target]),
+                # CPU time (clock ticks of 10 ms) of the proxy and of redis-server while wrk ran
+                "proxy_ticks": sum(r["proxy_ticks"] for r in ok),
+                "redis_ticks": sum(r["redis_ticks"] for r in ok),
                 "crashed": any(r["crashed"] for r in g[target]),
                 "rss_kb": g[target][-1]["rss_kb"] if g[target] else 0,
             }
@@ -95,6 +98,12 @@ def summarize(runs):
         row["calls"] = s["evals"] / s["requests"] if s["requests"] else None
         row["up_per_req"] = s["upstream"] / s["requests"] if s["requests"] else None
         row["usec_per_call"] = s["redis_usec"] / s["evals"] if s["evals"] else None
+        # CPU µs per request answered (wrk's count: every request, forwarded or not)
+        for target in ("nginx", "sluice"):
+            t = row[target]
+            done = sum(r["wrk_requests"] for r in g[target] if not r["crashed"])
+            t["cpu_us"] = 10000.0 * t["proxy_ticks"] / done if done and t["proxy_ticks"] else None
+            t["redis_cpu_us"] = 10000.0 * t["redis_ticks"] / done if done and t["redis_ticks"] else None
         row["limited_pct"] = 100.0 * s["r429"] / s["requests"] if s["requests"] else None
         notes = []
         if s["crashed"]:
@@ -129,7 +138,8 @@ def f(x, fmt):
 
 def table(rows):
     head = ["scenario", "conns", "nginx req/s", "nginx p50 ms", "nginx p99 ms", "sluice req/s",
-            "sluice p50 ms", "sluice p99 ms", "ratio", "Redis calls/req", "Redis µs/call", "upstream/req",
+            "sluice p50 ms", "sluice p99 ms", "ratio", "nginx CPU µs/req", "sluice CPU µs/req",
+            "Redis CPU µs/req", "Redis calls/req", "Redis µs/call", "upstream/req",
             "429 %", "sluice RSS MB", "notes"]
     body = []
     for r in rows:
@@ -138,7 +148,8 @@ def table(rows):
             r["scenario"], str(r["conns"]),
             f(n["rps"], ".0f"), f(n["p50"], ".2f"), f(n["p99"], ".2f"),
             f(s["rps"], ".0f"), f(s["p50"], ".2f"), f(s["p99"], ".2f"),
-            f(r["ratio"], ".2f"), f(r["calls"], ".3f"), f(r["usec_per_call"], ".1f"), f(r["up_per_req"], ".3f"),
+            f(r["ratio"], ".2f"), f(n["cpu_us"], ".1f"), f(s["cpu_us"], ".1f"), f(s["redis_cpu_us"], ".1f"),
+            f(r["calls"], ".3f"), f(r["usec_per_call"], ".1f"), f(r["up_per_req"], ".3f"),
             f(r["limited_pct"], ".1f"), f(s["rss_kb"] / 1024 if s["rss_kb"] else None, ".1f"),
             r["notes"],
         ])
@@ -265,6 +276,10 @@ def main():
            "ran nginx then sluice, alternating, so drifting machine noise hits both.",
            "- ratio = sluice req/s / nginx req/s. In reject90/reject100 nginx forwards everything (it "
            "has no limits), so the ratio there compares sluice's 429 answers with nginx's proxying.",
+           "- CPU µs/req = user + system CPU time the proxy (nginx: master and workers; sluice: its one "
+           "process) used during the rounds, from `/proc/PID/stat`, divided by wrk's request count. "
+           "Redis CPU µs/req is the same for redis-server during sluice's rounds: on this one machine "
+           "it competes with the proxies for the same two cores, so it is part of what the limiter costs here.",
            "- Redis calls/req = (EVALSHA + EVAL calls in Redis `INFO commandstats`) / requests counted "
            "in sluice's `sluice_requests_total`, over the sluice runs.",
            "- Redis µs/call = Redis's own time per script call (`usec` of EVALSHA + EVAL in "

@@ -170,6 +170,8 @@ rss_kb() {  # rss_kb PID...: summed VmRSS in KB
 }
 
 nginx_pids() { echo "$1 $(ps -o pid= --ppid "$1" | tr '\n' ' ')"; }  # master and workers
+# cpu_ticks PID...: user + system CPU time used so far, summed, in clock ticks (1/100 s)
+cpu_ticks() { local pid; for pid in "$@"; do cat "/proc/$pid/stat" 2>/dev/null; done | awk '{ sub(/^.*\) /, ""); t += $12 + $13 } END { print t + 0 }'; }
 
 # ---------------------------------------------------------------------------------------------
 # Configs.
@@ -416,17 +418,22 @@ run_scenario() {  # run_scenario NAME CONNS
   for round in $(seq 1 "$ROUNDS"); do
     sleep 1
     local out="$RESULTS/wrk/$name-$conns-nginx-$round.txt" d0 d1 a0 a1 q0 q1
+    local p0 p1 k0 k1
     d0=$(listen_drops); read -r a0 q0 <<<"$(upstream_counts)"
+    p0=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k0=$(cpu_ticks "$REDIS_PID")
     run_wrk "$NGINX_PORT" "$conns" "$DURATION" "$out" "$name"
+    p1=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k1=$(cpu_ticks "$REDIS_PID")
     d1=$(listen_drops); read -r a1 q1 <<<"$(upstream_counts)"
     record_run "$name" "$conns" nginx "$round" $(parse_wrk "$out") 0 0 $((q1 - q0 - 1)) 0 0 0 \
-      "$(rss_kb $(nginx_pids "$NGINX_PID"))" 0 $((d1 - d0)) $((a1 - a0 - 1))
+      "$(rss_kb $(nginx_pids "$NGINX_PID"))" 0 $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0))
     sleep 1
     if [ "$crashed" = 1 ]; then continue; fi
     out="$RESULTS/wrk/$name-$conns-sluice-$round.txt"
     local before_c before_e after_c after_e
     before_c=$(sluice_counts); before_e=$(redis_evals); read -r a0 q0 <<<"$(upstream_counts)"; d0=$(listen_drops)
+    p0=$(cpu_ticks "$SLUICE_PID"); k0=$(cpu_ticks "$REDIS_PID")
     run_wrk "$SLUICE_PORT" "$conns" "$DURATION" "$out" "$name"
+    p1=$(cpu_ticks "$SLUICE_PID"); k1=$(cpu_ticks "$REDIS_PID")
     d1=$(listen_drops)
     if ! kill -0 "$SLUICE_PID" 2>/dev/null; then
       crashed=1
@@ -434,7 +441,7 @@ run_scenario() {  # run_scenario NAME CONNS
       say "SLUICE DIED during $name@$conns round $round (exit status $STOP_RC); log tail:"
       tail -20 "$SLUICE_LOG" >&2
       echo "$name@$conns round $round: sluice died, exit status $STOP_RC" >>"$RESULTS/anomalies.txt"
-      record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") 0 0 0 0 0 1 0 0 $((d1 - d0)) 0
+      record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") 0 0 0 0 0 1 0 0 $((d1 - d0)) 0 0 0
       continue
     fi
     sleep 0.3  # let the last answers be counted
@@ -443,7 +450,7 @@ run_scenario() {  # run_scenario NAME CONNS
     read -r c0 u0 <<<"$before_e"; read -r c1 u1 <<<"$after_e"
     record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") \
       $((r1 - r0)) $((c1 - c0)) $((q1 - q0 - 1)) $((l1 - l0)) $((e1 - e0)) 0 \
-      "$(rss_kb "$SLUICE_PID")" $((u1 - u0)) $((d1 - d0)) $((a1 - a0 - 1))
+      "$(rss_kb "$SLUICE_PID")" $((u1 - u0)) $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0))
   done
   [ "$crashed" = 0 ] && metrics >"$RESULTS/metrics/$name-$conns.txt"
   if [ "$name" = clients100k ] && [ "$crashed" = 0 ]; then
