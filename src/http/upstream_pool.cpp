@@ -29,7 +29,7 @@ bool still_open(UpstreamConnection& conn) {
 std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, bool retryable) {
     auto it = idle_.find(key);
     if (it == idle_.end()) return nullptr;
-    auto& list = it->second;
+    auto& list = it->second.list;
     auto now = std::chrono::steady_clock::now();
     while (!list.empty()) {
         auto conn = std::move(list.back());  // most recently used first: warmest, least likely closed
@@ -43,17 +43,59 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, b
 }
 
 void UpstreamPool::put(std::unique_ptr<UpstreamConnection> conn, std::size_t max_idle) {
-    if (max_idle == 0) return;
-    auto& list = idle_[conn->key];
-    // Replace the oldest: it is the most likely to have been closed by the server.
-    if (list.size() >= max_idle) list.erase(list.begin());
+    if (max_idle == 0 || shut_) return;
+    auto& idle = idle_[conn->key];
+    idle.max_idle = max_idle;
     conn->idle_since = std::chrono::steady_clock::now();
-    list.push_back(std::move(conn));
+    idle.list.push_back(std::move(conn));
+    if (idle.list.size() > max_idle) arm_trim(idle.list.front()->idle_since + surplus_idle_time_);
+}
+
+void UpstreamPool::arm_trim(std::chrono::steady_clock::time_point at) {
+    if (trim_at_ != std::chrono::steady_clock::time_point{} && trim_at_ <= at) return;  // sooner already
+    trim_at_ = at;
+    trim_timer_.expires_at(at);
+    trim_timer_.async_wait([this](boost::system::error_code ec) {
+        if (ec) return;  // cancelled (re-armed sooner, cleared) or the pool is gone
+        trim_at_ = {};
+        trim_surplus();
+    });
+}
+
+void UpstreamPool::trim_surplus() {
+    const auto now = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point next{};
+    for (auto& [key, idle] : idle_) {
+        auto& list = idle.list;
+        std::size_t stale = 0;  // the oldest surplus connections, idle long enough to go
+        while (list.size() - stale > idle.max_idle && now - list[stale]->idle_since >= surplus_idle_time_) ++stale;
+        for (std::size_t i = 0; i < stale; ++i) {
+            boost::system::error_code ec;
+            list[i]->stream.socket().close(ec);
+        }
+        list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(stale));
+        if (list.size() > idle.max_idle) {
+            const auto at = list.front()->idle_since + surplus_idle_time_;
+            if (next == std::chrono::steady_clock::time_point{} || at < next) next = at;
+        }
+    }
+    if (next != std::chrono::steady_clock::time_point{}) arm_trim(next);
+}
+
+void UpstreamPool::clear() {
+    idle_.clear();
+    trim_timer_.cancel();
+    trim_at_ = {};
+}
+
+void UpstreamPool::shut() {
+    shut_ = true;
+    clear();
 }
 
 std::size_t UpstreamPool::idle_count() const {
     std::size_t n = 0;
-    for (const auto& [key, list] : idle_) n += list.size();
+    for (const auto& [key, idle] : idle_) n += idle.list.size();
     return n;
 }
 

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
@@ -23,6 +24,13 @@ struct UpstreamConnection {
 
 class UpstreamPool {
 public:
+    static constexpr std::chrono::milliseconds default_surplus_idle_time{1000};
+
+    // Closing surplus connections (see put) is timed on `ex`, the owning worker's executor.
+    explicit UpstreamPool(const boost::asio::any_io_executor& ex,
+                          std::chrono::milliseconds surplus_idle_time = default_surplus_idle_time)
+        : surplus_idle_time_(surplus_idle_time), trim_timer_(ex) {}
+
     // An idle connection to `key` that still looks usable (not idle too long, and not closed
     // by the peer), or nullptr. Looking at the peer costs a system call; with `retryable`
     // (the caller resends a request without a body once on a fresh connection when a pooled
@@ -31,14 +39,32 @@ public:
     // an idle timeout comes after seconds).
     std::unique_ptr<UpstreamConnection> take(const std::string& key, bool retryable = false);
 
-    // Keeps `conn` for reuse unless `max_idle` connections to its server are kept already.
+    // Keeps `conn` for reuse. Up to `max_idle` connections to its server stay as long as they
+    // are usable; more are surplus, and a surplus connection idle for the surplus idle time
+    // (a second) is closed (oldest first). A burst of concurrent requests then finds the connections the
+    // previous burst opened, rather than one opened and closed per request beyond max_idle
+    // (HAProxy purges idle connections gradually for the same reason).
     void put(std::unique_ptr<UpstreamConnection> conn, std::size_t max_idle);
 
-    void clear() { idle_.clear(); }
+    // Closes every idle connection (reload: the servers may have changed).
+    void clear();
+    // clear(), and from now on put() closes what it is given (the worker is stopping).
+    void shut();
     std::size_t idle_count() const;
 
 private:
-    std::unordered_map<std::string, std::vector<std::unique_ptr<UpstreamConnection>>> idle_;
+    struct Idle {
+        std::vector<std::unique_ptr<UpstreamConnection>> list;  // oldest first
+        std::size_t max_idle = 0;
+    };
+    void trim_surplus();
+    void arm_trim(std::chrono::steady_clock::time_point at);
+
+    std::chrono::milliseconds surplus_idle_time_;
+    std::unordered_map<std::string, Idle> idle_;
+    boost::asio::steady_timer trim_timer_;
+    std::chrono::steady_clock::time_point trim_at_{};  // when armed; epoch when not
+    bool shut_ = false;
 };
 
 }  // namespace sluice::http

@@ -24,6 +24,7 @@ Worker::Worker(unsigned index, std::shared_ptr<const Snapshot> snapshot, std::at
       snapshot_(std::move(snapshot)),
       connections_(connections),
       guard_(net::make_work_guard(io_)),
+      pool_(io_.get_executor()),
       memory_limiter_(memory) {
     if (!memory_limiter_) {
         const auto& store = snapshot_->config->store;
@@ -35,7 +36,7 @@ Worker::Worker(unsigned index, std::shared_ptr<const Snapshot> snapshot, std::at
 Worker::~Worker() {
     stop_now();
     join();
-    pool_.clear();
+    pool_.shut();
     acceptors_.clear();
     store_watch_.reset();
     redis_.reset();  // answers pending decisions (shutting_down) while the limiter still exists
@@ -155,7 +156,7 @@ void Worker::shutdown() {
         // Copy: closing a session may remove it from the set.
         std::vector<http::ClientSession*> sessions(sessions_.begin(), sessions_.end());
         for (auto* s : sessions) s->stop_if_idle();
-        pool_.clear();
+        pool_.shut();  // sessions still finishing close their upstream connections
         if (store_watch_) store_watch_->cancel();
         if (sessions_.empty() && redis_) redis_->stop();
         guard_.reset();

@@ -709,6 +709,7 @@ class Upstream:
         up.address           "127.0.0.1:PORT"
         up.requests          [UpstreamRequest], complete requests in arrival order
         up.connections       number of TCP connections accepted
+        up.open_connections()  of those, how many are still open
         up.bytes_received    bytes received over all connections
         up.incomplete        connections that closed inside a request
         up.behaviour = ...   change what it answers (callable(request, conn))
@@ -772,6 +773,11 @@ class Upstream:
                    message=f"{n} request(s) at {self.name} (have {len(self.requests)})")
         with self._lock:
             return list(self.requests)
+
+    def open_connections(self):
+        """Connections accepted and not yet closed by either side."""
+        with self._lock:
+            return len(self._conn_socks)
 
     def conn_ids(self):
         with self._lock:

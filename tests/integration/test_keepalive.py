@@ -1,10 +1,11 @@
 """Keep-alive: client connections (HTTP/1.1 and 1.0) and the upstream connection pool."""
 
+import threading
 import time
 import unittest
 
 from harness import (SluiceTestCase, build_request, close_delimited, echo, free_port,
-                     proxy_config, respond)
+                     proxy_config, respond, wait_until)
 
 
 class ClientKeepAliveTest(SluiceTestCase):
@@ -116,6 +117,42 @@ class UpstreamReuseTest(SluiceTestCase):
             c.close()
             time.sleep(0.02)
         self.assertLessEqual(self.up.connections, 2, f"{self.up.connections} upstream connections")
+
+    def test_bursts_beyond_max_idle_reuse_connections_then_the_surplus_is_closed(self):
+        # max_idle 1, bursts of 4 concurrent requests: the 3 connections beyond max_idle stay
+        # for the next burst (rather than 3 closed and 3 opened per burst), and are closed
+        # after about a second without use.
+        def slow(req, conn):
+            conn.sleep(0.1)
+            conn.send_response(200, [], b"pooled")
+
+        self.up = self.start_upstream(slow)
+        port = free_port()
+        self.sluice = self.start_sluice(proxy_config(
+            port, {"app": {"servers": [self.up.address], "max_idle": 1}}, server={"workers": 1}))
+        clients = [self.client(port) for _ in range(4)]
+        for burst in range(4):
+            statuses = []
+
+            def one(c, i):
+                statuses.append(c.request("GET", f"/burst/{burst}/{i}").status)
+
+            threads = [threading.Thread(target=one, args=(c, i)) for i, c in enumerate(clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(10)
+            self.assertEqual(statuses, [200] * 4)
+            time.sleep(0.2)
+        self.assertEqual(len(self.up.requests), 16)
+        self.assertEqual(self.up.connections, 4, "connections opened for 4 bursts of 4")
+        self.assertEqual(self.up.open_connections(), 4)
+        # Idle past the grace period: back to max_idle.
+        wait_until(lambda: self.up.open_connections() == 1, 3.0, message="surplus closed")
+        time.sleep(0.3)
+        self.assertEqual(self.up.open_connections(), 1)
+        r = clients[0].request("GET", "/after")
+        self.assertEqual((r.status, self.up.connections), (200, 4))  # the kept one is reused
 
     def test_eof_framed_response_is_not_reused(self):
         port = self.start(workers=1, behaviour=close_delimited(b"until eof"))
