@@ -10,7 +10,8 @@ import sys
 
 COLUMNS = ["scenario", "conns", "target", "round", "rps", "p50", "p99", "non2xx", "sockerr",
            "wrk_requests", "requests", "evals", "upstream", "r429", "store_errors", "crashed",
-           "rss_kb", "redis_usec", "listen_drops", "upstream_conns", "proxy_ticks", "redis_ticks"]
+           "rss_kb", "redis_usec", "listen_drops", "upstream_conns", "proxy_ticks", "redis_ticks",
+           "backlog_drops"]
 
 DESCRIPTION = {
     "none": "route without limits",
@@ -86,6 +87,7 @@ def summarize(runs):
                 "store_errors": sum(r["store_errors"] for r in ok),
                 "redis_usec": sum(r["redis_usec"] for r in ok),
                 "listen_drops": sum(r["listen_drops"] for r in g[target]),
+                "backlog_drops": sum(r["backlog_drops"] for r in g[target]),
                 "upstream_conns": sum(r["upstream_conns"] for r in g[target]),
                 # CPU time (clock ticks of 10 ms) of the proxy and of redis-server while wrk ran
                 "proxy_ticks": sum(r["proxy_ticks"] for r in ok),
@@ -120,6 +122,9 @@ def summarize(runs):
             notes.append(f"nginx accept-queue drops {int(n['listen_drops'])}")
         if s["listen_drops"]:
             notes.append(f"sluice accept-queue drops {int(s['listen_drops'])}")
+        for who, t in (("nginx", n), ("sluice", s)):
+            if t["backlog_drops"]:
+                notes.append(f"packets dropped by the kernel during {who}'s runs {int(t['backlog_drops'])}")
         for who, t in (("nginx", n), ("sluice", s)):
             # new upstream connections: a pool that keeps too few idle connections reconnects
             if t["upstream"] and t["upstream_conns"] > 0.01 * t["upstream"]:
@@ -292,7 +297,11 @@ def main():
            "- notes: anything that should not happen: non-2xx answers where every request should "
            "pass, wrk socket errors (connect/read/write/timeout), connections the kernel dropped because "
            "the proxy's accept queue was full (`ListenDrops`, whole machine, during that run; a "
-           "dropped SYN is retried after 1 s, which shows as a p99 around 1 s), store errors "
+           "dropped SYN is retried after 1 s, which shows as a p99 around 1 s), packets the kernel "
+           "dropped because a CPU's input backlog was full (`/proc/net/softnet_stat`, whole machine, "
+           "during the runs: on loopback a burst of 1000 connections can overflow "
+           "`net.core.netdev_max_backlog`; each drop costs a retransmission 200 ms to 1 s later, "
+           "which lands in the tail latencies of whichever proxy ran), store errors "
            "(`sluice_store_errors_total`: no Redis answer within `store.redis.timeout`, request "
            "forwarded anyway), new upstream connections opened during the runs when they exceed 1 % of "
            "the forwarded requests (counted by the upstream's `stub_status`: a keep-alive pool "

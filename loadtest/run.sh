@@ -346,6 +346,10 @@ sluice_counts() {
 # "calls usec" of EVALSHA + EVAL in Redis
 redis_evals() { redis-cli -p "$REDIS_PORT" INFO commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval):/ { n += $3; u += $5 } END { printf "%d %d\n", n, u }'; }
 # kernel counter: connections dropped because an accept queue was full (whole machine)
+# kernel counter: packets dropped because a CPU's input backlog was full (net.core.netdev_max_backlog;
+# on loopback a burst of connections or segments can overflow it; each drop is a retransmission
+# after 200 ms, or 1 s for a SYN)
+backlog_drops() { local n=0 _p d _r; while read -r _p d _r; do n=$((n + 16#$d)); done </proc/net/softnet_stat; echo "$n"; }
 listen_drops() { awk '$1 == "TcpExt:" && !h { for (i = 2; i <= NF; i++) if ($i == "ListenDrops") c = i; h = 1; next }
                       $1 == "TcpExt:" && h { print $c + 0 }' /proc/net/netstat; }
 # "connections_accepted requests" of the upstream nginx (stub_status). Each reading counts
@@ -418,22 +422,22 @@ run_scenario() {  # run_scenario NAME CONNS
   for round in $(seq 1 "$ROUNDS"); do
     sleep 1
     local out="$RESULTS/wrk/$name-$conns-nginx-$round.txt" d0 d1 a0 a1 q0 q1
-    local p0 p1 k0 k1
+    local p0 p1 k0 k1 b0 b1
     d0=$(listen_drops); read -r a0 q0 <<<"$(upstream_counts)"
-    p0=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k0=$(cpu_ticks "$REDIS_PID")
+    p0=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k0=$(cpu_ticks "$REDIS_PID"); b0=$(backlog_drops)
     run_wrk "$NGINX_PORT" "$conns" "$DURATION" "$out" "$name"
-    p1=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k1=$(cpu_ticks "$REDIS_PID")
+    p1=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k1=$(cpu_ticks "$REDIS_PID"); b1=$(backlog_drops)
     d1=$(listen_drops); read -r a1 q1 <<<"$(upstream_counts)"
     record_run "$name" "$conns" nginx "$round" $(parse_wrk "$out") 0 0 $((q1 - q0 - 1)) 0 0 0 \
-      "$(rss_kb $(nginx_pids "$NGINX_PID"))" 0 $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0))
+      "$(rss_kb $(nginx_pids "$NGINX_PID"))" 0 $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0)) $((b1 - b0))
     sleep 1
     if [ "$crashed" = 1 ]; then continue; fi
     out="$RESULTS/wrk/$name-$conns-sluice-$round.txt"
     local before_c before_e after_c after_e
     before_c=$(sluice_counts); before_e=$(redis_evals); read -r a0 q0 <<<"$(upstream_counts)"; d0=$(listen_drops)
-    p0=$(cpu_ticks "$SLUICE_PID"); k0=$(cpu_ticks "$REDIS_PID")
+    p0=$(cpu_ticks "$SLUICE_PID"); k0=$(cpu_ticks "$REDIS_PID"); b0=$(backlog_drops)
     run_wrk "$SLUICE_PORT" "$conns" "$DURATION" "$out" "$name"
-    p1=$(cpu_ticks "$SLUICE_PID"); k1=$(cpu_ticks "$REDIS_PID")
+    p1=$(cpu_ticks "$SLUICE_PID"); k1=$(cpu_ticks "$REDIS_PID"); b1=$(backlog_drops)
     d1=$(listen_drops)
     if ! kill -0 "$SLUICE_PID" 2>/dev/null; then
       crashed=1
@@ -441,7 +445,7 @@ run_scenario() {  # run_scenario NAME CONNS
       say "SLUICE DIED during $name@$conns round $round (exit status $STOP_RC); log tail:"
       tail -20 "$SLUICE_LOG" >&2
       echo "$name@$conns round $round: sluice died, exit status $STOP_RC" >>"$RESULTS/anomalies.txt"
-      record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") 0 0 0 0 0 1 0 0 $((d1 - d0)) 0 0 0
+      record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") 0 0 0 0 0 1 0 0 $((d1 - d0)) 0 0 0 0
       continue
     fi
     sleep 0.3  # let the last answers be counted
@@ -450,7 +454,7 @@ run_scenario() {  # run_scenario NAME CONNS
     read -r c0 u0 <<<"$before_e"; read -r c1 u1 <<<"$after_e"
     record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") \
       $((r1 - r0)) $((c1 - c0)) $((q1 - q0 - 1)) $((l1 - l0)) $((e1 - e0)) 0 \
-      "$(rss_kb "$SLUICE_PID")" $((u1 - u0)) $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0))
+      "$(rss_kb "$SLUICE_PID")" $((u1 - u0)) $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0)) $((b1 - b0))
   done
   [ "$crashed" = 0 ] && metrics >"$RESULTS/metrics/$name-$conns.txt"
   if [ "$name" = clients100k ] && [ "$crashed" = 0 ]; then
