@@ -13,13 +13,35 @@
 -- a full bucket and is replaced when written.
 local token_bucket = {}
 
--- Reads the state and works out whether one more request fits. Writes nothing.
-function token_bucket.check(key, now, interval, burst)
+-- The bucket at `now`: tolerance, tat, the tat after one more request, and when that
+-- request is allowed (it fits when allow_at <= now).
+local function read(key, now, interval, burst)
   local tolerance = interval * burst
   local tat = tonumber(redis.pcall('GET', key)) or now
   if tat < now then tat = now end
   local next_tat = tat + interval
-  local allow_at = next_tat - tolerance
+  return tolerance, tat, next_tat, next_tat - tolerance
+end
+
+-- Stores `next_tat`; the key expires when the bucket is full again (absolute time, rounded
+-- up to the millisecond: a relative PX would count from Redis's millisecond clock and could
+-- expire the key up to 1 ms early). Numbers are written with %d (whole numbers below 2^63):
+-- %.0f goes through the slow floating-point printer.
+local function write(key, next_tat)
+  redis.call('SET', key, string.format('%d', next_tat),
+             'PXAT', string.format('%d', math.ceil(next_tat / 1000)))
+end
+
+-- Whole tokens left at `now` when the bucket's tat is `tat`.
+local function tokens(now, tolerance, tat, interval)
+  local remaining = math.floor((now + tolerance - tat) / interval)
+  if remaining < 0 then return 0 end
+  return remaining
+end
+
+-- Reads the state and works out whether one more request fits. Writes nothing.
+function token_bucket.check(key, now, interval, burst)
+  local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst)
   return {
     key = key, now = now, interval = interval, tolerance = tolerance,
     tat = tat, next_tat = next_tat,
@@ -28,42 +50,28 @@ function token_bucket.check(key, now, interval, burst)
   }
 end
 
--- Consumes one token: the key is written only here. It expires when the bucket is full
--- again (absolute time, rounded up to the millisecond: a relative PX would count from
--- Redis's millisecond clock and could expire the key up to 1 ms early). Numbers are written
--- with %d (whole numbers below 2^63): %.0f goes through the slow floating-point printer.
+-- Consumes one token: the key is written only here.
 function token_bucket.commit(c)
-  redis.call('SET', c.key, string.format('%d', c.next_tat),
-             'PXAT', string.format('%d', math.ceil(c.next_tat / 1000)))
+  write(c.key, c.next_tat)
 end
 
 -- remaining, retry_after_us, reset_us after this request (consumed or not).
 function token_bucket.report(c, consumed)
   local tat = c.tat
   if consumed then tat = c.next_tat end
-  local remaining = math.floor((c.now + c.tolerance - tat) / c.interval)
-  if remaining < 0 then remaining = 0 end
   local retry_us = 0
   if not c.allowed then retry_us = c.retry_us end
-  return remaining, retry_us, tat - c.now
+  return tokens(c.now, c.tolerance, tat, c.interval), retry_us, tat - c.now
 end
 
 -- The whole decision when this is the request's only limit (most routes): check, consume if
--- it fits, report; the same arithmetic as check/commit/report above, without building the
--- check table that several limits need to wait for each other.
--- Returns allowed, remaining, retry_after_us, reset_us.
+-- it fits, report, without building the check table that several limits need to wait for
+-- each other. Returns allowed, remaining, retry_after_us, reset_us.
 function token_bucket.alone(key, now, interval, burst)
-  local tolerance = interval * burst
-  local tat = tonumber(redis.pcall('GET', key)) or now
-  if tat < now then tat = now end
-  local next_tat = tat + interval
-  local allow_at = next_tat - tolerance
+  local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst)
   if allow_at > now then
-    local remaining = math.floor((now + tolerance - tat) / interval)
-    if remaining < 0 then remaining = 0 end
-    return false, remaining, allow_at - now, tat - now
+    return false, tokens(now, tolerance, tat, interval), allow_at - now, tat - now
   end
-  redis.call('SET', key, string.format('%d', next_tat),
-             'PXAT', string.format('%d', math.ceil(next_tat / 1000)))
-  return true, math.floor((now + tolerance - next_tat) / interval), 0, next_tat - now
+  write(key, next_tat)
+  return true, tokens(now, tolerance, next_tat, interval), 0, next_tat - now
 end
