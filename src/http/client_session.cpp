@@ -719,11 +719,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             remaining -= n;
             rec.bytes_sent += n;
         }
-        if (res_parser->keep_alive() && conn->buffer.size() == 0 && !worker_.stopping()) {
-            ++conn->uses;
-            if (conn->buffer.capacity() > 16 * 1024) conn->buffer.shrink_to_fit();
-            worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
-        }
+        if (res_parser->keep_alive()) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
         co_return keep;
     }
 
@@ -775,11 +771,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
         rec.bytes_sent += size;
     }
 
-    if (upstream_framed && res_parser->keep_alive() && conn->buffer.size() == 0 && !worker_.stopping()) {
-        ++conn->uses;
-        if (conn->buffer.capacity() > 16 * 1024) conn->buffer.shrink_to_fit();  // keep a small one for the next response
-        worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
-    }
+    if (upstream_framed && res_parser->keep_alive()) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
     co_return keep;
 }
 

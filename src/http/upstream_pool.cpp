@@ -11,6 +11,9 @@ namespace {
 // one it closes while our request is in flight is retried by the session when safe.
 constexpr auto max_idle_time = std::chrono::seconds(30);
 
+// A connection's read buffer larger than this is given back when it goes idle.
+constexpr std::size_t max_kept_buffer = 16 * 1024;
+
 // Idle at least this long, a connection is checked with a peek even for a retryable request.
 constexpr auto unchecked_idle_time = std::chrono::seconds(1);
 
@@ -43,7 +46,10 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, b
 }
 
 void UpstreamPool::put(std::unique_ptr<UpstreamConnection> conn, std::size_t max_idle) {
-    if (max_idle == 0 || shut_) return;
+    if (max_idle == 0 || shut_ || conn->buffer.size() != 0) return;
+    ++conn->uses;
+    // A small buffer is kept for the next response; one a large head made grow is not.
+    if (conn->buffer.capacity() > max_kept_buffer) conn->buffer.shrink_to_fit();
     auto& idle = idle_[conn->key];
     idle.max_idle = max_idle;
     conn->idle_since = std::chrono::steady_clock::now();

@@ -19,7 +19,7 @@ struct UpstreamConnection {
     boost::beast::flat_buffer buffer;  // bytes read past a response (must stay empty between uses)
     std::string key;                   // server "host:port"
     std::chrono::steady_clock::time_point idle_since;
-    unsigned uses = 0;
+    unsigned uses = 0;                 // responses completed on it (counted by UpstreamPool::put)
 };
 
 class UpstreamPool {
@@ -39,7 +39,9 @@ public:
     // an idle timeout comes after seconds).
     std::unique_ptr<UpstreamConnection> take(const std::string& key, bool retryable = false);
 
-    // Keeps `conn` for reuse. Up to `max_idle` connections to its server stay as long as they
+    // Takes back `conn` after a complete response it framed itself (the server keeps the
+    // connection open). Bytes read past that response mean the server is out of step: the
+    // connection is closed. Otherwise it is kept for reuse. Up to `max_idle` connections to its server stay as long as they
     // are usable; more are surplus, and a surplus connection idle for the surplus idle time
     // (a second) is closed (oldest first). A burst of concurrent requests then finds the connections the
     // previous burst opened, rather than one opened and closed per request beyond max_idle
