@@ -7,16 +7,23 @@
 -- (a batch of one when it is not busy). The requests are decided one after the other, in
 -- order, exactly as if each had been its own call at the same Redis TIME: a later request
 -- sees what an earlier one consumed. Batching only saves the per-call cost in Redis (command
--- parsing, script setup, TIME) and in the proxy.
+-- parsing, script setup, TIME, and a key's read and write when a client has several requests
+-- in the batch) and in the proxy.
 --
 -- KEYS: the key of every limit of every request, request after request (the keys of one
 --   request share one hash tag; a batch may hold several tags, so this needs one Redis,
 --   not a cluster).
--- ARGV: per request, in KEYS order: its number of limits n >= 1, then four per limit:
---   algorithm   "token_bucket" | "sliding_window"
---   shadow      "1" = report only, "0" = enforced
---   token_bucket:   interval_us (time to refill one token), burst
---   sliding_window: limit, window_us
+-- ARGV: the batch's plans (the limits of a route, as its requests are decided), then the
+--   plan of each request. A batch mostly holds requests of one or two routes, so the
+--   parameters are sent, and parsed, once per plan rather than once per request:
+--   ARGV[1]      P, the number of plans
+--   each plan:   its number of limits n >= 1, then four per limit:
+--                  algorithm   "token_bucket" | "sliding_window"
+--                  shadow      "1" = report only, "0" = enforced
+--                  token_bucket:   interval_us (time to refill one token), burst
+--                  sliding_window: limit, window_us
+--   then, per request in order, its plan's number: "1" to P, written plainly; its keys
+--   are the next n KEYS.
 -- Time is Redis TIME, always; there is no way to pass a time in. Needs Redis >= 6.2 (PXAT).
 -- The whole batch is checked for shape before anything runs: a malformed one is an error
 -- reply and writes nothing.
@@ -26,8 +33,8 @@
 -- that allows it consumes too (a shadow limit that would reject consumes nothing, as if it
 -- were enforced alone). When the request is rejected, nothing is written for it at all.
 --
--- Reply: ONE string of decimal integers separated by spaces (one reply object to build and
--- to parse, rather than an array of 4 per key): now_us, then four per limit, in KEYS order:
+-- Reply: an array of integers (Redis writes them without the cost of formatting numbers in
+-- Lua): now_us, then four per limit, in KEYS order:
 --   allowed (1: this limit alone admits the request, 0: it would reject),
 --   remaining (after this request; a rejected request took nothing),
 --   retry_after_ms (0 when allowed; else ms until this limit admits, rounded up),
@@ -42,74 +49,90 @@ local function whole(x)
   return x and x >= 0 and x % 1 == 0
 end
 
--- Shape first: counts, algorithms and numbers of the whole batch. The numbers are kept
--- (num[i] is ARGV[i] as a number, for the counts and parameters) so each is parsed once.
-local num = {}
-local a, keys = 1, 0
-while a <= nargs do
+local function refuse(message)
+  return redis.error_reply('ERR decide: ' .. message)
+end
+
+-- Shape first: the plans, then the requests' plan numbers, then the number of keys.
+local plans = {}  -- by plan number as ARGV writes it: "1", "2", ...
+local count = tonumber(ARGV[1])
+if not whole(count) or count < 1 then return refuse('argument 1 is not a number of plans') end
+local a = 2
+for p = 1, count do
   local n = tonumber(ARGV[a])
-  if not whole(n) or n < 1 then
-    return redis.error_reply('ERR decide: argument ' .. a .. ' is not a limit count')
-  end
-  if a + 4 * n > nargs then
-    return redis.error_reply('ERR decide: expected a limit count, then 4 arguments per key')
-  end
-  num[a] = n
-  for i = a + 1, a + 4 * n, 4 do
-    if not algorithms[ARGV[i]] then
-      return redis.error_reply('ERR decide: unknown algorithm ' .. tostring(ARGV[i]))
-    end
-    local x, y = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  if not whole(n) or n < 1 then return refuse('argument ' .. a .. ' is not a limit count') end
+  if a + 4 * n > nargs then return refuse('plan ' .. p .. ' lacks its 4 arguments per limit') end
+  local plan = { n = n }
+  for i = 1, n do
+    local b = a + 4 * i - 3
+    local algorithm = algorithms[ARGV[b]]
+    if not algorithm then return refuse('unknown algorithm ' .. tostring(ARGV[b])) end
+    local x, y = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
     if not whole(x) or not whole(y) then
-      return redis.error_reply('ERR decide: parameters of key ' .. (keys + (i - a + 3) / 4) ..
-                               ' are not whole numbers')
+      return refuse('parameters of limit ' .. i .. ' of plan ' .. p .. ' are not whole numbers')
     end
-    num[i + 2], num[i + 3] = x, y
+    plan[i] = { algorithm = algorithm, shadow = ARGV[b + 1] == '1', x = x, y = y }
   end
+  if n == 1 then
+    -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
+    local only = plan[1]
+    plan.alone, plan.x, plan.y = only.algorithm.alone, only.x, only.y
+    plan.bucket = only.algorithm == token_bucket
+  end
+  plans[tostring(p)] = plan
   a = a + 1 + 4 * n
-  keys = keys + n
 end
-if keys ~= #KEYS then
-  return redis.error_reply('ERR decide: ' .. #KEYS .. ' keys for ' .. keys .. ' limits')
+local first, keys = a, 0
+for r = first, nargs do
+  local plan = plans[ARGV[r]]
+  if not plan then return refuse('argument ' .. r .. ' is not a plan number') end
+  keys = keys + plan.n
 end
+if keys ~= #KEYS then return refuse(#KEYS .. ' keys for ' .. keys .. ' limits') end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
-local format = string.format
-local reply = { format('%d', now) }
-local k = 0  -- keys used by the requests before this one
-a = 1
-local checks, used = {}, {}  -- per limit of the request: its check, its algorithm
--- Four figures of one limit (whole numbers, %d: Lua's own number printing is slower and
--- switches to an exponent from 1e14).
+local reply, m = { now }, 1
 local function put(allowed, remaining, retry_us, reset_us)
-  reply[#reply + 1] = format('%d %d %d %d', allowed and 1 or 0, remaining, ceil(retry_us / 1000), ceil(reset_us / 1000))
+  reply[m + 1] = allowed and 1 or 0
+  reply[m + 2] = remaining
+  reply[m + 3] = ceil(retry_us / 1000)
+  reply[m + 4] = ceil(reset_us / 1000)
+  m = m + 4
 end
 
-while a <= nargs do
-  local n = num[a]
-  local only = algorithms[ARGV[a + 1]]
-  if n == 1 and only.alone then
-    -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
-    put(only.alone(KEYS[k + 1], now, num[a + 3], num[a + 4]))
+-- The token bucket keeps what it read and wrote during this call and writes at the end
+-- (token_bucket.flush). The key of a limit whose algorithm changed on reload can come with
+-- both algorithms in one batch: before a sliding window uses a key, the bucket hands it over.
+local release = token_bucket.release
+local k = 0  -- keys used by the requests before this one
+local checks = {}  -- per limit of the request: its check
+for r = first, nargs do
+  local plan = plans[ARGV[r]]
+  local n = plan.n
+  if plan.alone then
+    local key = KEYS[k + 1]
+    if not plan.bucket then release(key) end
+    put(plan.alone(key, now, plan.x, plan.y))
   else
     local admit = true
     for i = 1, n do
-      local base = a + 4 * i - 3
-      local algorithm = algorithms[ARGV[base]]
-      local c = algorithm.check(KEYS[k + i], now, num[base + 2], num[base + 3])
-      if not c.allowed and ARGV[base + 1] ~= '1' then admit = false end
-      checks[i], used[i] = c, algorithm
+      local limit = plan[i]
+      local key = KEYS[k + i]
+      if limit.algorithm ~= token_bucket then release(key) end
+      local c = limit.algorithm.check(key, now, limit.x, limit.y)
+      if not c.allowed and not limit.shadow then admit = false end
+      checks[i] = c
     end
     for i = 1, n do
-      local c, algorithm = checks[i], used[i]
+      local c, algorithm = checks[i], plan[i].algorithm
       local consumed = admit and c.allowed
       if consumed then algorithm.commit(c) end
       put(c.allowed, algorithm.report(c, consumed))
     end
   end
-  a = a + 1 + 4 * n
   k = k + n
 end
-return table.concat(reply, ' ')
+token_bucket.flush()
+return reply

@@ -13,23 +13,61 @@
 -- a full bucket and is replaced when written.
 local token_bucket = {}
 
+-- What this call knows of its keys. A call decides every request at one `now` and nothing
+-- else runs in Redis meanwhile, so a key read once stays as this call leaves it, and only its
+-- last value needs writing: a client with several requests in one batch costs one GET and
+-- one SET, not one of each per request. known[key] is the key's tat as this call left it
+-- (false: none, a full bucket), negated while it still has to be written (flush, at the end).
+local known = {}
+
 -- The bucket at `now`: tolerance, tat, the tat after one more request, and when that
 -- request is allowed (it fits when allow_at <= now).
 local function read(key, now, interval, burst)
+  local tat = known[key]
+  if tat == nil then
+    tat = tonumber(redis.pcall('GET', key)) or false
+    known[key] = tat
+  end
+  if not tat then
+    tat = now
+  elseif tat < 0 then
+    tat = -tat
+    if tat < now then tat = now end
+  elseif tat < now then
+    tat = now
+  end
   local tolerance = interval * burst
-  local tat = tonumber(redis.pcall('GET', key)) or now
-  if tat < now then tat = now end
   local next_tat = tat + interval
   return tolerance, tat, next_tat, next_tat - tolerance
 end
 
--- Stores `next_tat`; the key expires when the bucket is full again (absolute time, rounded
--- up to the millisecond: a relative PX would count from Redis's millisecond clock and could
--- expire the key up to 1 ms early). Numbers are written with %d (whole numbers below 2^63):
--- %.0f goes through the slow floating-point printer.
 local function write(key, next_tat)
-  redis.call('SET', key, string.format('%d', next_tat),
-             'PXAT', string.format('%d', math.ceil(next_tat / 1000)))
+  known[key] = -next_tat
+end
+
+-- Stores a tat; the key expires when the bucket is full again (absolute time, rounded up to
+-- the millisecond: a relative PX would count from Redis's millisecond clock and could expire
+-- the key up to 1 ms early). Numbers are written with %d (whole numbers below 2^63): %.0f
+-- goes through the slow floating-point printer.
+local function store(key, tat)
+  redis.call('SET', key, string.format('%d', tat), 'PXAT', string.format('%d', math.ceil(tat / 1000)))
+end
+
+-- Writes what this call changed: once per key, at its end.
+function token_bucket.flush()
+  for key, tat in pairs(known) do
+    if tat and tat < 0 then store(key, -tat) end
+  end
+end
+
+-- Before a sliding window uses `key` in this call (its limit changed algorithm on reload and
+-- the batch holds requests of both configurations): what this call wrote goes to Redis
+-- first, and the key is read again on its next use.
+function token_bucket.release(key)
+  local tat = known[key]
+  if tat == nil then return end
+  if tat and tat < 0 then store(key, -tat) end
+  known[key] = nil
 end
 
 -- Whole tokens left at `now` when the bucket's tat is `tat`.

@@ -1,7 +1,7 @@
 #include "limit/decide_script.hpp"
 
-#include <charconv>
 #include <cstdint>
+#include <iterator>
 
 #include <lua_scripts.hpp>
 
@@ -16,10 +16,6 @@ std::string decide_script_source() {
     source.append(lua::sliding_window).append("\n");
     source.append(lua::decide);
     return source;
-}
-
-void append_decide_count(std::size_t limits, std::vector<std::string>& args) {
-    args.push_back(std::to_string(limits));
 }
 
 void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args) {
@@ -38,27 +34,54 @@ void append_decide_args(const config::LimitConfig& limit, std::vector<std::strin
     }
 }
 
-std::optional<DecideFigures> read_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
-    if (reply.type != redis::RedisReply::Type::string) return std::nullopt;
-    DecideFigures figures;
-    figures.values.reserve(4 * limits);
-    const char* at = reply.text.data();
-    const char* const end = at + reply.text.size();
-    bool first = true;
-    while (at != end) {
-        std::uint64_t value = 0;
-        auto [next, ec] = std::from_chars(at, end, value);
-        if (ec != std::errc() || (next != end && (*next != ' ' || next + 1 == end))) return std::nullopt;
-        if (first) {
-            if (value > static_cast<std::uint64_t>(INT64_MAX)) return std::nullopt;
-            figures.now_us = static_cast<std::int64_t>(value);
-            first = false;
-        } else {
-            figures.values.push_back(value);
+void DecideArgs::end_request() {
+    // Batches hold few distinct plans (one per route and set of applying limits): a linear
+    // search over them is cheaper than building a key to look them up by.
+    std::size_t number = 0;
+    for (std::size_t p = 0; p < plan_starts_.size() && number == 0; ++p) {
+        const auto start = plan_starts_[p];
+        const auto end = p + 1 < plan_starts_.size() ? plan_starts_[p + 1] : plans_.size();
+        if (end - start != 1 + 4 * current_.size()) continue;
+        bool same = true;
+        for (std::size_t i = 0; i < current_.size() && same; ++i) {
+            const auto& args = *current_[i];
+            for (std::size_t f = 0; f < 4 && same; ++f) same = plans_[start + 1 + 4 * i + f] == args[f];
         }
-        at = next == end ? end : next + 1;
+        if (same) number = p + 1;
     }
-    if (first || figures.values.size() != 4 * limits) return std::nullopt;
+    if (number == 0) {
+        plan_starts_.push_back(plans_.size());
+        plans_.push_back(std::to_string(current_.size()));
+        for (const auto* args : current_) plans_.insert(plans_.end(), args->begin(), args->end());
+        number = plan_starts_.size();
+    }
+    requests_.push_back(std::to_string(number));
+    current_.clear();
+}
+
+std::vector<std::string> DecideArgs::take() {
+    std::vector<std::string> argv;
+    argv.reserve(1 + plans_.size() + requests_.size());
+    argv.push_back(std::to_string(plan_starts_.size()));
+    std::move(plans_.begin(), plans_.end(), std::back_inserter(argv));
+    std::move(requests_.begin(), requests_.end(), std::back_inserter(argv));
+    plans_.clear();
+    plan_starts_.clear();
+    requests_.clear();
+    current_.clear();
+    return argv;
+}
+
+std::optional<DecideFigures> read_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
+    using redis::RedisReply;
+    if (reply.type != RedisReply::Type::array || reply.elements.size() != 1 + 4 * limits) return std::nullopt;
+    for (const auto& element : reply.elements)
+        if (element.type != RedisReply::Type::integer || element.integer < 0) return std::nullopt;
+    DecideFigures figures;
+    figures.now_us = reply.elements[0].integer;
+    figures.values.reserve(4 * limits);
+    for (std::size_t i = 1; i < reply.elements.size(); ++i)
+        figures.values.push_back(static_cast<std::uint64_t>(reply.elements[i].integer));
     return figures;
 }
 

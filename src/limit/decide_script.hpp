@@ -4,11 +4,12 @@
 // (each algorithm keeps its own file; decide.lua runs them). One call decides a batch of
 // requests, in order. See lua/decide.lua for the protocol:
 //   KEYS  one per limit, request after request
-//   ARGV  per request: its number of limits, then four per limit: algorithm
-//         ("token_bucket" | "sliding_window"), shadow ("0" | "1"), then interval_us, burst
-//         (token_bucket) or limit, window_us (sliding_window)
-//   reply one string of space-separated decimal integers: now_us, then per limit (KEYS
-//         order): allowed (0|1), remaining, retry_after_ms, reset_ms
+//   ARGV  the number of plans; each plan: its number of limits, then four per limit:
+//         algorithm ("token_bucket" | "sliding_window"), shadow ("0" | "1"), then
+//         interval_us, burst (token_bucket) or limit, window_us (sliding_window);
+//         then one plan number per request
+//   reply an array of integers: now_us, then per limit (KEYS order): allowed (0|1),
+//         remaining, retry_after_ms, reset_ms
 #pragma once
 
 #include <cstdint>
@@ -24,10 +25,27 @@ namespace sluice::limit {
 
 std::string decide_script_source();
 
-// A request's ARGV: append_decide_count with the number of its limits sent, then
-// append_decide_args for each of them, in the order of their keys.
-void append_decide_count(std::size_t limits, std::vector<std::string>& args);
+// The four arguments of a limit in a plan, appended to `args`.
 void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args);
+
+// The ARGV of one call, built request by request: requests with the same limits share one
+// plan. For each request: `limit` with the append_decide_args of each limit it is decided
+// against, in the order of its keys, then `end_request`. The referenced arguments must stay
+// alive until end_request.
+class DecideArgs {
+public:
+    void limit(const std::vector<std::string>& args) { current_.push_back(&args); }
+    void end_request();
+    std::size_t requests() const { return requests_.size(); }
+    // The whole ARGV; the builder is empty again after it.
+    std::vector<std::string> take();
+
+private:
+    std::vector<std::string> plans_;          // each plan: its limit count, then 4 per limit
+    std::vector<std::size_t> plan_starts_;    // index in plans_ of each plan's limit count
+    std::vector<std::string> requests_;       // each request's plan number
+    std::vector<const std::vector<std::string>*> current_;
+};
 
 struct DecideReply {
     std::int64_t now_us = 0;            // Redis TIME the script used

@@ -43,7 +43,7 @@ struct RedisLimiter::Pending {
 
 struct RedisLimiter::Batch {
     std::vector<std::string> keys;
-    std::vector<std::string> args;
+    DecideArgs args;
     std::vector<std::shared_ptr<Pending>> pending;
 };
 
@@ -162,14 +162,14 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
     auto& batch = *batch_;
     pending->first_key = batch.keys.size();
     pending->sent.reserve(applying);
-    append_decide_count(applying, batch.args);
     for (std::size_t i = 0; i < route.limits.size(); ++i) {
         if (!keys[i]) continue;
         pending->results[i].applies = true;
         pending->sent.push_back(i);
         batch.keys.push_back(std::move(*keys[i]));
-        batch.args.insert(batch.args.end(), plan.limits[i].args.begin(), plan.limits[i].args.end());
+        batch.args.limit(plan.limits[i].args);
     }
+    batch.args.end_request();
     batch.pending.push_back(pending);
 
     // Answered decisions at the front need no deadline any more: drop them now rather than
@@ -198,7 +198,7 @@ void RedisLimiter::flush(bool write_now) {
     if (!batch_ || batch_->pending.empty()) return;
     auto batch = std::move(batch_);
     const auto sent = std::chrono::steady_clock::now();
-    connection_.evalsha(script_, batch->keys, batch->args, [this, batch, sent](redis::RedisResult result) {
+    connection_.evalsha(script_, batch->keys, batch->args.take(), [this, batch, sent](redis::RedisResult result) {
         if (!result.ok()) {
             for (auto& pending : batch->pending) pending->answer(Decision::store_failure(result.error->message));
             return;

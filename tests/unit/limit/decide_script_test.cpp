@@ -39,14 +39,17 @@ struct Script {
     // One call deciding each request (the limits of one route) in turn.
     redis::RedisResult raw_batch(const std::vector<std::vector<ScriptLimit>>& requests) {
         std::vector<std::string> keys;
-        std::vector<std::string> argv;
+        limit::DecideArgs builder;
         for (const auto& limits : requests) {
-            argv.push_back(std::to_string(limits.size()));
+            std::vector<std::vector<std::string>> limit_args;
             for (const auto& l : limits) {
                 keys.push_back(l.key);
-                argv.insert(argv.end(), {l.algorithm, l.shadow ? "1" : "0", std::to_string(l.a), std::to_string(l.b)});
+                limit_args.push_back({l.algorithm, l.shadow ? "1" : "0", std::to_string(l.a), std::to_string(l.b)});
             }
+            for (const auto& a : limit_args) builder.limit(a);
+            builder.end_request();
         }
+        const auto argv = builder.take();
         std::vector<std::string> args{"EVALSHA", sha, std::to_string(keys.size())};
         args.insert(args.end(), keys.begin(), keys.end());
         args.insert(args.end(), argv.begin(), argv.end());
@@ -460,38 +463,113 @@ TEST_CASE("decide script: a batch decides its requests in order, each as if alon
     CHECK(redis.text({"TYPE", "tight"}) == "string");  // the rejected request wrote nothing
 }
 
+TEST_CASE("decide script: a key used by both algorithms in one batch is handed over in order", "[lua][redis]") {
+    // After a reload changed a limit's algorithm, one batch can hold the same key under both.
+    // The bucket writes at the end of the call; the window must still see, and then replace,
+    // what the bucket wrote before it, exactly as one call per request would.
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t minute = 60'000'000;
+    SECTION("bucket, then window: the window's set is what stays") {
+        auto replies = decide.batch({{bucket("k", minute, 3)}, {bucket("k", minute, 3)}, {window("k", 5, minute)}});
+        CHECK(replies[1].results[0].remaining == 1);
+        CHECK(replies[2].results[0].remaining == 4);  // the string was not a set: nothing counted
+        CHECK(redis.text({"TYPE", "k"}) == "zset");
+        CHECK(redis.integer({"ZCARD", "k"}) == 1);
+    }
+    SECTION("bucket, window, bucket: the second bucket finds the set, a full bucket") {
+        auto replies = decide.batch({{bucket("k", minute, 3)}, {window("k", 5, minute)}, {bucket("k", minute, 3)}});
+        CHECK(replies[0].results[0].remaining == 2);
+        CHECK(replies[2].results[0].remaining == 2);
+        CHECK(redis.text({"TYPE", "k"}) == "string");
+        CHECK(redis.text({"GET", "k"}) == std::to_string(replies[0].now_us + minute));
+    }
+    SECTION("the same in a request of two limits") {
+        auto replies = decide.batch({{bucket("k", minute, 3)}, {window("k", 5, minute), bucket("other", minute, 3)}});
+        CHECK(replies[1].results[0].remaining == 4);
+        CHECK(redis.text({"TYPE", "k"}) == "zset");
+        CHECK(redis.text({"GET", "other"}) == std::to_string(replies[0].now_us + minute));
+    }
+}
+
 TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
     Script decide{redis};
-    auto unknown = decide.raw({ScriptLimit{"k", "leaky_bucket", false, 1, 1}});
-    REQUIRE_FALSE(unknown.ok());
-    CHECK_THAT(unknown.error->message, Catch::Contains("unknown algorithm"));
-    auto short_args = redis.run({"EVALSHA", decide.sha, "1", "k", "1", "token_bucket", "0", "1000"});
-    REQUIRE_FALSE(short_args.ok());
-    CHECK_THAT(short_args.error->message, Catch::Contains("4 arguments per key"));
-    auto no_count = redis.run({"EVALSHA", decide.sha, "1", "k", "token_bucket", "0", "1000", "5"});
-    REQUIRE_FALSE(no_count.ok());
-    CHECK_THAT(no_count.error->message, Catch::Contains("not a limit count"));
-    auto keys_mismatch = redis.run({"EVALSHA", decide.sha, "2", "k", "k2", "1", "token_bucket", "0", "1000", "5"});
-    REQUIRE_FALSE(keys_mismatch.ok());
-    CHECK_THAT(keys_mismatch.error->message, Catch::Contains("2 keys for 1 limits"));
-    // A malformed request late in a batch: the whole call is refused before anything runs.
+    auto run = [&](std::vector<std::string> keys_then_args, std::size_t keys) {
+        std::vector<std::string> args{"EVALSHA", decide.sha, std::to_string(keys)};
+        args.insert(args.end(), keys_then_args.begin(), keys_then_args.end());
+        return redis.run(args);
+    };
+    auto expect_error = [](const redis::RedisResult& result, const std::string& text) {
+        INFO("expected an error containing '" << text << "'");
+        REQUIRE_FALSE(result.ok());
+        CHECK_THAT(result.error->message, Catch::Contains(text));
+    };
+    expect_error(decide.raw({ScriptLimit{"k", "leaky_bucket", false, 1, 1}}), "unknown algorithm");
+    expect_error(run({"k", "1", "1", "token_bucket", "0", "1000"}, 1), "lacks its 4 arguments per limit");
+    expect_error(run({"k", "token_bucket", "0", "1000", "5", "1"}, 1), "argument 1 is not a number of plans");
+    expect_error(run({"k", "1", "x", "token_bucket", "0", "1000", "5", "1"}, 1), "argument 2 is not a limit count");
+    expect_error(run({"k", "1", "1", "token_bucket", "0", "1000", "5", "2"}, 1), "argument 7 is not a plan number");
+    expect_error(run({"k", "1", "1", "token_bucket", "0", "1000", "5", "01"}, 1), "argument 7 is not a plan number");
+    expect_error(run({"k", "k2", "1", "1", "token_bucket", "0", "1000", "5", "1"}, 2), "2 keys for 1 limits");
+    expect_error(run({"k", "1", "1", "token_bucket", "0", "1000", "5", "1", "1"}, 1), "1 keys for 2 limits");
+    // A malformed plan used late in a batch: the whole call is refused before anything runs.
     auto late = decide.raw_batch({{bucket("k", 1000, 5)}, {bucket("k", 1000, 5)}, {ScriptLimit{"k", "token_bucket", false, 1, -2}}});
-    REQUIRE_FALSE(late.ok());
-    CHECK_THAT(late.error->message, Catch::Contains("not whole numbers"));
+    expect_error(late, "parameters of limit 1 of plan 2 are not whole numbers");
     CHECK(redis.integer({"EXISTS", "k"}) == 0);
+}
+
+TEST_CASE("decide script: requests with the same limits share a plan", "[lua]") {
+    const std::vector<std::string> tb{"token_bucket", "0", "1000", "5"};
+    const std::vector<std::string> sw{"sliding_window", "1", "10", "60000000"};
+    const std::vector<std::string> tb_other{"token_bucket", "0", "1000", "6"};
+    limit::DecideArgs args;
+    args.limit(tb);
+    args.end_request();
+    args.limit(tb);
+    args.limit(sw);
+    args.end_request();
+    args.limit(tb);
+    args.end_request();
+    args.limit(tb_other);
+    args.end_request();
+    args.limit(sw);
+    args.limit(tb);
+    args.end_request();
+    args.limit(tb);
+    args.limit(sw);
+    args.end_request();
+    CHECK(args.requests() == 6);
+    const std::vector<std::string> expected{
+        "4",
+        "1", "token_bucket", "0", "1000", "5",
+        "2", "token_bucket", "0", "1000", "5", "sliding_window", "1", "10", "60000000",
+        "1", "token_bucket", "0", "1000", "6",
+        "2", "sliding_window", "1", "10", "60000000", "token_bucket", "0", "1000", "5",
+        "1", "2", "1", "3", "4", "2"};
+    CHECK(args.take() == expected);
+    CHECK(args.requests() == 0);
+    args.limit(tb_other);
+    args.end_request();
+    CHECK(args.take() == std::vector<std::string>{"1", "1", "token_bucket", "0", "1000", "6", "1"});
 }
 
 TEST_CASE("decide script: reading the reply", "[lua]") {
     using redis::RedisReply;
-    auto text = [](std::string t) {
+    auto array = [](std::vector<std::int64_t> values) {
         RedisReply r;
-        r.type = RedisReply::Type::string;
-        r.text = std::move(t);
+        r.type = RedisReply::Type::array;
+        for (auto v : values) {
+            RedisReply e;
+            e.type = RedisReply::Type::integer;
+            e.integer = v;
+            r.elements.push_back(e);
+        }
         return r;
     };
-    auto ok = limit::read_decide_reply(text("1700000000000001 1 4 0 250 0 0 1200 60000"), 2);
+    auto ok = limit::read_decide_reply(array({1700000000000001, 1, 4, 0, 250, 0, 0, 1200, 60000}), 2);
     REQUIRE(ok);
     CHECK(ok->now_us == 1700000000000001);
     auto second = limit::decide_result(*ok, 1);
@@ -501,12 +579,16 @@ TEST_CASE("decide script: reading the reply", "[lua]") {
     CHECK(second.reset == 60000ms);
     CHECK(limit::decide_result(*ok, 0).remaining == 4);
 
-    for (const std::string bad : {"", "1", "1 1 4 0", "1 1 4 0 250 ", "1 1 4 0 25x", "1 1 -4 0 250",
-                                  "1  1 4 0 250", "1 1 4 0 250 7", "99999999999999999999 1 4 0 250"}) {
-        INFO("reply '" << bad << "'");
-        CHECK_FALSE(limit::read_decide_reply(text(bad), 1));
+    for (const auto& bad : std::vector<std::vector<std::int64_t>>{{}, {1}, {1, 1, 4, 0}, {1, 1, -4, 0, 250}, {1, 1, 4, 0, 250, 7}, {-1, 1, 4, 0, 250}}) {
+        INFO("reply of " << bad.size() << " integers");
+        CHECK_FALSE(limit::read_decide_reply(array(bad), 1));
     }
-    RedisReply array;
-    array.type = RedisReply::Type::array;
-    CHECK_FALSE(limit::read_decide_reply(array, 0));
+    auto text = array({1, 1, 4, 0, 250});
+    text.elements[2].type = RedisReply::Type::string;
+    text.elements[2].text = "4";
+    CHECK_FALSE(limit::read_decide_reply(text, 1));
+    RedisReply string;
+    string.type = RedisReply::Type::string;
+    string.text = "1 1 4 0 250";
+    CHECK_FALSE(limit::read_decide_reply(string, 1));
 }
