@@ -7,8 +7,8 @@
 -- (a batch of one when it is not busy). The requests are decided one after the other, in
 -- order, exactly as if each had been its own call at the same Redis TIME: a later request
 -- sees what an earlier one consumed. Batching only saves the per-call cost in Redis (command
--- parsing, script setup, TIME, and a key's read and write when a client has several requests
--- in the batch) and in the proxy.
+-- parsing, script setup, TIME, and a key's reads and writes when a client has several
+-- requests in the batch) and in the proxy.
 --
 -- KEYS: the key of every limit of every request, request after request (the keys of one
 --   request share one hash tag; a batch may hold several tags, so this needs one Redis,
@@ -55,6 +55,7 @@ end
 
 -- Shape first: the plans, then the requests' plan numbers, then the number of keys.
 local plans = {}  -- by plan number as ARGV writes it: "1", "2", ...
+local used = {}   -- the algorithms the batch uses
 local count = tonumber(ARGV[1])
 if not whole(count) or count < 1 then return refuse('argument 1 is not a number of plans') end
 local a = 2
@@ -72,12 +73,12 @@ for p = 1, count do
       return refuse('parameters of limit ' .. i .. ' of plan ' .. p .. ' are not whole numbers')
     end
     plan[i] = { algorithm = algorithm, shadow = ARGV[b + 1] == '1', x = x, y = y }
+    used[algorithm] = true
   end
   if n == 1 then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
     local only = plan[1]
     plan.alone, plan.x, plan.y = only.algorithm.alone, only.x, only.y
-    plan.bucket = only.algorithm == token_bucket
   end
   plans[tostring(p)] = plan
   a = a + 1 + 4 * n
@@ -102,10 +103,14 @@ local function put(allowed, remaining, retry_us, reset_us)
   m = m + 4
 end
 
--- The token bucket keeps what it read and wrote during this call and writes at the end
--- (token_bucket.flush). The key of a limit whose algorithm changed on reload can come with
--- both algorithms in one batch: before a sliding window uses a key, the bucket hands it over.
-local release = token_bucket.release
+-- Each algorithm keeps what it read and wrote during this call and writes at the end
+-- (flush). The key of a limit whose algorithm changed on reload can come with both
+-- algorithms in one batch: before one algorithm uses a key, the other hands it over
+-- (release: writes what it holds for the key and forgets it).
+local other = {}
+if used[token_bucket] and used[sliding_window] then
+  other[token_bucket], other[sliding_window] = sliding_window, token_bucket
+end
 local k = 0  -- keys used by the requests before this one
 local checks = {}  -- per limit of the request: its check
 for r = first, nargs do
@@ -113,14 +118,16 @@ for r = first, nargs do
   local n = plan.n
   if plan.alone then
     local key = KEYS[k + 1]
-    if not plan.bucket then release(key) end
+    local hand = other[plan[1].algorithm]
+    if hand then hand.release(key) end
     put(plan.alone(key, now, plan.x, plan.y))
   else
     local admit = true
     for i = 1, n do
       local limit = plan[i]
       local key = KEYS[k + i]
-      if limit.algorithm ~= token_bucket then release(key) end
+      local hand = other[limit.algorithm]
+      if hand then hand.release(key) end
       local c = limit.algorithm.check(key, now, limit.x, limit.y)
       if not c.allowed and not limit.shadow then admit = false end
       checks[i] = c
@@ -135,4 +142,5 @@ for r = first, nargs do
   k = k + n
 end
 token_bucket.flush()
+sliding_window.flush()
 return reply

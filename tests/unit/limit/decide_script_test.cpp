@@ -463,6 +463,53 @@ TEST_CASE("decide script: a batch decides its requests in order, each as if alon
     CHECK(redis.text({"TYPE", "tight"}) == "string");  // the rejected request wrote nothing
 }
 
+TEST_CASE("decide script: a batch counts a sliding window's requests in order, each as if alone", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t minute = 60'000'000;
+    const std::int64_t t0 = redis_time_us(redis);
+    // Two members from before, one of them expired; a limit of 4 leaves room for three.
+    redis.must({"ZADD", "w", std::to_string(t0 - minute - 5), "expired", std::to_string(t0 - 1000), "old"});
+    auto replies = decide.batch({
+        {window("w", 4, minute)},
+        {window("w", 4, minute), window("tight", 0, minute)},  // rejected by the other limit
+        {window("w", 4, minute)},
+        {window("w", 4, minute), window("other", 9, minute)},
+        {window("w", 4, minute)},  // full: the oldest counted member is "old"
+        {window("w", 4, minute)},
+        {window("w", 4, minute), window("other", 9, minute)},
+    });
+    REQUIRE(replies.size() == 7);
+    const auto now = replies[0].now_us;
+    CHECK(replies[0].results[0].allowed);
+    CHECK(replies[0].results[0].remaining == 2);
+    CHECK(replies[1].results[0].allowed);  // the window alone would admit ...
+    CHECK(replies[1].results[0].remaining == 2);  // ... but took nothing
+    CHECK(replies[1].results[0].reset.count() == ceil_ms(minute));  // the newest is this call's
+    CHECK_FALSE(replies[1].results[1].allowed);
+    CHECK(replies[2].results[0].remaining == 1);
+    CHECK(replies[3].results[0].allowed);
+    CHECK(replies[3].results[0].remaining == 0);
+    CHECK(replies[3].results[1].remaining == 8);
+    for (int i : {4, 5, 6}) {
+        INFO("request " << i);
+        CHECK_FALSE(replies[i].results[0].allowed);
+        CHECK(replies[i].results[0].retry_after.count() == ceil_ms(t0 - 1000 + minute - now));
+        CHECK(replies[i].results[0].reset.count() == ceil_ms(minute));
+    }
+    CHECK(replies[6].results[1].allowed);  // allowed alone, not charged
+    CHECK(replies[6].results[1].remaining == 8);
+    // The set holds "old" and the three admitted, named by the members held before each.
+    const auto members = redis.must({"ZRANGE", "w", "0", "-1"});
+    REQUIRE(members.elements.size() == 4);
+    CHECK(members.elements[0].text == "old");
+    for (int i = 1; i <= 3; ++i) CHECK(members.elements[i].text == std::to_string(now) + "-" + std::to_string(i));
+    CHECK(redis.integer({"ZCARD", "other"}) == 1);
+    CHECK(redis.integer({"EXISTS", "tight"}) == 0);
+    CHECK(redis.integer({"PEXPIRETIME", "w"}) == ceil_ms(now + minute));
+}
+
 TEST_CASE("decide script: a key used by both algorithms in one batch is handed over in order", "[lua][redis]") {
     // After a reload changed a limit's algorithm, one batch can hold the same key under both.
     // The bucket writes at the end of the call; the window must still see, and then replace,
