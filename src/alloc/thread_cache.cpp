@@ -8,9 +8,10 @@
 // block up to 8 KB goes onto a free list of its size class on the freeing thread, and the
 // next allocation of that class on that thread takes it back: a few instructions, no lock.
 //
-// - Size classes are multiples of 16 bytes. A block is malloc'ed at its class size; on
-//   delete its class is found from malloc_usable_size (>= the class size), so any block on
-//   the list of class k has room for k * 16 bytes.
+// - Size classes are multiples of 16 bytes. A block is malloc'ed at its class size; a sized
+//   delete gives the class of the size asked for, an unsized one finds it from
+//   malloc_usable_size (>= the class size), so any block on the list of class k has room
+//   for k * 16 bytes.
 // - A block freed on another thread than the one that allocated it simply joins the
 //   freeing thread's cache: blocks are plain malloc memory.
 // - Bounded: at most 256 blocks per class and 2 MB per thread; past that, free().
@@ -86,9 +87,8 @@ void* allocate(std::size_t size) {
     }
 }
 
-void deallocate(void* p) noexcept {
-    if (!p) return;
-    const std::size_t c = malloc_usable_size(p) / granule;
+// Takes back a block of size class `c` (c * 16 bytes fit in it); c >= classes: not cached.
+void take_back(void* p, std::size_t c) noexcept {
     if (c < classes && !cache.released && cache.count[c] < max_per_class && cache.bytes + c * granule <= max_bytes) {
         if (!cache.registered) {
             cache.registered = true;
@@ -102,6 +102,18 @@ void deallocate(void* p) noexcept {
         return;
     }
     std::free(p);
+}
+
+void deallocate(void* p) noexcept {
+    if (p) take_back(p, malloc_usable_size(p) / granule);
+}
+
+// C++14 sized delete: `size` is what new was asked for, so its class is the one allocate
+// chose (or a block of that class came from the cache); no malloc_usable_size needed.
+void deallocate_sized(void* p, std::size_t size) noexcept {
+    if (!p) return;
+    if (size == 0) size = 1;
+    take_back(p, size <= max_block ? (size + granule - 1) / granule : classes);
 }
 
 void* allocate_or_throw(std::size_t size) {
@@ -123,7 +135,7 @@ void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
 void* operator new[](std::size_t size, const std::nothrow_t& tag) noexcept { return operator new(size, tag); }
 void operator delete(void* p) noexcept { deallocate(p); }
 void operator delete[](void* p) noexcept { deallocate(p); }
-void operator delete(void* p, std::size_t) noexcept { deallocate(p); }
-void operator delete[](void* p, std::size_t) noexcept { deallocate(p); }
+void operator delete(void* p, std::size_t size) noexcept { deallocate_sized(p, size); }
+void operator delete[](void* p, std::size_t size) noexcept { deallocate_sized(p, size); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { deallocate(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { deallocate(p); }

@@ -46,10 +46,34 @@ TEST_CASE("thread cache: a freed block is handed out again for the same size cla
     for (void* p : again) ::operator delete(p);
 }
 
+TEST_CASE("thread cache: a sized delete returns the block to the class of its size", "[alloc]") {
+    // Sized delete (what the compiler emits for `delete obj`) does not ask malloc for the
+    // block's size: the size given picks the class.
+    void* a = ::operator new(100);
+    ::operator delete(a, 100);
+    void* b = ::operator new(112);  // same class
+    CHECK(b == a);
+    ::operator delete(b, 112);
+    void* c = ::operator new(113);  // the next class: not that block
+    CHECK(c != a);
+    ::operator delete(c, 113);
+    void* zero = ::operator new(0);
+    ::operator delete(zero, std::size_t{0});
+    void* one = ::operator new(1);
+    CHECK(one == zero);
+    ::operator delete(one, 1);
+    // Beyond the largest class blocks go back to malloc, sized or not.
+    const auto before = in_use();
+    void* big = ::operator new(20000);
+    CHECK(in_use() > before);
+    ::operator delete(big, 20000);
+    CHECK(in_use() == before);
+}
+
 TEST_CASE("thread cache: every block has room for what was asked, at every size", "[alloc]") {
     std::vector<std::pair<unsigned char*, std::size_t>> blocks;
     for (std::size_t size : {0, 1, 15, 16, 17, 1000, 1024, 1025, 4095, 8192, 8193, 100000}) {
-        for (int round = 0; round < 3; ++round) {
+        for (int round = 0; round < 6; ++round) {
             auto* p = static_cast<unsigned char*>(::operator new(size));
             CHECK(malloc_usable_size(p) >= size);
             CHECK(reinterpret_cast<std::uintptr_t>(p) % alignof(std::max_align_t) == 0);
@@ -57,9 +81,21 @@ TEST_CASE("thread cache: every block has room for what was asked, at every size"
             blocks.emplace_back(p, size);
         }
     }
+    // Half of them go back by size, half without: either way a block handed out again
+    // must hold what it is asked for.
+    bool sized = false;
     for (auto& [p, size] : blocks) {
         for (std::size_t i = 0; i < size; ++i) REQUIRE(p[i] == static_cast<unsigned char>(size & 0xff));
-        ::operator delete(p);
+        if (sized) ::operator delete(p, size); else ::operator delete(p);
+        sized = !sized;
+    }
+    for (std::size_t size : {0, 1, 15, 16, 17, 1000, 1024, 1025, 4095, 8192, 8193}) {
+        for (int round = 0; round < 6; ++round) {
+            auto* p = static_cast<unsigned char*>(::operator new(size));
+            CHECK(malloc_usable_size(p) >= size);
+            std::memset(p, 0x5a, size);
+            ::operator delete(p, size);
+        }
     }
     auto* array = new std::string[64];
     array[63] = std::string(100, 'x');
