@@ -42,6 +42,7 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local algorithms = { token_bucket = token_bucket, sliding_window = sliding_window }
+local ARGV, KEYS = ARGV, KEYS  -- locals: a global is a table lookup on every use
 local nargs = #ARGV
 local ceil = math.ceil
 
