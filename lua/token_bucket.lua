@@ -27,7 +27,8 @@ local known = {}
 local function read(key, now, interval, burst)
   local tat = known[key]
   if tat == nil then
-    tat = tonumber(redis.pcall('GET', key)) or false
+    tat = tonumber(redis.pcall('GET', key))
+    if not tat or tat < 0 then tat = false end  -- (negative: not ours; and the sign is taken)
     known[key] = tat
   end
   if not tat then
@@ -90,7 +91,7 @@ function token_bucket.check(key, now, interval, burst)
   }
 end
 
--- Consumes one token: the key is written only here.
+-- Consumes one token: only here is the key changed (written by flush).
 function token_bucket.commit(c)
   write(c.key, c.next_tat)
 end
