@@ -203,8 +203,7 @@ private:
     static void on_request_reply(::redisAsyncContext* context, void* raw_reply, void* privdata) {
         std::unique_ptr<Request> request(static_cast<Request*>(privdata));
         auto* self = static_cast<Impl*>(context->data);  // nullptr once stopped
-        const auto* reply = static_cast<const ::redisReply*>(raw_reply);
-        if (reply == nullptr) {
+        if (raw_reply == nullptr) {
             if (self == nullptr)
                 return deliver(request->callback,
                                failure(RedisError::Code::shutting_down, "redis connection stopped"));
@@ -212,7 +211,7 @@ private:
                            failure(RedisError::Code::connection_lost,
                                    context->err ? context->errstr : "redis connection closed"));
         }
-        RedisResult result = copy_reply(*reply);
+        RedisResult result = take_reply(raw_reply);
         if (self != nullptr) {
             self->last_reply_ = SteadyClock::now();
             if (request->script && is_noscript(result))
@@ -277,6 +276,7 @@ private:
             return connect_failed(reason);
         }
         context->data = this;
+        build_owned_replies(*context->c.reader);  // replies are read with take_reply
         if (!attach_asio_adapter(io_context_, context)) {
             redisAsyncFree(context);
             return connect_failed("cannot watch the socket");
@@ -334,7 +334,7 @@ private:
         auto* self = static_cast<Impl*>(context->data);
         if (self == nullptr || self->context_ != context || step->generation != self->generation_) return;
         if (raw_reply == nullptr) return;  // connection lost: on_disconnect handles it
-        RedisResult result = copy_reply(*static_cast<const ::redisReply*>(raw_reply));
+        RedisResult result = take_reply(raw_reply);
         if (!result.ok()) return self->drop(step->what + " failed: " + result.error->message);
         if (step->script) self->scripts_[*step->script].sha = result.reply.text;
         if (step->last) self->became_ready();
@@ -457,7 +457,7 @@ private:
         if (raw_reply == nullptr) return;
         self->ping_outstanding_ = false;
         self->last_reply_ = SteadyClock::now();
-        RedisResult result = copy_reply(*static_cast<const ::redisReply*>(raw_reply));
+        RedisResult result = take_reply(raw_reply);
         if (!result.ok()) self->drop("health-check PING failed: " + result.error->message);
     }
 

@@ -1,5 +1,7 @@
 #include "redis/redis_reply.hpp"
 
+#include <new>
+
 #include <hiredis/hiredis.h>
 
 namespace sluice::redis {
@@ -30,7 +32,94 @@ RedisReply copy_value(const ::redisReply& r) {
     return out;
 }
 
+// A whole reply built by build_owned_replies. hiredis itself looks at a reply only as a
+// ::redisReply, and only at its type and error text (a reply no command waited for), so
+// the root begins with one; the tree below it is plain RedisReply values, each element
+// built in place in its array.
+struct OwnedReply {
+    ::redisReply head{};
+    RedisReply value;
+};
+
+// Where the value of `task` goes: a new root, or its slot in the parent array. Returns what
+// hiredis keeps for the task (the root's head, or the element).
+void* place(const ::redisReadTask* task, RedisReply*& value) {
+    if (task->parent == nullptr) {
+        auto* root = new (std::nothrow) OwnedReply;
+        if (root == nullptr) return nullptr;
+        root->head.type = task->type;
+        value = &root->value;
+        return root;
+    }
+    void* parent = task->parent->obj;
+    auto& array = task->parent->parent == nullptr ? static_cast<OwnedReply*>(parent)->value
+                                                  : *static_cast<RedisReply*>(parent);
+    value = &array.elements[static_cast<std::size_t>(task->idx)];
+    return value;
+}
+
+// hiredis's callbacks are C: nothing may throw through them; nullptr reads as out of memory.
+void* create_string(const ::redisReadTask* task, char* str, std::size_t len) {
+    try {
+        RedisReply* value = nullptr;
+        void* obj = place(task, value);
+        if (obj == nullptr) return nullptr;
+        // An error nested in an array (as copy_reply does) is kept as a status.
+        value->type = task->type == REDIS_REPLY_STRING ? RedisReply::Type::string : RedisReply::Type::status;
+        value->text.assign(str, len);
+        if (task->parent == nullptr) {
+            auto* root = static_cast<OwnedReply*>(obj);
+            root->head.str = root->value.text.data();
+            root->head.len = root->value.text.size();
+        }
+        return obj;
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+void* create_array(const ::redisReadTask* task, int elements) {
+    try {
+        RedisReply* value = nullptr;
+        void* obj = place(task, value);
+        if (obj == nullptr) return nullptr;
+        value->type = RedisReply::Type::array;
+        value->elements.resize(static_cast<std::size_t>(elements));
+        return obj;
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+void* create_integer(const ::redisReadTask* task, long long integer) {
+    RedisReply* value = nullptr;
+    void* obj = place(task, value);
+    if (obj == nullptr) return nullptr;
+    value->type = RedisReply::Type::integer;
+    value->integer = integer;
+    return obj;
+}
+
+void* create_nil(const ::redisReadTask* task) {
+    RedisReply* value = nullptr;
+    return place(task, value);  // a RedisReply is nil until set
+}
+
+// hiredis frees only whole replies (after the callback, or a partial one on a protocol error).
+void free_reply(void* reply) { delete static_cast<OwnedReply*>(reply); }
+
+::redisReplyObjectFunctions owned_functions{create_string, create_array, create_integer, create_nil, free_reply};
+
 }  // namespace
+
+void build_owned_replies(::redisReader& reader) { reader.fn = &owned_functions; }
+
+RedisResult take_reply(void* reply) {
+    auto& root = *static_cast<OwnedReply*>(reply);
+    if (root.head.type == REDIS_REPLY_ERROR)
+        return {RedisError{RedisError::Code::reply_error, std::move(root.value.text)}, {}};
+    return {std::nullopt, std::move(root.value)};
+}
 
 RedisResult copy_reply(const ::redisReply& reply) {
     if (reply.type == REDIS_REPLY_ERROR)

@@ -7,6 +7,7 @@
 #include <vector>
 
 struct redisReply;  // hiredis
+struct redisReader;
 
 namespace sluice::redis {
 
@@ -39,5 +40,16 @@ struct RedisResult {
 
 // Copies a hiredis reply; an error reply becomes a RedisError with Code::reply_error.
 RedisResult copy_reply(const ::redisReply& reply);
+
+// Makes `reader` build its replies as RedisReply trees directly: no hiredis reply object
+// per element, no copy (a script's reply of dozens of integers cost a calloc and a free
+// each). Call it before the first reply is read. The replies it hands to callbacks are
+// then no ::redisReply (only their head is, for hiredis's own look at errors): read them
+// with take_reply, never copy_reply; hiredis frees them after the callback as usual.
+void build_owned_replies(::redisReader& reader);
+
+// The reply of a reader set up by build_owned_replies, moved out of it; an error reply
+// becomes a RedisError with Code::reply_error.
+RedisResult take_reply(void* reply);
 
 }  // namespace sluice::redis
