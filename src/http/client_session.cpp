@@ -146,7 +146,7 @@ private:
     enum class Upstream { ok, refused, timed_out };
 
     net::awaitable<bool> serve_one(bool first);
-    net::awaitable<Head> read_head(const config::ServerConfig& server, bool first);
+    net::awaitable<Head> read_head(bool first);
     net::awaitable<bool> forward(const server::Snapshot& snap, const config::RouteConfig& route, RequestParser& parser,
                                  bool keep_alive, const limit::HeaderList& rate_headers, observe::AccessRecord& rec);
     net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(const server::Snapshot& snap,
@@ -267,12 +267,17 @@ net::awaitable<void> Session::close_gracefully() {
     socket_.close(ec);
 }
 
-net::awaitable<Session::Head> Session::read_head(const config::ServerConfig& server, bool first) {
+net::awaitable<Session::Head> Session::read_head(bool first) {
+    // The server settings are looked up afresh after every wait, never held across one: a
+    // reload during the wait replaces the snapshot (and frees the old one once no request
+    // uses it), and the request that then arrives is read under the new settings.
+    auto server = [this]() -> const config::ServerConfig& { return worker_.snapshot()->config->server; };
     Head head;
     std::size_t scanned = 0;
     bool got_bytes = buffer_.size() > 0;
-    arm(first || got_bytes ? server.header_timeout : server.idle_timeout);
+    arm(first || got_bytes ? server().header_timeout : server().idle_timeout);
     while (true) {
+        const std::size_t max_header_bytes = server().max_header_bytes;
         std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
         auto scan = scan_request_head(data, scanned);
         if (scan.leading_crlf && scan.state != HeadScan::State::incomplete) {
@@ -281,7 +286,7 @@ net::awaitable<Session::Head> Session::read_head(const config::ServerConfig& ser
         }
         if (scan.state == HeadScan::State::complete) {
             disarm();
-            head.kind = scan.head_size > server.max_header_bytes ? Head::Kind::too_large : Head::Kind::ready;
+            head.kind = scan.head_size > max_header_bytes ? Head::Kind::too_large : Head::Kind::ready;
             head.size = scan.head_size;
             co_return head;
         }
@@ -291,7 +296,7 @@ net::awaitable<Session::Head> Session::read_head(const config::ServerConfig& ser
             head.problem = scan.problem;
             co_return head;
         }
-        if (data.size() - scan.leading_crlf > server.max_header_bytes) {
+        if (data.size() - scan.leading_crlf > max_header_bytes) {
             disarm();
             head.kind = Head::Kind::too_large;
             co_return head;
@@ -314,7 +319,7 @@ net::awaitable<Session::Head> Session::read_head(const config::ServerConfig& ser
         buffer_.commit(n);
         if (!got_bytes && n > 0) {
             got_bytes = true;
-            if (!first) arm(server.header_timeout);
+            if (!first) arm(server().header_timeout);
         }
     }
 }
@@ -322,7 +327,7 @@ net::awaitable<Session::Head> Session::read_head(const config::ServerConfig& ser
 net::awaitable<bool> Session::serve_one(bool first) {
     // The snapshot is taken when the head has arrived, not before waiting for it: a reload
     // during a keep-alive pause applies to the next request on that connection too.
-    const auto head = co_await read_head(worker_.snapshot()->config->server, first);
+    const auto head = co_await read_head(first);
     const std::shared_ptr<const server::Snapshot> current = worker_.snapshot();
     const auto& snap = *current;
     const auto& cfg = *snap.config;

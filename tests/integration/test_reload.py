@@ -219,6 +219,23 @@ class ReloadSemanticsTest(ReloadTestCase):
         self.assertEqual([self.get("/api", c).status for _ in range(3)], [200, 200, 429],
                          "the first request after the reload was decided with burst 2")
 
+    def test_kept_alive_connection_reads_its_next_head_under_the_reloaded_server_settings(self):
+        # The connection waits for its next request while the reload replaces (and frees)
+        # the configuration it was accepted under; the head that then arrives is read with
+        # the new max_header_bytes, raised and lowered.
+        up = self.start_upstream(respond(200, b"ok"))
+        self.start([route("api", "/")], {"app": up.address}, server={"max_header_bytes": 1024})
+        big = [("X-Big", "b" * 2000)]
+        c = self.client(self.port)
+        self.assertEqual(self.get("/", c).status, 200)
+        self.assertEqual(self.client(self.port).request("GET", "/", big).status, 431)
+        server = self.base["server"]
+        self.reload(self.config_with(server={**server, "max_header_bytes": 4096}))
+        self.assertEqual(c.request("GET", "/", big).status, 200,
+                         "the head was read under the max_header_bytes before the reload")
+        self.reload(self.config_with(server={**server, "max_header_bytes": 1024}))
+        self.assertEqual(c.request("GET", "/", big).status, 431)
+
     def test_invalid_file_is_refused_and_the_old_config_keeps_serving(self):
         up = self.start_upstream(respond(200, b"ok"))
         routes = [route("api", "/api", [token_bucket("burst", 3)])]
