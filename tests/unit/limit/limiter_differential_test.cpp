@@ -5,6 +5,7 @@
 // that same instant through its injected clock.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <random>
@@ -24,19 +25,23 @@ using namespace std::chrono_literals;
 using namespace sluice::test;
 using limit::Decision;
 
-TEST_CASE("differential: redis scripts and memory limiter agree decision by decision",
-          "[differential][redis]") {
+namespace {
+
+redis::RedisConnectionOptions at_port(std::uint16_t port) {
+    redis::RedisConnectionOptions options;
+    options.port = port;
+    return options;
+}
+
+// A real Redis running the scripts, and MemoryLimiter with an injected clock, over the same
+// routes and the same random clients.
+struct Differential {
     RedisServer server;
     boost::asio::io_context io;
-    redis::RedisConnectionOptions options;
-    options.port = server.port();
-    redis::RedisConnection connection(io, options);
-    limit::RedisLimiter redis_limiter(io, connection, "sluice", 2s, /*remember_rejections=*/false);
-    connection.start();
-    REQUIRE(run_until(io, [&] { return connection.ready(); }));
-
+    redis::RedisConnection connection{io, at_port(server.port())};
+    limit::RedisLimiter redis_limiter{io, connection, "sluice", 2s, /*remember_rejections=*/false};
     std::int64_t memory_now = 0;
-    limit::MemoryLimiter memory_limiter("sluice", [&] { return memory_now; });
+    limit::MemoryLimiter memory_limiter{"sluice", [this] { return memory_now; }};
 
     // Small windows and intervals so that a couple of seconds cross many edges.
     const std::vector<config::LimitConfig> limits{
@@ -57,47 +62,71 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
                                                  {"watch", watch},
                                                  {"window_alone", window_alone},
                                                  {"window_watch", window_watch}};
-    int alone_limited = 0, watch_shadow_limited = 0, window_alone_limited = 0, window_watch_shadow_limited = 0;
+
     const std::vector<std::string> ips{"203.0.113.7", "198.51.100.2", "2001:db8::1"};
     const std::vector<std::string> methods{"GET", "POST"};
     const std::vector<std::optional<std::string>> users{std::nullopt, "alice", "bob"};
+    std::mt19937 random{20240521};
 
-    std::mt19937 random(20240521);
+    struct Client {
+        const std::string* ip;
+        const std::string* method;
+        const std::optional<std::string>* user;
+        limit::RequestKeyValues values() const {
+            return {*ip, *method, "/login", [user = user](std::string_view name) -> std::optional<std::string_view> {
+                        if (name == "x-user" && *user) return **user;
+                        return std::nullopt;
+                    }};
+        }
+    };
+
+    Differential() {
+        connection.start();
+        REQUIRE(run_until(io, [&] { return connection.ready(); }));
+    }
+
+    Client any_client() {
+        return {&ips[random() % ips.size()], &methods[random() % methods.size()], &users[random() % users.size()]};
+    }
+
+    // MemoryLimiter asked what Redis was asked, at the instant Redis decided it: the same answer.
+    void compare(const limit::RouteLimits& route, const Client& client, const Decision& from_redis) {
+        REQUIRE(from_redis.outcome != Decision::Outcome::store_error);
+        memory_now = from_redis.time_us;
+        const Decision from_memory = memory_limiter.decide(route, client.values());
+        INFO("route " << route.route << " at " << memory_now << " from " << *client.ip << " " << *client.method);
+        REQUIRE(from_memory.outcome == from_redis.outcome);
+        REQUIRE(from_memory.limited_by == from_redis.limited_by);
+        REQUIRE(from_memory.limits.size() == from_redis.limits.size());
+        for (std::size_t l = 0; l < route.limits.size(); ++l) {
+            INFO("limit " << route.limits[l].name);
+            const auto& m = from_memory.limits[l];
+            const auto& r = from_redis.limits[l];
+            CHECK(m.applies == r.applies);
+            CHECK(m.shadow == r.shadow);
+            CHECK(m.allowed == r.allowed);
+            CHECK(m.remaining == r.remaining);
+            CHECK(m.retry_after == r.retry_after);
+            CHECK(m.reset == r.reset);
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("differential: redis scripts and memory limiter agree decision by decision",
+          "[differential][redis]") {
+    Differential d;
+    int alone_limited = 0, watch_shadow_limited = 0, window_alone_limited = 0, window_watch_shadow_limited = 0;
     int allowed = 0, limited = 0, shadow_limited = 0;
     for (int i = 0; i < 400; ++i) {
-        const auto& ip = ips[random() % ips.size()];
-        const auto& method = methods[random() % methods.size()];
-        const auto& user = users[random() % users.size()];
-        const limit::RequestKeyValues request{
-            ip, method, "/login", [&user](std::string_view name) -> std::optional<std::string_view> {
-                if (name == "x-user" && user) return *user;
-                return std::nullopt;
-            }};
-        for (const auto& route : routes) {
+        const auto client = d.any_client();
+        for (const auto& route : d.routes) {
             std::optional<Decision> from_redis;
-            redis_limiter.decide(route, request, [&](Decision d) { from_redis = std::move(d); });
-            REQUIRE(run_until(io, [&] { return from_redis.has_value(); }));
-            REQUIRE(from_redis->outcome != Decision::Outcome::store_error);
-
-            memory_now = from_redis->time_us;
-            const Decision from_memory = memory_limiter.decide(route, request);
-
-            INFO("request " << i << " on route " << route.route << " at " << memory_now << " from " << ip << " "
-                             << method);
-            REQUIRE(from_memory.outcome == from_redis->outcome);
-            REQUIRE(from_memory.limited_by == from_redis->limited_by);
-            REQUIRE(from_memory.limits.size() == from_redis->limits.size());
-            for (std::size_t l = 0; l < route.limits.size(); ++l) {
-                INFO("limit " << route.limits[l].name);
-                const auto& m = from_memory.limits[l];
-                const auto& r = from_redis->limits[l];
-                CHECK(m.applies == r.applies);
-                CHECK(m.shadow == r.shadow);
-                CHECK(m.allowed == r.allowed);
-                CHECK(m.remaining == r.remaining);
-                CHECK(m.retry_after == r.retry_after);
-                CHECK(m.reset == r.reset);
-            }
+            d.redis_limiter.decide(route, client.values(), [&](Decision decision) { from_redis = std::move(decision); });
+            REQUIRE(run_until(d.io, [&] { return from_redis.has_value(); }));
+            INFO("request " << i);
+            d.compare(route, client, *from_redis);
             if (route.route == "login") {
                 allowed += from_redis->outcome == Decision::Outcome::allowed;
                 limited += from_redis->outcome == Decision::Outcome::limited;
@@ -113,7 +142,7 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
             }
         }
 
-        std::this_thread::sleep_for(std::chrono::microseconds(random() % 12'000));
+        std::this_thread::sleep_for(std::chrono::microseconds(d.random() % 12'000));
     }
     // The sequence exercised both sides of every rule.
     CHECK(allowed > 50);
@@ -123,4 +152,45 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
     CHECK(watch_shadow_limited > 20);
     CHECK(window_alone_limited > 20);
     CHECK(window_watch_shadow_limited > 20);
+}
+
+TEST_CASE("differential: batches agree with the memory limiter asked in order", "[differential][redis]") {
+    // Decisions asked for in one turn of the loop go to Redis as one call, where a key is read
+    // once and written at the end however many of the batch's requests use it. Asked the
+    // same questions in the same order at the batch's instant, MemoryLimiter must agree.
+    Differential d;
+    int batches = 0, limited = 0, allowed = 0, repeated_keys = 0;
+    for (int i = 0; i < 150; ++i) {
+        struct Asked {
+            const limit::RouteLimits* route;
+            Differential::Client client;
+            std::optional<Decision> answer;
+        };
+        std::vector<Asked> asked(1 + d.random() % 12);
+        for (auto& a : asked) {
+            a.route = &d.routes[d.random() % d.routes.size()];
+            a.client = d.any_client();
+        }
+        for (std::size_t k = 0; k < asked.size(); ++k)
+            for (std::size_t j = 0; j < k; ++j)
+                repeated_keys += asked[j].route == asked[k].route && asked[j].client.ip == asked[k].client.ip;
+        for (auto& a : asked)
+            d.redis_limiter.decide(*a.route, a.client.values(), [&a](Decision decision) { a.answer = std::move(decision); });
+        REQUIRE(run_until(d.io, [&] {
+            return std::all_of(asked.begin(), asked.end(), [](const Asked& a) { return a.answer.has_value(); });
+        }));
+        ++batches;
+        for (std::size_t k = 0; k < asked.size(); ++k) {
+            INFO("batch " << i << ", request " << k << " of " << asked.size());
+            CHECK(asked[k].answer->time_us == asked[0].answer->time_us);  // one call, one TIME
+            d.compare(*asked[k].route, asked[k].client, *asked[k].answer);
+            limited += asked[k].answer->outcome == Decision::Outcome::limited;
+            allowed += asked[k].answer->outcome == Decision::Outcome::allowed;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(d.random() % 20'000));
+    }
+    CHECK(batches == 150);
+    CHECK(repeated_keys > 200);  // clients came back within their batch
+    CHECK(limited > 100);
+    CHECK(allowed > 100);
 }
