@@ -1,7 +1,8 @@
 -- decide: a batch of requests, each against all limits of its route, in one atomic call.
 --
 -- The script Redis runs is token_bucket.lua .. sliding_window.lua .. decide.lua, joined by
--- the C++ side (limit/decide_script.cpp); this file uses the two tables they define.
+-- the C++ side (limit/decide_script.cpp); this file builds the algorithms' tables with the
+-- two functions they define, each on its first use in a call.
 --
 -- A worker sends every decision that became due in one turn of its event loop as one call
 -- (a batch of one when it is not busy). The requests are decided one after the other, in
@@ -41,7 +42,20 @@
 --   reset_ms (ms until this limit is back to its full quota, rounded up).
 if redis.replicate_commands then redis.replicate_commands() end
 
-local algorithms = { token_bucket = token_bucket, sliding_window = sliding_window }
+-- The algorithms by name, each built when a call first names it: creating an algorithm's
+-- functions is part of every call's cost, and most batches use one algorithm only.
+local makers = { token_bucket = token_bucket_algorithm, sliding_window = sliding_window_algorithm }
+local algorithms = {}
+local function algorithm_named(name)
+  local algorithm = algorithms[name]
+  if algorithm == nil then
+    local make = makers[name]
+    if make == nil then return nil end
+    algorithm = make()
+    algorithms[name] = algorithm
+  end
+  return algorithm
+end
 local ARGV, KEYS = ARGV, KEYS  -- locals: a global is a table lookup on every use
 local nargs = #ARGV
 local ceil = math.ceil
@@ -56,7 +70,6 @@ end
 
 -- Shape first: the plans, then the requests' plan numbers, then the number of keys.
 local plans = {}  -- by plan number as ARGV writes it: "1", "2", ...
-local used = {}   -- the algorithms the batch uses
 local count = tonumber(ARGV[1])
 if not whole(count) or count < 1 then return refuse('argument 1 is not a number of plans') end
 local a = 2
@@ -67,14 +80,13 @@ for p = 1, count do
   local plan = { n = n }
   for i = 1, n do
     local b = a + 4 * i - 3
-    local algorithm = algorithms[ARGV[b]]
+    local algorithm = algorithm_named(ARGV[b])
     if not algorithm then return refuse('unknown algorithm ' .. tostring(ARGV[b])) end
     local x, y = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
     if not whole(x) or not whole(y) then
       return refuse('parameters of limit ' .. i .. ' of plan ' .. p .. ' are not whole numbers')
     end
     plan[i] = { algorithm = algorithm, shadow = ARGV[b + 1] == '1', x = x, y = y }
-    used[algorithm] = true
   end
   if n == 1 then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
@@ -109,7 +121,8 @@ end
 -- algorithms in one batch: before one algorithm uses a key, the other hands it over
 -- (release: writes what it holds for the key and forgets it).
 local other = {}
-if used[token_bucket] and used[sliding_window] then
+local token_bucket, sliding_window = algorithms.token_bucket, algorithms.sliding_window
+if token_bucket and sliding_window then
   other[token_bucket], other[sliding_window] = sliding_window, token_bucket
 end
 local k = 0  -- keys used by the requests before this one
@@ -142,6 +155,5 @@ for r = first, nargs do
   end
   k = k + n
 end
-token_bucket.flush()
-sliding_window.flush()
+for _, algorithm in pairs(algorithms) do algorithm.flush() end
 return reply

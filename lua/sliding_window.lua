@@ -1,7 +1,8 @@
 -- sliding_window: at most `limit` requests in any rolling `window`, exactly.
 --
 -- Part of the decide script: the build sends token_bucket.lua, sliding_window.lua and
--- decide.lua to Redis as ONE script, so this file only defines a local table.
+-- decide.lua to Redis as ONE script, so this file only defines a local function that builds
+-- the algorithm's table (when a call first uses the algorithm, see decide.lua).
 --
 -- State: a sorted set with one member per admitted request, scored by its Redis TIME in
 -- microseconds. A request at `t` counts while now - t < window, i.e. it leaves the window
@@ -12,152 +13,155 @@
 -- nothing); the set never holds more than `limit` members after a write. The key expires
 -- when its newest member leaves the window. A key of another type (the limit's algorithm
 -- changed on reload) reads as empty and is replaced when written.
-local sliding_window = {}
+local function sliding_window_algorithm()
+  local sliding_window = {}
 
-local format = string.format
+  local format = string.format
 
--- What this call knows of its keys. A call decides every request at one `now` and nothing
--- else runs in Redis meanwhile, so a set counted once stays as this call leaves it, and its
--- writes can wait for the end: a client with several requests in one batch costs one count,
--- one trim, one ZADD of all its new members and one expiry, not four calls per request.
--- sets[key] = {
---   now, window   the call's time and the window the set was counted with,
---   count         members in the window, as this call left it,
---   held          members the set holds in Redis (after this call's trim, if it wrote),
---   foreign       the key holds something else than a set (nothing counted),
---   adds          members admitted and not yet written (all scored `now`),
---   written       whether this call has trimmed the set already,
---   refused, refusal   the limit of the last refusal and its figures, while nothing changed }
-local sets = {}
+  -- What this call knows of its keys. A call decides every request at one `now` and nothing
+  -- else runs in Redis meanwhile, so a set counted once stays as this call leaves it, and its
+  -- writes can wait for the end: a client with several requests in one batch costs one count,
+  -- one trim, one ZADD of all its new members and one expiry, not four calls per request.
+  -- sets[key] = {
+  --   now, window   the call's time and the window the set was counted with,
+  --   count         members in the window, as this call left it,
+  --   held          members the set holds in Redis (after this call's trim, if it wrote),
+  --   foreign       the key holds something else than a set (nothing counted),
+  --   adds          members admitted and not yet written (all scored `now`),
+  --   written       whether this call has trimmed the set already,
+  --   refused, refusal   the limit of the last refusal and its figures, while nothing changed }
+  local sets = {}
 
--- The set of `key` as this call knows it, counted with `window`.
-local write
-local function entry(key, now, window)
-  local e = sets[key]
-  if e then
-    if e.window == window then return e end
-    write(key, e)  -- the window changed on reload within this call: count afresh
-  end
-  local count = redis.pcall('ZCOUNT', key, '(' .. format('%d', now - window), '+inf')
-  local foreign = type(count) ~= 'number'
-  if foreign then count = 0 end
-  e = { now = now, window = window, count = count, held = count, foreign = foreign, adds = {} }
-  sets[key] = e
-  return e
-end
-
--- Writes the members `e` admitted: first what no longer counts goes (the whole key when
--- nothing in it counted or it is not a set), then the new members, then the expiry: when
--- the newest member leaves the window (absolute, rounded up to the ms).
-write = function(key, e)
-  local n = #e.adds
-  if n == 0 then return end
-  local now = e.now
-  if not e.written then
-    if e.foreign or e.held == 0 then
-      redis.call('DEL', key)
-    else
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - e.window))
+  -- The set of `key` as this call knows it, counted with `window`.
+  local write
+  local function entry(key, now, window)
+    local e = sets[key]
+    if e then
+      if e.window == window then return e end
+      write(key, e)  -- the window changed on reload within this call: count afresh
     end
-    e.written, e.foreign = true, false
+    local count = redis.pcall('ZCOUNT', key, '(' .. format('%d', now - window), '+inf')
+    local foreign = type(count) ~= 'number'
+    if foreign then count = 0 end
+    e = { now = now, window = window, count = count, held = count, foreign = foreign, adds = {} }
+    sets[key] = e
+    return e
   end
-  local score, args = format('%d', now), {}
-  for i = 1, n do
-    args[2 * i - 1], args[2 * i] = score, e.adds[i]
-  end
-  redis.call('ZADD', key, unpack(args))
-  redis.call('PEXPIREAT', key, format('%d', math.ceil((now + e.window) / 1000)))
-  e.held, e.adds = e.count, {}
-end
 
--- Admits one request: its member is "<now>-<members held before it>".
-local function admit(e)
-  local adds = e.adds
-  adds[#adds + 1] = format('%d-%d', e.now, e.count)
-  e.count = e.count + 1
-  e.refused = nil
-end
-
--- Retry and reset of a request that does not fit `limit`.
--- Returns remaining, retry_after_us, reset_us.
-local function refusal(key, e, limit)
-  if e.refused == limit then return unpack(e.refusal) end
-  write(key, e)  -- what this call admitted is part of the answer: Redis must hold it
-  local now, window, count = e.now, e.window, e.count
-  local remaining = limit - count
-  if remaining < 0 then remaining = 0 end
-  local retry_us, reset_us = window, 0  -- limit 0 and nothing counted: never fits; say "a window"
-  if count > 0 then
-    -- The request fits once count - limit + 1 of the counted members have left.
-    local leaving = redis.call('ZRANGEBYSCORE', key, '(' .. format('%d', now - window), '+inf',
-                               'WITHSCORES', 'LIMIT', count - limit, 1)
-    if leaving[2] then retry_us = tonumber(leaving[2]) + window - now end
-    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    reset_us = tonumber(newest[2]) + window - now
-  end
-  e.refused, e.refusal = limit, { remaining, retry_us, reset_us }
-  return remaining, retry_us, reset_us
-end
-
--- Reads the state and works out whether one more request fits. Writes nothing.
-function sliding_window.check(key, now, limit, window)
-  local e = entry(key, now, window)
-  local count = e.count
-  local c = {
-    e = e, limit = limit, window = window, count = count,
-    allowed = count < limit, remaining = 0, retry_us = 0, reset_us = 0,
-  }
-  if c.allowed and count > 0 then
-    -- Reported as it stands when another limit rejects the request.
-    local newest = now  -- a member this call admitted
-    if not e.adds[1] then
-      newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  -- Writes the members `e` admitted: first what no longer counts goes (the whole key when
+  -- nothing in it counted or it is not a set), then the new members, then the expiry: when
+  -- the newest member leaves the window (absolute, rounded up to the ms).
+  write = function(key, e)
+    local n = #e.adds
+    if n == 0 then return end
+    local now = e.now
+    if not e.written then
+      if e.foreign or e.held == 0 then
+        redis.call('DEL', key)
+      else
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - e.window))
+      end
+      e.written, e.foreign = true, false
     end
-    c.reset_us = newest + window - now
-  elseif not c.allowed then
-    c.remaining, c.retry_us, c.reset_us = refusal(key, e, limit)
+    local score, args = format('%d', now), {}
+    for i = 1, n do
+      args[2 * i - 1], args[2 * i] = score, e.adds[i]
+    end
+    redis.call('ZADD', key, unpack(args))
+    redis.call('PEXPIREAT', key, format('%d', math.ceil((now + e.window) / 1000)))
+    e.held, e.adds = e.count, {}
   end
-  return c
-end
 
--- Records the request (written at the end of the call, or before the set is read again).
-function sliding_window.commit(c)
-  admit(c.e)
-end
-
--- remaining, retry_after_us, reset_us after this request (consumed or not).
-function sliding_window.report(c, consumed)
-  if consumed then
-    return c.limit - c.count - 1, 0, c.window
+  -- Admits one request: its member is "<now>-<members held before it>".
+  local function admit(e)
+    local adds = e.adds
+    adds[#adds + 1] = format('%d-%d', e.now, e.count)
+    e.count = e.count + 1
+    e.refused = nil
   end
-  if c.allowed then return c.limit - c.count, 0, c.reset_us end
-  return c.remaining, c.retry_us, c.reset_us
-end
 
--- The whole decision when this is the request's only limit (most routes): count, admit if
--- it fits, report, without the check table. Returns allowed, remaining, retry_after_us, reset_us.
-function sliding_window.alone(key, now, limit, window)
-  local e = entry(key, now, window)
-  local count = e.count
-  if count >= limit then
-    return false, refusal(key, e, limit)
+  -- Retry and reset of a request that does not fit `limit`.
+  -- Returns remaining, retry_after_us, reset_us.
+  local function refusal(key, e, limit)
+    if e.refused == limit then return unpack(e.refusal) end
+    write(key, e)  -- what this call admitted is part of the answer: Redis must hold it
+    local now, window, count = e.now, e.window, e.count
+    local remaining = limit - count
+    if remaining < 0 then remaining = 0 end
+    local retry_us, reset_us = window, 0  -- limit 0 and nothing counted: never fits; say "a window"
+    if count > 0 then
+      -- The request fits once count - limit + 1 of the counted members have left.
+      local leaving = redis.call('ZRANGEBYSCORE', key, '(' .. format('%d', now - window), '+inf',
+                                 'WITHSCORES', 'LIMIT', count - limit, 1)
+      if leaving[2] then retry_us = tonumber(leaving[2]) + window - now end
+      local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      reset_us = tonumber(newest[2]) + window - now
+    end
+    e.refused, e.refusal = limit, { remaining, retry_us, reset_us }
+    return remaining, retry_us, reset_us
   end
-  admit(e)
-  return true, limit - count - 1, 0, window
-end
 
--- Writes what this call admitted: per key, at its end.
-function sliding_window.flush()
-  for key, e in pairs(sets) do write(key, e) end
-end
-
--- Before a token bucket uses `key` in this call (its limit changed algorithm on reload and the
--- batch holds requests of both configurations): what this call admitted goes to Redis first,
--- and the key is counted again on its next use.
-function sliding_window.release(key)
-  local e = sets[key]
-  if e then
-    write(key, e)
-    sets[key] = nil
+  -- Reads the state and works out whether one more request fits. Writes nothing.
+  function sliding_window.check(key, now, limit, window)
+    local e = entry(key, now, window)
+    local count = e.count
+    local c = {
+      e = e, limit = limit, window = window, count = count,
+      allowed = count < limit, remaining = 0, retry_us = 0, reset_us = 0,
+    }
+    if c.allowed and count > 0 then
+      -- Reported as it stands when another limit rejects the request.
+      local newest = now  -- a member this call admitted
+      if not e.adds[1] then
+        newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+      end
+      c.reset_us = newest + window - now
+    elseif not c.allowed then
+      c.remaining, c.retry_us, c.reset_us = refusal(key, e, limit)
+    end
+    return c
   end
+
+  -- Records the request (written at the end of the call, or before the set is read again).
+  function sliding_window.commit(c)
+    admit(c.e)
+  end
+
+  -- remaining, retry_after_us, reset_us after this request (consumed or not).
+  function sliding_window.report(c, consumed)
+    if consumed then
+      return c.limit - c.count - 1, 0, c.window
+    end
+    if c.allowed then return c.limit - c.count, 0, c.reset_us end
+    return c.remaining, c.retry_us, c.reset_us
+  end
+
+  -- The whole decision when this is the request's only limit (most routes): count, admit if
+  -- it fits, report, without the check table. Returns allowed, remaining, retry_after_us, reset_us.
+  function sliding_window.alone(key, now, limit, window)
+    local e = entry(key, now, window)
+    local count = e.count
+    if count >= limit then
+      return false, refusal(key, e, limit)
+    end
+    admit(e)
+    return true, limit - count - 1, 0, window
+  end
+
+  -- Writes what this call admitted: per key, at its end.
+  function sliding_window.flush()
+    for key, e in pairs(sets) do write(key, e) end
+  end
+
+  -- Before a token bucket uses `key` in this call (its limit changed algorithm on reload and the
+  -- batch holds requests of both configurations): what this call admitted goes to Redis first,
+  -- and the key is counted again on its next use.
+  function sliding_window.release(key)
+    local e = sets[key]
+    if e then
+      write(key, e)
+      sets[key] = nil
+    end
+  end
+  return sliding_window
 end

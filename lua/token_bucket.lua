@@ -1,7 +1,9 @@
 -- token_bucket: capacity `burst`, refilled continuously, kept GCRA-style.
 --
 -- Part of the decide script: the build sends token_bucket.lua, sliding_window.lua and
--- decide.lua to Redis as ONE script, so this file only defines a local table.
+-- decide.lua to Redis as ONE script, so this file only defines a local function that builds
+-- the algorithm's table. decide.lua builds it when a call first uses the algorithm: a call
+-- without token buckets does not pay for creating their functions.
 --
 -- State: one string key holding the "theoretical arrival time" (TAT) in microseconds of
 -- Redis TIME: the instant at which the bucket is full again. Tokens available at `now` are
@@ -11,108 +13,112 @@
 -- The key expires when the bucket would be full, so an expired key and a full bucket are
 -- the same state. A key of another type (the limit's algorithm changed on reload) reads as
 -- a full bucket and is replaced when written.
-local token_bucket = {}
+local function token_bucket_algorithm()
+  local token_bucket = {}
 
-local floor = math.floor
+  local floor = math.floor
 
--- What this call knows of its keys. A call decides every request at one `now` and nothing
--- else runs in Redis meanwhile, so a key read once stays as this call leaves it, and only its
--- last value needs writing: a client with several requests in one batch costs one GET and
--- one SET, not one of each per request. known[key] is the key's tat as this call left it
--- (false: none, a full bucket), negated while it still has to be written (flush, at the end).
-local known = {}
+  -- What this call knows of its keys. A call decides every request at one `now` and nothing
+  -- else runs in Redis meanwhile, so a key read once stays as this call leaves it, and only its
+  -- last value needs writing: a client with several requests in one batch costs one GET and
+  -- one SET, not one of each per request. known[key] is the key's tat as this call left it
+  -- (false: none, a full bucket), negated while it still has to be written (flush, at the end).
+  local known = {}
 
--- The bucket at `now`: tolerance, tat, the tat after one more request, and when that
--- request is allowed (it fits when allow_at <= now).
-local function read(key, now, interval, burst)
-  local tat = known[key]
-  if tat == nil then
-    tat = tonumber(redis.pcall('GET', key))
-    if not tat or tat < 0 then tat = false end  -- (negative: not ours; and the sign is taken)
-    known[key] = tat
+  -- The bucket at `now`: tolerance, tat, the tat after one more request, and when that
+  -- request is allowed (it fits when allow_at <= now).
+  local function read(key, now, interval, burst)
+    local tat = known[key]
+    if tat == nil then
+      tat = tonumber(redis.pcall('GET', key))
+      if not tat or tat < 0 then tat = false end  -- (negative: not ours; and the sign is taken)
+      known[key] = tat
+    end
+    if not tat then
+      tat = now
+    elseif tat < 0 then
+      tat = -tat
+      if tat < now then tat = now end
+    elseif tat < now then
+      tat = now
+    end
+    local tolerance = interval * burst
+    local next_tat = tat + interval
+    return tolerance, tat, next_tat, next_tat - tolerance
   end
-  if not tat then
-    tat = now
-  elseif tat < 0 then
-    tat = -tat
-    if tat < now then tat = now end
-  elseif tat < now then
-    tat = now
+
+  local function write(key, next_tat)
+    known[key] = -next_tat
   end
-  local tolerance = interval * burst
-  local next_tat = tat + interval
-  return tolerance, tat, next_tat, next_tat - tolerance
-end
 
-local function write(key, next_tat)
-  known[key] = -next_tat
-end
+  -- Stores a tat; the key expires when the bucket is full again (absolute time, rounded up to
+  -- the millisecond: a relative PX would count from Redis's millisecond clock and could expire
+  -- the key up to 1 ms early). Numbers are written with %d (whole numbers below 2^63): %.0f
+  -- goes through the slow floating-point printer.
+  local function store(key, tat)
+    local format = string.format
+    redis.call('SET', key, format('%d', tat), 'PXAT', format('%d', math.ceil(tat / 1000)))
+  end
 
--- Stores a tat; the key expires when the bucket is full again (absolute time, rounded up to
--- the millisecond: a relative PX would count from Redis's millisecond clock and could expire
--- the key up to 1 ms early). Numbers are written with %d (whole numbers below 2^63): %.0f
--- goes through the slow floating-point printer.
-local function store(key, tat)
-  redis.call('SET', key, string.format('%d', tat), 'PXAT', string.format('%d', math.ceil(tat / 1000)))
-end
+  -- Writes what this call changed: once per key, at its end.
+  function token_bucket.flush()
+    for key, tat in pairs(known) do
+      if tat and tat < 0 then store(key, -tat) end
+    end
+  end
 
--- Writes what this call changed: once per key, at its end.
-function token_bucket.flush()
-  for key, tat in pairs(known) do
+  -- Before a sliding window uses `key` in this call (its limit changed algorithm on reload and
+  -- the batch holds requests of both configurations): what this call wrote goes to Redis
+  -- first, and the key is read again on its next use.
+  function token_bucket.release(key)
+    local tat = known[key]
+    if tat == nil then return end
     if tat and tat < 0 then store(key, -tat) end
+    known[key] = nil
   end
-end
 
--- Before a sliding window uses `key` in this call (its limit changed algorithm on reload and
--- the batch holds requests of both configurations): what this call wrote goes to Redis
--- first, and the key is read again on its next use.
-function token_bucket.release(key)
-  local tat = known[key]
-  if tat == nil then return end
-  if tat and tat < 0 then store(key, -tat) end
-  known[key] = nil
-end
-
--- Whole tokens left at `now` when the bucket's tat is `tat`.
-local function tokens(now, tolerance, tat, interval)
-  local remaining = floor((now + tolerance - tat) / interval)
-  if remaining < 0 then return 0 end
-  return remaining
-end
-
--- Reads the state and works out whether one more request fits. Writes nothing.
-function token_bucket.check(key, now, interval, burst)
-  local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst)
-  return {
-    key = key, now = now, interval = interval, tolerance = tolerance,
-    tat = tat, next_tat = next_tat,
-    allowed = allow_at <= now,
-    retry_us = allow_at - now,
-  }
-end
-
--- Consumes one token: only here is the key changed (written by flush).
-function token_bucket.commit(c)
-  write(c.key, c.next_tat)
-end
-
--- remaining, retry_after_us, reset_us after this request (consumed or not).
-function token_bucket.report(c, consumed)
-  local tat = c.tat
-  if consumed then tat = c.next_tat end
-  local retry_us = 0
-  if not c.allowed then retry_us = c.retry_us end
-  return tokens(c.now, c.tolerance, tat, c.interval), retry_us, tat - c.now
-end
-
--- The whole decision when this is the request's only limit (most routes): check, consume if
--- it fits, report, without building the check table that several limits need to wait for
--- each other. Returns allowed, remaining, retry_after_us, reset_us.
-function token_bucket.alone(key, now, interval, burst)
-  local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst)
-  if allow_at > now then
-    return false, tokens(now, tolerance, tat, interval), allow_at - now, tat - now
+  -- Whole tokens left at `now` when the bucket's tat is `tat`.
+  local function tokens(now, tolerance, tat, interval)
+    local remaining = floor((now + tolerance - tat) / interval)
+    if remaining < 0 then return 0 end
+    return remaining
   end
-  known[key] = -next_tat  -- write()
-  return true, tokens(now, tolerance, next_tat, interval), 0, next_tat - now
+
+  -- Reads the state and works out whether one more request fits. Writes nothing.
+  function token_bucket.check(key, now, interval, burst)
+    local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst)
+    return {
+      key = key, now = now, interval = interval, tolerance = tolerance,
+      tat = tat, next_tat = next_tat,
+      allowed = allow_at <= now,
+      retry_us = allow_at - now,
+    }
+  end
+
+  -- Consumes one token: only here is the key changed (written by flush).
+  function token_bucket.commit(c)
+    write(c.key, c.next_tat)
+  end
+
+  -- remaining, retry_after_us, reset_us after this request (consumed or not).
+  function token_bucket.report(c, consumed)
+    local tat = c.tat
+    if consumed then tat = c.next_tat end
+    local retry_us = 0
+    if not c.allowed then retry_us = c.retry_us end
+    return tokens(c.now, c.tolerance, tat, c.interval), retry_us, tat - c.now
+  end
+
+  -- The whole decision when this is the request's only limit (most routes): check, consume if
+  -- it fits, report, without building the check table that several limits need to wait for
+  -- each other. Returns allowed, remaining, retry_after_us, reset_us.
+  function token_bucket.alone(key, now, interval, burst)
+    local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst)
+    if allow_at > now then
+      return false, tokens(now, tolerance, tat, interval), allow_at - now, tat - now
+    end
+    known[key] = -next_tat  -- write()
+    return true, tokens(now, tolerance, next_tat, interval), 0, next_tat - now
+  end
+  return token_bucket
 end
