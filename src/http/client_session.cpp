@@ -577,47 +577,47 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             auto [wec, wn] = co_await net::async_write(conn->stream.socket(), net::buffer(head_), nothrow);
             upstream_error = disarm_upstream(wec);
         } else {
-        // Request head and body, streamed.
-        bhttp::request_serializer<bhttp::buffer_body> sr{req};
-        do {
-            auto& body = req.body();
-            if (!parser.is_done()) {
-                body.data = chunk.data();
-                body.size = chunk.size();
-                arm(cfg.server.idle_timeout);
-                auto [rec_ec, n] = co_await bhttp::async_read(socket_, buffer_, parser, nothrow);
-                disarm();
-                if (rec_ec == bhttp::error::need_buffer) rec_ec = {};
-                if (rec_ec == bhttp::error::body_limit) {
-                    spdlog::warn("client {}: request body over max_body_bytes while forwarding", peer_ip_);
-                    co_return co_await reply(cfg.server, nullptr, 413, "request body larger than max_body_bytes",
-                                             false, rec);
-                }
-                if (rec_ec || timed_out_) {
-                    if (!is_connection_lost(rec_ec) && !timed_out_ && rec_ec != net::error::operation_aborted) {
-                        const std::string problem = rec_ec.message();
-                        co_return co_await reply(cfg.server, nullptr, 400, problem, false, rec);
+            // Request head and body, streamed.
+            bhttp::request_serializer<bhttp::buffer_body> sr{req};
+            do {
+                auto& body = req.body();
+                if (!parser.is_done()) {
+                    body.data = chunk.data();
+                    body.size = chunk.size();
+                    arm(cfg.server.idle_timeout);
+                    auto [rec_ec, n] = co_await bhttp::async_read(socket_, buffer_, parser, nothrow);
+                    disarm();
+                    if (rec_ec == bhttp::error::need_buffer) rec_ec = {};
+                    if (rec_ec == bhttp::error::body_limit) {
+                        spdlog::warn("client {}: request body over max_body_bytes while forwarding", peer_ip_);
+                        co_return co_await reply(cfg.server, nullptr, 413, "request body larger than max_body_bytes",
+                                                 false, rec);
                     }
-                    rec.status = 499;  // client went away (nginx's convention)
-                    co_return false;
+                    if (rec_ec || timed_out_) {
+                        if (!is_connection_lost(rec_ec) && !timed_out_ && rec_ec != net::error::operation_aborted) {
+                            const std::string problem = rec_ec.message();
+                            co_return co_await reply(cfg.server, nullptr, 400, problem, false, rec);
+                        }
+                        rec.status = 499;  // client went away (nginx's convention)
+                        co_return false;
+                    }
+                    body.size = chunk.size() - body.size;
+                    body.data = chunk.data();
+                    body.more = !parser.is_done();
+                } else {
+                    body.data = nullptr;
+                    body.size = 0;
+                    body.more = false;
                 }
-                body.size = chunk.size() - body.size;
-                body.data = chunk.data();
-                body.more = !parser.is_done();
-            } else {
-                body.data = nullptr;
-                body.size = 0;
-                body.more = false;
-            }
-            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
-            auto [wec0, wn] = co_await bhttp::async_write(conn->stream.socket(), sr, nothrow);
-            auto wec = disarm_upstream(wec0);
-            if (wec == bhttp::error::need_buffer) wec = {};
-            if (wec) {
-                upstream_error = wec;
-                break;
-            }
-        } while (!parser.is_done() || !sr.is_done());
+                arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
+                auto [wec0, wn] = co_await bhttp::async_write(conn->stream.socket(), sr, nothrow);
+                auto wec = disarm_upstream(wec0);
+                if (wec == bhttp::error::need_buffer) wec = {};
+                if (wec) {
+                    upstream_error = wec;
+                    break;
+                }
+            } while (!parser.is_done() || !sr.is_done());
         }
 
         // Response head; informational (1xx) responses are relayed and the final one awaited.

@@ -41,11 +41,12 @@ public:
 
     // Takes back `conn` after a complete response it framed itself (the server keeps the
     // connection open). Bytes read past that response mean the server is out of step: the
-    // connection is closed. Otherwise it is kept for reuse. Up to `max_idle` connections to its server stay as long as they
-    // are usable; more are surplus, and a surplus connection idle for the surplus idle time
-    // (a second) is closed (oldest first). A burst of concurrent requests then finds the connections the
-    // previous burst opened, rather than one opened and closed per request beyond max_idle
-    // (HAProxy purges idle connections gradually for the same reason).
+    // connection is closed. Otherwise it is kept for reuse. Up to `max_idle` connections to
+    // its server stay as long as they are usable; more are surplus, and a surplus connection
+    // idle for the surplus idle time (a second) is closed, oldest first. A burst of
+    // concurrent requests then finds the connections the previous burst opened, rather than
+    // one opened and closed per request beyond max_idle (HAProxy purges idle connections
+    // gradually for the same reason).
     void put(std::unique_ptr<UpstreamConnection> conn, std::size_t max_idle);
 
     // Closes every idle connection (reload: the servers may have changed).
