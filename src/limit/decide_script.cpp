@@ -1,5 +1,6 @@
 #include "limit/decide_script.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <iterator>
 
@@ -72,38 +73,25 @@ std::vector<std::string> DecideArgs::take() {
     return argv;
 }
 
-std::optional<DecideFigures> read_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
+bool is_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
     using redis::RedisReply;
-    if (reply.type != RedisReply::Type::array || reply.elements.size() != 1 + 4 * limits) return std::nullopt;
-    for (const auto& element : reply.elements)
-        if (element.type != RedisReply::Type::integer || element.integer < 0) return std::nullopt;
-    DecideFigures figures;
-    figures.now_us = reply.elements[0].integer;
-    figures.values.reserve(4 * limits);
-    for (std::size_t i = 1; i < reply.elements.size(); ++i)
-        figures.values.push_back(static_cast<std::uint64_t>(reply.elements[i].integer));
-    return figures;
+    if (reply.type != RedisReply::Type::array || reply.elements.size() != 1 + 4 * limits) return false;
+    return std::all_of(reply.elements.begin(), reply.elements.end(), [](const RedisReply& element) {
+        return element.type == RedisReply::Type::integer && element.integer >= 0;
+    });
 }
 
-LimitResult decide_result(const DecideFigures& figures, std::size_t index) {
-    const auto* field = &figures.values[4 * index];
+std::int64_t decide_time(const redis::RedisReply& reply) { return reply.elements[0].integer; }
+
+LimitResult decide_result(const redis::RedisReply& reply, std::size_t index) {
+    const auto* field = &reply.elements[1 + 4 * index];
     LimitResult result;
     result.applies = true;
-    result.allowed = field[0] != 0;
-    result.remaining = field[1];
-    result.retry_after = std::chrono::milliseconds(static_cast<std::int64_t>(field[2]));
-    result.reset = std::chrono::milliseconds(static_cast<std::int64_t>(field[3]));
+    result.allowed = field[0].integer != 0;
+    result.remaining = static_cast<std::uint64_t>(field[1].integer);
+    result.retry_after = std::chrono::milliseconds(field[2].integer);
+    result.reset = std::chrono::milliseconds(field[3].integer);
     return result;
-}
-
-std::optional<DecideReply> parse_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
-    const auto figures = read_decide_reply(reply, limits);
-    if (!figures) return std::nullopt;
-    DecideReply out;
-    out.now_us = figures->now_us;
-    out.results.reserve(limits);
-    for (std::size_t i = 0; i < limits; ++i) out.results.push_back(decide_result(*figures, i));
-    return out;
 }
 
 }  // namespace sluice::limit

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,22 +46,12 @@ private:
     std::vector<const std::vector<std::string>*> current_;
 };
 
-struct DecideReply {
-    std::int64_t now_us = 0;            // Redis TIME the script used
-    std::vector<LimitResult> results;  // one per key sent; `applies` set, `shadow` not
-};
-
-// A batch's reply, read: Redis's TIME and four figures per key.
-struct DecideFigures {
-    std::int64_t now_us = 0;
-    std::vector<std::uint64_t> values;
-};
-// nullopt unless the reply holds `limits` results (all requests together) in the documented shape.
-std::optional<DecideFigures> read_decide_reply(const redis::RedisReply& reply, std::size_t limits);
+// Whether `reply` holds `limits` results (all requests of a batch together) in the
+// documented shape. The two readers below expect a reply that passed it.
+bool is_decide_reply(const redis::RedisReply& reply, std::size_t limits);
+// The Redis TIME the script used.
+std::int64_t decide_time(const redis::RedisReply& reply);
 // The result of the key at `index` (counted over the whole batch); `applies` set, `shadow` not.
-LimitResult decide_result(const DecideFigures& figures, std::size_t index);
-
-// A batch of one request: nullopt when the reply is not `limits` results in the documented shape.
-std::optional<DecideReply> parse_decide_reply(const redis::RedisReply& reply, std::size_t limits);
+LimitResult decide_result(const redis::RedisReply& reply, std::size_t index);
 
 }  // namespace sluice::limit

@@ -203,8 +203,8 @@ void RedisLimiter::flush(bool write_now) {
             for (auto& pending : batch->pending) pending->answer(Decision::store_failure(result.error->message));
             return;
         }
-        const auto figures = read_decide_reply(result.reply, batch->keys.size());
-        if (!figures) {
+        const auto& reply = result.reply;
+        if (!is_decide_reply(reply, batch->keys.size())) {
             for (auto& pending : batch->pending)
                 pending->answer(Decision::store_failure("malformed reply from the decide script"));
             return;
@@ -214,10 +214,10 @@ void RedisLimiter::flush(bool write_now) {
             for (std::size_t k = 0; k < pending->sent.size(); ++k) {
                 auto& slot = pending->results[pending->sent[k]];
                 const bool shadow = slot.shadow;
-                slot = decide_result(*figures, pending->first_key + k);
+                slot = decide_result(reply, pending->first_key + k);
                 slot.shadow = shadow;
             }
-            auto decision = Decision::from_results(std::move(pending->results), figures->now_us);
+            auto decision = Decision::from_results(std::move(pending->results), decide_time(reply));
             if (remember_rejections_ && decision.outcome == Decision::Outcome::limited) {
                 std::size_t k = 0;
                 while (pending->sent[k] != *decision.limited_by) ++k;

@@ -32,6 +32,12 @@ ScriptLimit window(std::string key, std::int64_t limit, std::int64_t window_us, 
     return {std::move(key), "sliding_window", shadow, limit, window_us};
 }
 
+// One request's answer: Redis's TIME and one result per limit.
+struct DecideReply {
+    std::int64_t now_us = 0;
+    std::vector<limit::LimitResult> results;
+};
+
 struct Script {
     SyncRedis& redis;
     std::string sha = redis.text({"SCRIPT", "LOAD", limit::decide_script_source()});
@@ -59,31 +65,24 @@ struct Script {
     redis::RedisResult raw(const std::vector<ScriptLimit>& limits) { return raw_batch({limits}); }
 
     // The replies of a batch, one per request.
-    std::vector<limit::DecideReply> batch(const std::vector<std::vector<ScriptLimit>>& requests) {
+    std::vector<DecideReply> batch(const std::vector<std::vector<ScriptLimit>>& requests) {
         auto result = raw_batch(requests);
         if (!result.ok()) FAIL("script error: " << result.error->message);
         std::size_t total = 0;
         for (const auto& limits : requests) total += limits.size();
-        const auto figures = limit::read_decide_reply(result.reply, total);
-        REQUIRE(figures);
-        std::vector<limit::DecideReply> out;
+        REQUIRE(limit::is_decide_reply(result.reply, total));
+        std::vector<DecideReply> out;
         std::size_t index = 0;
         for (const auto& limits : requests) {
-            limit::DecideReply reply;
-            reply.now_us = figures->now_us;
-            for (std::size_t i = 0; i < limits.size(); ++i) reply.results.push_back(limit::decide_result(*figures, index++));
+            DecideReply reply;
+            reply.now_us = limit::decide_time(result.reply);
+            for (std::size_t i = 0; i < limits.size(); ++i) reply.results.push_back(limit::decide_result(result.reply, index++));
             out.push_back(std::move(reply));
         }
         return out;
     }
 
-    limit::DecideReply operator()(const std::vector<ScriptLimit>& limits) {
-        auto result = raw(limits);
-        if (!result.ok()) FAIL("script error: " << result.error->message);
-        auto reply = limit::parse_decide_reply(result.reply, limits.size());
-        REQUIRE(reply);
-        return *reply;
-    }
+    DecideReply operator()(const std::vector<ScriptLimit>& limits) { return batch({limits}).front(); }
 };
 
 std::int64_t redis_time_us(SyncRedis& redis) {
@@ -616,26 +615,26 @@ TEST_CASE("decide script: reading the reply", "[lua]") {
         }
         return r;
     };
-    auto ok = limit::read_decide_reply(array({1700000000000001, 1, 4, 0, 250, 0, 0, 1200, 60000}), 2);
-    REQUIRE(ok);
-    CHECK(ok->now_us == 1700000000000001);
-    auto second = limit::decide_result(*ok, 1);
+    const auto ok = array({1700000000000001, 1, 4, 0, 250, 0, 0, 1200, 60000});
+    REQUIRE(limit::is_decide_reply(ok, 2));
+    CHECK(limit::decide_time(ok) == 1700000000000001);
+    auto second = limit::decide_result(ok, 1);
     CHECK_FALSE(second.allowed);
     CHECK(second.remaining == 0);
     CHECK(second.retry_after == 1200ms);
     CHECK(second.reset == 60000ms);
-    CHECK(limit::decide_result(*ok, 0).remaining == 4);
+    CHECK(limit::decide_result(ok, 0).remaining == 4);
 
     for (const auto& bad : std::vector<std::vector<std::int64_t>>{{}, {1}, {1, 1, 4, 0}, {1, 1, -4, 0, 250}, {1, 1, 4, 0, 250, 7}, {-1, 1, 4, 0, 250}}) {
         INFO("reply of " << bad.size() << " integers");
-        CHECK_FALSE(limit::read_decide_reply(array(bad), 1));
+        CHECK_FALSE(limit::is_decide_reply(array(bad), 1));
     }
     auto text = array({1, 1, 4, 0, 250});
     text.elements[2].type = RedisReply::Type::string;
     text.elements[2].text = "4";
-    CHECK_FALSE(limit::read_decide_reply(text, 1));
+    CHECK_FALSE(limit::is_decide_reply(text, 1));
     RedisReply string;
     string.type = RedisReply::Type::string;
     string.text = "1 1 4 0 250";
-    CHECK_FALSE(limit::read_decide_reply(string, 1));
+    CHECK_FALSE(limit::is_decide_reply(string, 1));
 }
