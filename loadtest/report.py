@@ -16,13 +16,14 @@ COLUMNS = ["scenario", "conns", "target", "round", "rps", "p50", "p99", "non2xx"
 DESCRIPTION = {
     "none": "route without limits",
     "token_bucket": "token bucket on every request (never runs out)",
+    "token_bucket_memory": "the same token bucket, in process (store.type: memory, no Redis)",
     "sliding_window": "sliding window on every request (limit 10^7 per 1s)",
     "reject90": "90 % of requests rejected (9 in 10 to an exhausted limit)",
     "reject100": "every request rejected (429 answered by sluice)",
     "clients100k": "100,000 distinct clients (X-Forwarded-For from a trusted peer), token bucket per client",
 }
 # scenarios where any answer other than 2xx is a fault
-ALL_2XX = {"none", "token_bucket", "sliding_window", "clients100k"}
+ALL_2XX = {"none", "token_bucket", "token_bucket_memory", "sliding_window", "clients100k"}
 
 # Speed targets of the performance issue.
 TARGET_KB_PER_IDLE_CONN = 40

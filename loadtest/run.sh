@@ -20,12 +20,12 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
-ALL_SCENARIOS="none token_bucket sliding_window reject90 reject100 clients100k"
+ALL_SCENARIOS="none token_bucket token_bucket_memory sliding_window reject90 reject100 clients100k"
 if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-3s}
   ROUNDS=${ROUNDS:-1}
   WARMUP=${WARMUP:-1s}
-  SCENARIOS=${SCENARIOS:-"none@64 token_bucket@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 none@1000 token_bucket@1000 idle10k"}
+  SCENARIOS=${SCENARIOS:-"none@64 token_bucket@64 token_bucket_memory@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 none@1000 token_bucket@1000 idle10k"}
 fi
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
@@ -250,12 +250,20 @@ EOF
 #   reject: rate 1 per 1h, burst 1: the first request passes, every other one gets 429.
 write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
   local scenario=$1 file=$2 trusted="" routes
+  local store="
+  type: redis
+  redis:
+    address: \"127.0.0.1:$REDIS_PORT\""
+  # The same token bucket decided in process, without Redis: what the limiter costs sluice
+  # itself, apart from the round trip and Redis's own CPU.
+  [ "$scenario" = token_bucket_memory ] && store="
+  type: memory"
   case "$scenario" in
     none|idle10k) routes="
   - name: api
     match: { path_prefix: / }
     upstream: app" ;;
-    token_bucket) routes="
+    token_bucket|token_bucket_memory) routes="
   - name: api
     match: { path_prefix: / }
     upstream: app
@@ -297,10 +305,7 @@ admin:
   listen: "127.0.0.1:$ADMIN_PORT"
 client_ip:
   trusted_proxies: [$trusted]
-store:
-  type: redis
-  redis:
-    address: "127.0.0.1:$REDIS_PORT"
+store:$store
 upstreams:
   app:
     servers: ["127.0.0.1:$UP_PORT"]
