@@ -47,6 +47,15 @@ TEST_CASE("access line in json has the same fields") {
 
 TEST_CASE("json_string escapes") {
     CHECK(observe::json_string("a\"b\\c\n\x01") == R"("a\"b\\c\n\u0001")");
+    CHECK(observe::json_string("") == R"("")");
+    CHECK(observe::json_string("plain text, no escapes") == R"("plain text, no escapes")");
+    // Escapes at either end, back to back, and every control character kind.
+    CHECK(observe::json_string("\"x\"") == R"("\"x\"")");
+    CHECK(observe::json_string("\\\\") == R"("\\\\")");
+    CHECK(observe::json_string("\r\t\x7f\x1f.") == R"("\r\t\u007f\u001f.")");
+    CHECK(observe::json_string(std::string_view("a\0b", 3)) == R"("a\u0000b")");
+    // Bytes above 0x7f (UTF-8) pass unchanged.
+    CHECK(observe::json_string("caf\xc3\xa9") == "\"caf\xc3\xa9\"");
 }
 
 TEST_CASE("problem_json") {
