@@ -1528,8 +1528,12 @@ class RedisServer:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def redis_store(redis, *, timeout="25ms", on_error="allow", key_prefix="sluice"):
-    """The `store` section for a RedisServer (merge it with extra={"store": ...})."""
+def redis_store(redis, *, timeout="2s", on_error="allow", key_prefix="sluice"):
+    """The `store` section for a RedisServer (merge it with extra={"store": ...}).
+
+    The deadline defaults to 2 s, not sluice's 25 ms: on a loaded CI machine a working
+    Redis can miss 25 ms, and a test that counts decisions would see a store error. Tests
+    of the deadline itself pass a short one."""
     address = redis.address if isinstance(redis, RedisServer) else str(redis)
     return {"type": "redis",
             "redis": {"address": address, "timeout": timeout, "key_prefix": key_prefix},

@@ -34,7 +34,7 @@ class LimitsTestCase(SluiceTestCase):
     """Starts an upstream, (by default) a redis-server and a sluice with these routes."""
 
     def start_proxy(self, routes, *, store="redis", responses=None, client_ip=None,
-                    redis_timeout="250ms", extra=None):
+                    redis_timeout="2s", extra=None):
         self.up = self.start_upstream(respond(200, b"upstream ok", [("X-From", "upstream")]))
         cfg_extra = {}
         if store == "redis":

@@ -269,7 +269,7 @@ class ReadinessWithRedisTest(AdminTestCase):
             {"name": "strict", "match": {"path_prefix": "/strict"}, "upstream": "app",
              "on_error": "deny", "limits": [token_bucket("burst", 1000)]},
         ], self.up, store={"type": "redis", "on_error": "allow",
-                           "redis": {"address": self.redis.address, "timeout": "50ms"}})
+                           "redis": {"address": self.redis.address, "timeout": "1s"}})
 
     def readyz(self):
         return admin_request(self.admin, "/readyz", timeout=2.0)[0]

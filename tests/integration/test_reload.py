@@ -334,7 +334,7 @@ class CountsSurviveReloadRedisTest(CountsSurviveReloadTest):
     def store_config(self):
         redis = RedisServer().start()
         self.addCleanup(redis.cleanup)
-        return {"type": "redis", "redis": {"address": redis.address, "timeout": "200ms"}}
+        return {"type": "redis", "redis": {"address": redis.address, "timeout": "2s"}}
 
     def start(self, *args, **kw):
         s = super().start(*args, **kw)

@@ -2,8 +2,13 @@
 restarted on the same port, and the script cache flushed (SCRIPT FLUSH) mid-traffic.
 
 on_error: allow forwards (decision=store_error_allowed); deny answers 503 with
-Retry-After: 1 (decision=store_error_denied); either way within store.redis.timeout, which
-is asserted loosely (every request < 1 s with a 50 ms timeout).
+Retry-After: 1 (decision=store_error_denied). A stopped Redis fails decisions at once, so
+those tests keep a long deadline (2 s) and still require every request to take < 1 s; a
+paused Redis fails them at store.redis.timeout, and that test sets 50 ms.
+
+A short deadline is only set where the deadline is what is tested: on a loaded 2-core CI
+machine a working Redis can take more than 50 ms to answer, and a decision that should have
+been made would turn into a store error.
 """
 
 import threading
@@ -14,11 +19,11 @@ from harness import (SluiceTestCase, free_port, limited_route, proxy_config, red
                      respond, retry_after, sliding_window, token_bucket, wait_until)
 
 WORKERS = 2
-SLOW = 1.0  # no request may take this long while the store is failing (timeout is 50 ms)
+SLOW = 1.0  # no request may take this long while the store is failing
 
 
 class StoreTestCase(SluiceTestCase):
-    def start_proxy(self, routes, *, timeout="50ms", on_error="allow", workers=WORKERS):
+    def start_proxy(self, routes, *, timeout="2s", on_error="allow", workers=WORKERS):
         self.up = self.start_upstream(respond(200, b"upstream ok"))
         self.redis = self.start_redis()
         self.port = free_port()
@@ -141,11 +146,25 @@ class RedisPausedTest(StoreTestCase):
         limited_route("deny", [sliding_window("minute", 1000, "1m", key=[])], on_error="deny"),
     ]
 
+    TIMEOUT = "50ms"  # the deadline is what this test is about
+
     def test_client_pause_answers_by_policy_quickly(self):
-        self.start_proxy(self.ROUTES)
+        self.start_proxy(self.ROUTES, timeout=self.TIMEOUT)
         self.assertEqual(self.timed_get("/allow/before")[0].status, 200)
-        self.assertEqual(self.timed_get("/deny/before")[0].status, 200)
-        self.assertEqual(self.entry("/deny/before", 0)["decision"], "allowed")
+
+        # The store works before the pause. With a 50 ms deadline on a loaded machine one
+        # decision can miss it (503 here); the precondition is that decisions get made.
+        attempts = []
+
+        def decided():
+            r, took = self.timed_get(f"/deny/before{len(attempts)}")
+            self.assertLess(took, SLOW)
+            self.assertIn(r.status, (200, 503))
+            attempts.append(r.status)
+            return r.status == 200
+
+        wait_until(decided, 5.0, interval=0.05, message="a decision before the pause")
+        self.assertEqual(self.entry(f"/deny/before{len(attempts) - 1}", 0)["decision"], "allowed")
 
         self.redis.pause(2000)
         paused = time.monotonic()
@@ -161,7 +180,7 @@ class RedisPausedTest(StoreTestCase):
         for i in range(n):
             self.assertEqual(self.entry(f"/allow/p{i}", 0)["decision"], "store_error_allowed")
             self.assertEqual(self.entry(f"/deny/p{i}", 0)["decision"], "store_error_denied")
-        print(f"\n    {2 * n} requests during CLIENT PAUSE 2000 (timeout 50ms): "
+        print(f"\n    {2 * n} requests during CLIENT PAUSE 2000 (timeout {self.TIMEOUT}): "
               f"max {max(latencies) * 1000:.0f} ms")
 
         # After the pause the store decides again within a few seconds.
