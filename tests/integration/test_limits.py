@@ -393,6 +393,33 @@ class LimitedResponseTest(LimitsTestCase):
         entry = self.sluice.wait_access(target="/open/after")
         self.assertEqual((entry["decision"], entry["limit"]), ("unlimited", "-"))
 
+    def test_limited_head_request_gets_the_headers_without_the_body(self):
+        # RFC 9110 9.3.2: an answer to HEAD has the headers a GET would get and no content.
+        # Bytes of a body after it would be read as the next response on the connection.
+        self.start_proxy([limited_route("h", [token_bucket("burst", 1, "1m", 1, key=[])])])
+        c = self.client(self.port)
+        self.assertEqual(self.get(c, "/h/first").status, 200)
+        before = self.up.snapshot()
+        as_get = self.get(c, "/h/get")
+        self.assert_limited_problem(as_get, "h", "burst")
+        r = c.request("HEAD", "/h/head")
+        self.assertEqual(r.status, 429)
+        self.assertEqual(r.body, b"")
+        self.assertEqual(r.header("content-type"), "application/problem+json")
+        self.assertEqual(int(r.header("content-length")), len(as_get.body),
+                         "the Content-Length a GET gets")
+        self.assertFalse(r.connection_close(), r.headers)
+        self.assertGreaterEqual(retry_after(r), 1)
+        # An unrouted HEAD (404) too; then the connection still reads the next response whole.
+        r = c.request("HEAD", "/nowhere")
+        self.assertEqual((r.status, r.body), (404, b""))
+        after = self.get(c, "/h/last")
+        self.assert_limited_problem(after, "h", "burst")
+        self.assert_nothing_reached(self.up, before)
+        entry = self.sluice.wait_access(target="/h/head")
+        self.assertEqual((entry["method"], entry["status"], entry["bytes"], entry["decision"]),
+                         ("HEAD", "429", "0", "limited"))
+
     def test_custom_limited_status(self):
         for status in (503, 420):
             with self.subTest(limited_status=status):

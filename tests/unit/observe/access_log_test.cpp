@@ -1,3 +1,5 @@
+#include <cstdio>
+
 #include <catch2/catch.hpp>
 
 #include "http/problem.hpp"
@@ -56,6 +58,37 @@ TEST_CASE("json_string escapes") {
     CHECK(observe::json_string(std::string_view("a\0b", 3)) == R"("a\u0000b")");
     // Bytes above 0x7f (UTF-8) pass unchanged.
     CHECK(observe::json_string("caf\xc3\xa9") == "\"caf\xc3\xa9\"");
+}
+
+TEST_CASE("json_string: every byte below 0x20 and 0x7f escaped, everything else as itself") {
+    for (int c = 0; c < 256; ++c) {
+        const char ch = static_cast<char>(c);
+        std::string want;
+        switch (c) {
+        case '"': want = "\\\""; break;
+        case '\\': want = "\\\\"; break;
+        case '\n': want = "\\n"; break;
+        case '\r': want = "\\r"; break;
+        case '\t': want = "\\t"; break;
+        default:
+            if (c < 0x20 || c == 0x7f) {
+                char buf[8];
+                std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                want = buf;
+            } else {
+                want = std::string(1, ch);
+            }
+        }
+        INFO("byte " << c);
+        CHECK(observe::json_string(std::string("ab") + ch + "cd") == "\"ab" + want + "cd\"");
+    }
+}
+
+TEST_CASE("append_json_string appends to what is there") {
+    std::string out = "{\"a\":";
+    observe::append_json_string(out, "x\ny");
+    observe::append_json_string(out, "");
+    CHECK(out == R"({"a":"x\ny""")");
 }
 
 TEST_CASE("problem_json") {
