@@ -19,6 +19,7 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include "http/body_reader.hpp"
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
 #include "http/problem.hpp"
@@ -35,15 +36,19 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
-using RequestParser = bhttp::request_parser<bhttp::buffer_body>;
-using ResponseParser = bhttp::response_parser<bhttp::buffer_body>;
+// Beast parses heads only: bodies are read by BodyReader and framed again by sluice.
+using RequestParser = bhttp::request_parser<bhttp::empty_body>;
+using ResponseParser = bhttp::response_parser<bhttp::empty_body>;
 
 namespace {
 
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 constexpr std::size_t drain_limit = 64 * 1024;      // unread request body we read and discard to keep the connection
 constexpr auto linger_time = std::chrono::seconds(1);  // reading what a client still sends after our final response
-constexpr std::uint32_t upstream_header_limit = 64 * 1024;
+constexpr std::size_t upstream_header_limit = 64 * 1024;
+constexpr std::size_t upstream_field_lines = 256;  // Set-Cookie lines add up
+constexpr int max_interim_responses = 16;           // 1xx before the final response
+constexpr std::size_t max_chunk_line = 4096;       // chunk size and extensions, both directions
 
 std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
 
@@ -145,17 +150,44 @@ private:
 
     enum class Upstream { ok, refused, timed_out };
 
+    // What read_body got: n decoded body bytes, or none because the body ended or failed
+    // (the reader's state says which) or the read failed (ec; beast::error::timeout when
+    // the deadline passed).
+    struct BodyRead {
+        std::size_t n = 0;
+        boost::system::error_code ec;
+    };
+    // An upstream's response head, read and checked (RFC 9112 framing, our byte rules).
+    struct UpstreamHead {
+        boost::system::error_code ec;  // the connection failed
+        std::string_view problem;      // else: the response is invalid (502)
+    };
+
     net::awaitable<bool> serve_one(bool first);
     net::awaitable<Head> read_head(bool first);
     net::awaitable<bool> forward(const server::Snapshot& snap, const config::RouteConfig& route, RequestParser& parser,
                                  bool keep_alive, const limit::HeaderList& rate_headers, observe::AccessRecord& rec);
     net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(const server::Snapshot& snap,
                                                                          std::size_t upstream, bool fresh,
-                                                                         bool retryable, Upstream& failure);
-    net::awaitable<bool> reply(const config::ServerConfig& server, RequestParser* parser, unsigned status,
+                                                                         Upstream& failure);
+    // `unread_body`: the request's body may not have been read yet (it is read and discarded
+    // to keep the connection, when small enough).
+    net::awaitable<bool> reply(const config::ServerConfig& server, bool unread_body, unsigned status,
                                std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
                                const limit::HeaderList* headers = nullptr, bool name_route_and_limit = false);
-    net::awaitable<bool> drain_body(RequestParser& parser, const config::ServerConfig& server);
+    net::awaitable<bool> drain_body(const config::ServerConfig& server);
+    // Answers a request whose body failed (malformed, too large, timed out: `ec`) and ends
+    // the connection; false.
+    net::awaitable<bool> refuse_request_body(const config::ServerConfig& server, boost::system::error_code ec,
+                                             observe::AccessRecord& rec);
+    // The next decoded bytes of a body into `out`: first what `in` holds, then what `socket`
+    // sends. Without `may_wait`, only what `in` holds (n may then be 0 with the body unfinished).
+    net::awaitable<BodyRead> read_body(BodyReader& reader, beast::flat_buffer& in, tcp::socket& socket,
+                                       std::span<char> out, bool upstream_side, config::Duration timeout,
+                                       bool may_wait);
+    // Reads one response head before `deadline` (a trickling upstream does not extend it).
+    net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, ResponseParser& parser,
+                                                    Clock::time_point deadline);
     net::awaitable<void> close_gracefully();
 
     // Deadlines: one timer per connection for both sides. On expiry the pending operation
@@ -174,10 +206,11 @@ private:
     }
     void disarm() { deadline_ = Clock::time_point::max(); }
     // The same for one operation on an upstream connection; disarm before `socket` can go.
-    void arm_upstream(tcp::socket& socket, config::Duration d) {
+    void arm_upstream(tcp::socket& socket, config::Duration d) { arm_upstream_until(socket, Clock::now() + d); }
+    void arm_upstream_until(tcp::socket& socket, Clock::time_point deadline) {
         upstream_timed_out_ = false;
         upstream_socket_ = &socket;
-        upstream_deadline_ = Clock::now() + d;
+        upstream_deadline_ = deadline;
         if (!timer_waiting_ || upstream_deadline_ < timer_expiry_) start_timer();
     }
     // Disarms; an operation the deadline cancelled reports beast::error::timeout.
@@ -232,6 +265,10 @@ private:
     beast::flat_buffer buffer_;
     std::string peer_ip_;
     std::string head_;  // a message head being written; kept for its capacity
+    // The current request's body, as its head framed it; Expect: 100-continue was sent.
+    BodyReader request_body_;
+    std::uint64_t request_length_ = 0;
+    bool request_expects_ = false;
 };
 
 net::awaitable<void> Session::run() {
@@ -352,11 +389,11 @@ net::awaitable<bool> Session::serve_one(bool first) {
     case Head::Kind::closed:
         co_return false;
     case Head::Kind::timeout:
-        co_return finish(co_await reply(cfg.server, nullptr, 408, "request head not received in time", false, rec));
+        co_return finish(co_await reply(cfg.server, false, 408, "request head not received in time", false, rec));
     case Head::Kind::too_large:
-        co_return finish(co_await reply(cfg.server, nullptr, 431, "request head larger than max_header_bytes", false, rec));
+        co_return finish(co_await reply(cfg.server, false, 431, "request head larger than max_header_bytes", false, rec));
     case Head::Kind::malformed:
-        co_return finish(co_await reply(cfg.server, nullptr, 400, head.problem, false, rec));
+        co_return finish(co_await reply(cfg.server, false, 400, head.problem, false, rec));
     case Head::Kind::ready:
         break;
     }
@@ -364,34 +401,54 @@ net::awaitable<bool> Session::serve_one(bool first) {
     std::string_view raw(static_cast<const char*>(buffer_.data().data()), head.size);
     if (auto problem = check_request_head(raw); !problem.empty()) {
         describe_raw_request(raw, rec);
-        co_return finish(co_await reply(cfg.server, nullptr, 400, problem, false, rec));
+        co_return finish(co_await reply(cfg.server, false, 400, problem, false, rec));
+    }
+    if (count_field_lines(raw) > max_field_lines) {
+        describe_raw_request(raw, rec);
+        co_return finish(co_await reply(cfg.server, false, 431, "too many header fields", false, rec));
     }
 
     RequestParser parser;
     parser.header_limit(static_cast<std::uint32_t>(cfg.server.max_header_bytes + 4));
-    parser.body_limit(cfg.server.max_body_bytes);
+    parser.body_limit(boost::none);  // the body is BodyReader's
     beast::error_code ec;
     parser.put(net::buffer(raw.data(), raw.size()), ec);
     if (!parser.is_header_done()) describe_raw_request(raw, rec);
     buffer_.consume(head.size);
-    if (ec == bhttp::error::body_limit)
-        co_return finish(co_await reply(cfg.server, nullptr, 413, "request body larger than max_body_bytes", false, rec));
     if (ec || !parser.is_header_done()) {
         // Named, not a temporary: GCC 12 destroys temporaries of a conditional inside co_await twice.
         const std::string problem = ec ? ec.message() : "incomplete request head";
-        co_return finish(co_await reply(cfg.server, nullptr, 400, problem, false, rec));
+        co_return finish(co_await reply(cfg.server, false, 400, problem, false, rec));
     }
 
     auto& req = parser.get();
     rec.method = std::string(sv(req.method_string()));
     rec.target = std::string(sv(req.target()));
-    rec.version = req.version();
-    if (req.version() != 10 && req.version() != 11) {
+    // HTTP/1.x with a minor version above 1 is read as HTTP/1.1 (RFC 9110 2.5: a recipient
+    // treats a higher minor version as the highest it supports); other majors get 505.
+    if (req.version() / 10 != 1) {
         rec.version = 11;
-        co_return finish(co_await reply(cfg.server, nullptr, 505, "only HTTP/1.0 and HTTP/1.1 are supported", false, rec));
+        co_return finish(co_await reply(cfg.server, false, 505, "only HTTP/1.x is supported", false, rec));
     }
-    if (auto problem = check_request_framing(req.base(), req.version()); !problem.empty())
-        co_return finish(co_await reply(cfg.server, nullptr, 400, problem, false, rec));
+    if (req.version() > 11) req.version(11);
+    rec.version = req.version();
+    const auto framing = check_request_framing(req.base(), req.version());
+    if (!framing.ok()) co_return finish(co_await reply(cfg.server, false, framing.status, framing.problem, false, rec));
+    {
+        BodyLimits limits;
+        limits.max_body = cfg.server.max_body_bytes;
+        limits.max_chunk_line = max_chunk_line;
+        limits.max_trailer_bytes = cfg.server.max_header_bytes;
+        limits.max_trailer_fields = max_field_lines;
+        using Body = Framing::Body;
+        request_body_ = framing.body == Body::length    ? BodyReader::length(framing.length, limits)
+                        : framing.body == Body::chunked ? BodyReader::chunked(limits)
+                                                        : BodyReader();
+        request_length_ = framing.length;
+        request_expects_ = req.find(bhttp::field::expect) != req.end();
+    }
+    if (request_body_.state() == BodyReader::State::too_large)
+        co_return finish(co_await reply(cfg.server, false, 413, "request body larger than max_body_bytes", false, rec));
 
     // Absolute-form targets ("http://host/path") are turned into origin-form.
     std::string_view target = sv(req.target());
@@ -405,12 +462,12 @@ net::awaitable<bool> Session::serve_one(bool first) {
         target = sv(req.target());
     }
     if (!target.starts_with('/') && !(target == "*" && req.method() == bhttp::verb::options))
-        co_return finish(co_await reply(cfg.server, nullptr, 400, "invalid request target", false, rec));
+        co_return finish(co_await reply(cfg.server, false, 400, "invalid request target", false, rec));
 
     const bool keep_alive = req.keep_alive() && !worker_.stopping();
     auto path = target.substr(0, target.find('?'));
     route = match_route(cfg.routes, sv(req.method_string()), path, sv(req[bhttp::field::host]));
-    if (!route) co_return finish(co_await reply(cfg.server, &parser, 404, "no route matches the request", keep_alive, rec));
+    if (!route) co_return finish(co_await reply(cfg.server, true, 404, "no route matches the request", keep_alive, rec));
     rec.route = route->name;
 
     limit::HeaderList rate_headers;
@@ -441,7 +498,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
             if (policy == config::OnError::deny) {
                 rec.decision = "store_error_denied";
                 rate_headers.emplace_back("Retry-After", "1");
-                co_return finish(co_await reply(cfg.server, &parser, 503, "the rate-limit store is unavailable",
+                co_return finish(co_await reply(cfg.server, true, 503, "the rate-limit store is unavailable",
                                                 keep_alive, rec, &rate_headers));
             }
             rec.decision = "store_error_allowed";
@@ -458,7 +515,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
                     "Retry-After", std::to_string(limit::retry_after_seconds(decision.limits[index].retry_after)));
                 const std::string detail =
                     fmt::format("rate limit '{}' of route '{}' exceeded", route->limits[index].name, route->name);
-                co_return finish(co_await reply(cfg.server, &parser, cfg.responses.limited_status, detail, keep_alive,
+                co_return finish(co_await reply(cfg.server, true, cfg.responses.limited_status, detail, keep_alive,
                                                 rec, &rate_headers, true));
             }
             if (decision.shadow_limited()) {
@@ -480,7 +537,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
 
 net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(const server::Snapshot& snap,
                                                                               std::size_t upstream, bool fresh,
-                                                                              bool retryable, Upstream& failure) {
+                                                                              Upstream& failure) {
     const auto& servers = snap.servers[upstream];
     const auto& upstream_cfg = snap.config->upstreams[upstream];
     auto first = worker_.next_server(upstream, servers.size());
@@ -490,7 +547,7 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(co
     for (std::size_t i = 0; i < servers.size(); ++i) {
         const auto& server = servers[(first + i) % servers.size()];
         if (!fresh) {
-            if (auto conn = worker_.upstream_pool().take(server.key, retryable)) co_return conn;
+            if (auto conn = worker_.upstream_pool().take(server.key)) co_return conn;
         }
         auto conn = std::make_unique<UpstreamConnection>(socket_.get_executor());
         conn->key = server.key;
@@ -509,6 +566,116 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(co
     co_return nullptr;
 }
 
+net::awaitable<Session::BodyRead> Session::read_body(BodyReader& reader, beast::flat_buffer& in, tcp::socket& socket,
+                                                     std::span<char> out, bool upstream_side, config::Duration timeout,
+                                                     bool may_wait) {
+    BodyRead got;
+    while (reader.state() == BodyReader::State::reading) {
+        if (in.size() > 0) {
+            std::string_view data(static_cast<const char*>(in.data().data()), in.size());
+            const auto step = reader.decode(data, out);
+            in.consume(step.consumed);
+            if (step.produced > 0 || reader.state() != BodyReader::State::reading) {
+                got.n = step.produced;
+                co_return got;
+            }
+            if (in.size() > 0) continue;  // framing bytes used; more to decode
+        }
+        if (!may_wait) co_return got;
+        // Nothing buffered: Content-Length and close-delimited bodies are read straight into
+        // `out`; chunked ones through `in`, where their framing is decoded.
+        const auto raw = reader.raw_remaining();
+        const std::size_t want = raw ? static_cast<std::size_t>(std::min<std::uint64_t>(raw, out.size()))
+                                     : std::min<std::size_t>(out.size(), 16 * 1024);
+        auto target = raw ? net::mutable_buffer(out.data(), want) : in.prepare(want);
+        if (upstream_side)
+            arm_upstream(socket, timeout);
+        else
+            arm(timeout);
+        auto [ec0, n] = co_await socket.async_read_some(target, nothrow);
+        auto ec = ec0;
+        if (upstream_side) {
+            ec = disarm_upstream(ec0);
+        } else {
+            disarm();
+            if (timed_out_) ec = beast::error::timeout;
+        }
+        if (ec == net::error::eof) {
+            reader.end_of_input();  // ends a close-delimited body; cuts short any other
+            co_return got;
+        }
+        if (ec) {
+            got.ec = ec;
+            co_return got;
+        }
+        if (raw) {
+            reader.consumed_raw(n);
+            got.n = n;
+            if (n > 0 || reader.state() != BodyReader::State::reading) co_return got;
+        } else {
+            in.commit(n);
+        }
+    }
+    co_return got;
+}
+
+net::awaitable<Session::UpstreamHead> Session::read_upstream_head(UpstreamConnection& conn, ResponseParser& parser,
+                                                                 Clock::time_point deadline) {
+    UpstreamHead result;
+    std::size_t scanned = 0;
+    while (true) {
+        std::string_view data(static_cast<const char*>(conn.buffer.data().data()), conn.buffer.size());
+        auto scan = scan_request_head(data, scanned);
+        if (scan.leading_crlf && scan.state != HeadScan::State::incomplete) {
+            conn.buffer.consume(scan.leading_crlf);
+            scanned -= scan.leading_crlf;
+            data.remove_prefix(scan.leading_crlf);
+        }
+        if (scan.state == HeadScan::State::malformed) {
+            result.problem = "upstream sent a malformed response head";
+            co_return result;
+        }
+        if (scan.state == HeadScan::State::complete) {
+            const auto raw = data.substr(0, scan.head_size);
+            if (raw.size() > upstream_header_limit) {
+                result.problem = "upstream response head too large";
+            } else if (!check_request_head(raw).empty()) {
+                result.problem = "upstream sent a malformed response head";
+            } else if (count_field_lines(raw) > upstream_field_lines) {
+                result.problem = "upstream response has too many header fields";
+            } else {
+                beast::error_code ec;
+                parser.header_limit(static_cast<std::uint32_t>(upstream_header_limit + 4));
+                parser.body_limit(boost::none);
+                parser.put(net::buffer(raw.data(), raw.size()), ec);
+                if (ec || !parser.is_header_done()) {
+                    result.problem = "upstream sent an invalid response head";
+                } else {
+                    const auto& res = parser.get();
+                    if (res.version() / 10 != 1)
+                        result.problem = "upstream answered with an HTTP version other than 1.x";
+                    else if (res.result_int() < 100 || res.result_int() > 599)
+                        result.problem = "upstream sent an invalid status code";
+                }
+            }
+            conn.buffer.consume(scan.head_size);
+            co_return result;
+        }
+        if (data.size() > upstream_header_limit) {
+            result.problem = "upstream response head too large";
+            co_return result;
+        }
+        arm_upstream_until(conn.stream.socket(), deadline);
+        auto [ec0, n] = co_await conn.stream.socket().async_read_some(conn.buffer.prepare(8192), nothrow);
+        const auto ec = disarm_upstream(ec0);
+        if (ec) {
+            result.ec = ec;
+            co_return result;
+        }
+        conn.buffer.commit(n);
+    }
+}
+
 net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config::RouteConfig& route,
                                       RequestParser& parser, bool keep_alive, const limit::HeaderList& rate_headers,
                                       observe::AccessRecord& rec) {
@@ -521,25 +688,40 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     bool expect_continue = false;
     if (auto it = req.find(bhttp::field::expect); it != req.end()) {
         if (!beast::iequals(it->value(), "100-continue"))
-            co_return co_await reply(cfg.server, &parser, 417, "only Expect: 100-continue is supported", false, rec);
-        expect_continue = client_version >= 11 && !parser.is_done();
+            co_return co_await reply(cfg.server, true, 417, "only Expect: 100-continue is supported", false, rec);
+        expect_continue = client_version >= 11 && !request_body_.done();
         req.erase(bhttp::field::expect);
     }
 
-    // The request as the upstream gets it.
-    const bool has_body = !parser.is_done();
-    const bool chunked = parser.chunked();
+    // The request as the upstream gets it: our own framing, never the client's.
+    const bool has_body = !request_body_.done();
+    const bool chunked_out = request_body_.mode() == BodyReader::Mode::chunked;
     bool peer_trusted = false;
     if (!cfg.client_ip.trusted_proxies.empty()) {
         auto peer = sluice::net::IpAddress::parse(peer_ip_);
         peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
     }
     strip_hop_by_hop(req.base());
+    strip_framing(req.base());
     add_forwarding_headers(req.base(), {peer_ip_, peer_trusted, client_version});
-    req.version(11);
-    if (chunked) req.chunked(true);
+    if (request_body_.mode() == BodyReader::Mode::length)
+        req.set(bhttp::field::content_length, std::to_string(request_length_));
+    else if (chunked_out)
+        req.set(bhttp::field::transfer_encoding, "chunked");
+    head_.clear();
+    write_request_head(sv(req.method_string()), sv(req.target()), 11, req.base(), head_);
 
     auto chunk = worker_.relay_buffers().take();
+    const std::span<char> relay(chunk.data(), chunk.size());
+
+    // The body bytes that came with the head are decoded before any upstream is chosen: a
+    // body already malformed there is refused with nothing sent upstream at all.
+    std::size_t first_piece = 0;
+    if (has_body) {
+        auto got = co_await read_body(request_body_, buffer_, socket_, relay, false, cfg.server.idle_timeout, false);
+        if (request_body_.failed()) co_return co_await refuse_request_body(cfg.server, got.ec, rec);
+        first_piece = got.n;
+    }
     std::unique_ptr<UpstreamConnection> conn;
     std::optional<ResponseParser> res_parser;
     Clock::time_point upstream_started;
@@ -550,12 +732,12 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     for (int attempt = 0;; ++attempt) {
         Upstream failure;
         upstream_started = Clock::now();
-        conn = co_await connect_upstream(snap, route.upstream_index, attempt > 0, !has_body && attempt == 0, failure);
+        conn = co_await connect_upstream(snap, route.upstream_index, attempt > 0, failure);
         if (!conn) {
             rec.upstream_ms = ms_since(upstream_started);
             if (failure == Upstream::timed_out)
-                co_return co_await reply(cfg.server, &parser, 504, "upstream connect timed out", keep_alive, rec);
-            co_return co_await reply(cfg.server, &parser, 502, "upstream refused the connection", keep_alive, rec);
+                co_return co_await reply(cfg.server, true, 504, "upstream connect timed out", keep_alive, rec);
+            co_return co_await reply(cfg.server, true, 502, "upstream refused the connection", keep_alive, rec);
         }
         const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
 
@@ -568,245 +750,223 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             continue_sent = true;
         }
 
+        // The head, then the body as it arrives, each piece framed by us: a Content-Length
+        // body as it is, a chunked one as chunks we write. The head leaves with whatever
+        // body bytes came with it.
         boost::system::error_code upstream_error;
-        if (!has_body) {
-            // Only a head: written by us, in one piece.
-            head_.clear();
-            write_request_head(sv(req.method_string()), sv(req.target()), 11, req.base(), head_);
+        for (bool first = true;; first = false) {
+            std::size_t n = first ? first_piece : 0;
+            if (!first && !request_body_.done()) {
+                // The upstream connection is dropped on a failure here: it holds an unfinished
+                // request, which the upstream never sees completed.
+                auto got = co_await read_body(request_body_, buffer_, socket_, relay, false, cfg.server.idle_timeout,
+                                              true);
+                if (request_body_.failed() || got.ec) co_return co_await refuse_request_body(cfg.server, got.ec, rec);
+                n = got.n;
+            }
+            const bool body_done = request_body_.done();
+            if (!first && n == 0 && !body_done) continue;
+            ChunkFrame frame;
+            const bool framed = chunked_out && n > 0;
+            if (framed) frame = chunk_frame(n);
+            const std::array<net::const_buffer, 5> out{
+                net::buffer(head_.data(), first ? head_.size() : 0),
+                net::buffer(frame.head, framed ? frame.head_size : 0),
+                net::buffer(relay.data(), n),
+                net::buffer(chunk_end.data(), framed ? chunk_end.size() : 0),
+                net::buffer(last_chunk.data(), chunked_out && body_done ? last_chunk.size() : 0)};
             arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
-            auto [wec, wn] = co_await net::async_write(conn->stream.socket(), net::buffer(head_), nothrow);
-            upstream_error = disarm_upstream(wec);
-        } else {
-            // Request head and body, streamed.
-            bhttp::request_serializer<bhttp::buffer_body> sr{req};
-            do {
-                auto& body = req.body();
-                if (!parser.is_done()) {
-                    body.data = chunk.data();
-                    body.size = chunk.size();
-                    arm(cfg.server.idle_timeout);
-                    auto [rec_ec, n] = co_await bhttp::async_read(socket_, buffer_, parser, nothrow);
-                    disarm();
-                    if (rec_ec == bhttp::error::need_buffer) rec_ec = {};
-                    if (rec_ec == bhttp::error::body_limit) {
-                        spdlog::warn("client {}: request body over max_body_bytes while forwarding", peer_ip_);
-                        co_return co_await reply(cfg.server, nullptr, 413, "request body larger than max_body_bytes",
-                                                 false, rec);
-                    }
-                    if (rec_ec || timed_out_) {
-                        if (!is_connection_lost(rec_ec) && !timed_out_ && rec_ec != net::error::operation_aborted) {
-                            const std::string problem = rec_ec.message();
-                            co_return co_await reply(cfg.server, nullptr, 400, problem, false, rec);
-                        }
-                        rec.status = 499;  // client went away (nginx's convention)
-                        co_return false;
-                    }
-                    body.size = chunk.size() - body.size;
-                    body.data = chunk.data();
-                    body.more = !parser.is_done();
-                } else {
-                    body.data = nullptr;
-                    body.size = 0;
-                    body.more = false;
-                }
-                arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
-                auto [wec0, wn] = co_await bhttp::async_write(conn->stream.socket(), sr, nothrow);
-                auto wec = disarm_upstream(wec0);
-                if (wec == bhttp::error::need_buffer) wec = {};
-                if (wec) {
-                    upstream_error = wec;
-                    break;
-                }
-            } while (!parser.is_done() || !sr.is_done());
+            auto [wec0, wn] = co_await net::async_write(conn->stream.socket(), out, nothrow);
+            upstream_error = disarm_upstream(wec0);
+            if (upstream_error || body_done) break;
         }
 
         // Response head; informational (1xx) responses are relayed and the final one awaited.
-        while (!upstream_error) {
+        // The upstream timeout runs from the request sent to the final head received.
+        std::string_view invalid;
+        const auto head_deadline = Clock::now() + upstream_cfg.timeout;
+        for (int interim = 0; !upstream_error; ++interim) {
             res_parser.emplace();
-            res_parser->header_limit(upstream_header_limit);
-            res_parser->body_limit(boost::none);
             if (is_head) res_parser->skip(true);
-            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
-            auto [hec0, hn] = co_await bhttp::async_read_header(conn->stream.socket(), conn->buffer, *res_parser, nothrow);
-            const auto hec = disarm_upstream(hec0);
-            if (hec) {
-                upstream_error = hec;
+            const auto got = co_await read_upstream_head(*conn, *res_parser, head_deadline);
+            if (got.ec || !got.problem.empty()) {
+                upstream_error = got.ec;
+                invalid = got.problem;
                 break;
             }
             auto status = res_parser->get().result_int();
-            if (status < 100 || status >= 200) break;
+            if (status >= 200) break;
             if (status == 101) {
-                upstream_error = bhttp::error::bad_status;
+                invalid = "upstream switched protocols, which sluice does not relay";
+                break;
+            }
+            if (interim >= max_interim_responses) {
+                invalid = "upstream sent too many informational responses";
                 break;
             }
             if (client_version >= 11) {
                 auto& info = res_parser->get();
                 strip_hop_by_hop(info.base());
+                strip_framing(info.base());
                 append_via(info.base(), info.version());
-                bhttp::response_serializer<bhttp::buffer_body> isr{info};
+                head_.clear();
+                write_response_head(11, status, sv(info.reason()), info.base(), head_);
                 arm(cfg.server.idle_timeout);
-                auto [iec, in] = co_await bhttp::async_write_header(socket_, isr, nothrow);
+                auto [iec, in] = co_await net::async_write(socket_, net::buffer(head_), nothrow);
                 disarm();
                 if (iec) co_return false;
             }
         }
-        if (!upstream_error) break;
+        if (!upstream_error && invalid.empty()) break;
 
         rec.upstream_ms = ms_since(upstream_started);
-        if (retryable && is_connection_lost(upstream_error)) {
+        if (retryable && invalid.empty() && is_connection_lost(upstream_error)) {
             spdlog::debug("upstream {} server {}: pooled connection closed, retrying", upstream_cfg.name, conn->key);
             continue;
         }
         if (upstream_error == beast::error::timeout) {
             spdlog::warn("upstream {} server {}: no response within {} ms", upstream_cfg.name, conn->key,
                          upstream_cfg.timeout.count());
-            co_return co_await reply(cfg.server, nullptr, 504, "upstream did not answer in time", false, rec);
+            co_return co_await reply(cfg.server, false, 504, "upstream did not answer in time", false, rec);
         }
-        spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, upstream_error.message());
-        const std::string problem = "upstream failed: " + upstream_error.message();
-        auto* unread = parser.is_done() ? &parser : nullptr;
-        co_return co_await reply(cfg.server, unread, 502, problem, keep_alive && parser.is_done(), rec);
+        const std::string problem =
+            invalid.empty() ? "upstream failed: " + upstream_error.message() : std::string(invalid);
+        spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, problem);
+        const bool body_read = request_body_.done();
+        co_return co_await reply(cfg.server, !body_read, 502, problem, keep_alive && body_read, rec);
     }
     rec.upstream_ms = ms_since(upstream_started);
-    rec.forwarded = true;
-    snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
 
     // The response as the client gets it.
     auto& res = res_parser->get();
     const unsigned status = res.result_int();
-    const bool no_body = is_head || status == 204 || status == 304;
-    const bool length_known = res_parser->content_length().has_value();
-    const bool upstream_framed = no_body || length_known || res_parser->chunked();
+    const auto framing = check_response_framing(res.base(), res.version(), status, is_head);
+    if (!framing.ok()) {
+        spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);
+        co_return co_await reply(cfg.server, false, 502, framing.problem, keep_alive, rec);
+    }
+    rec.forwarded = true;
+    snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
+
+    using Body = Framing::Body;
+    const bool upstream_keeps = res_parser->keep_alive();
     strip_hop_by_hop(res.base());
+    // Without a body (HEAD, 304) a valid Content-Length still describes the resource and
+    // stays; every other framing field is ours to write.
+    if (framing.body != Body::none || status == 204)
+        strip_framing(res.base());
+    else
+        res.erase(bhttp::field::transfer_encoding);
     append_via(res.base(), res.version());
     bool keep = keep_alive && !worker_.stopping();
-    if (!no_body && !length_known) {
-        if (client_version >= 11)
-            res.chunked(true);
-        else
+    bool chunked_to_client = false;
+    if (framing.body == Body::length) {
+        res.set(bhttp::field::content_length, std::to_string(framing.length));
+    } else if (framing.body == Body::chunked || framing.body == Body::until_close) {
+        if (client_version >= 11) {
+            res.set(bhttp::field::transfer_encoding, "chunked");
+            chunked_to_client = true;
+        } else {
             keep = false;  // HTTP/1.0: the body ends when the connection closes
+        }
     }
     for (const auto& [name, value] : rate_headers) res.set(name, value);
     res.version(client_version);
     res.keep_alive(keep);
     rec.status = status;
+    head_.clear();
+    write_response_head(client_version, status, sv(res.reason()), res.base(), head_);
 
-    if (no_body || length_known) {
-        // The length is known: the head is written by us and the body relayed as it comes,
-        // byte for byte, without the parser. Head and the body bytes that arrived with it
-        // leave in one write (one system call for a small response).
-        std::uint64_t remaining = no_body ? 0 : *res_parser->content_length();
-        head_.clear();
-        write_response_head(client_version, status, sv(res.reason()), res.base(), head_);
-        const auto buffered = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, conn->buffer.size()));
-        const std::array<net::const_buffer, 2> first{net::buffer(head_), net::buffer(conn->buffer.data(), buffered)};
-        arm(cfg.server.idle_timeout);
-        auto [hec, hn] = co_await net::async_write(socket_, first, nothrow);
-        disarm();
-        if (hec || timed_out_) co_return false;
-        conn->buffer.consume(buffered);
-        remaining -= buffered;
-        rec.bytes_sent += buffered;
-        while (remaining > 0) {
-            const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, chunk.size()));
-            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
-            auto [rec_ec0, n] = co_await conn->stream.socket().async_read_some(net::buffer(chunk.data(), want), nothrow);
-            const auto rec_ec = disarm_upstream(rec_ec0);
-            if (rec_ec) {
-                spdlog::warn("upstream {} server {}: response body cut short: {}", upstream_cfg.name, conn->key,
-                             rec_ec == beast::error::timeout ? "timed out" : rec_ec.message());
-                co_return false;  // the client sees the connection close mid-body
-            }
-            arm(cfg.server.idle_timeout);
-            auto [wec, wn] = co_await net::async_write(socket_, net::buffer(chunk.data(), n), nothrow);
-            disarm();
-            if (wec || timed_out_) co_return false;
-            remaining -= n;
-            rec.bytes_sent += n;
-        }
-        if (res_parser->keep_alive()) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
-        co_return keep;
-    }
+    BodyLimits limits;
+    limits.max_chunk_line = max_chunk_line;
+    limits.max_trailer_bytes = upstream_header_limit;
+    limits.max_trailer_fields = upstream_field_lines;
+    BodyReader body = framing.body == Body::length    ? BodyReader::length(framing.length, limits)
+                      : framing.body == Body::chunked ? BodyReader::chunked(limits)
+                      : framing.body == Body::until_close ? BodyReader::until_close(limits)
+                                                         : BodyReader();
 
-    // Chunked or ended by the connection closing: Beast re-frames it (chunked to an
-    // HTTP/1.1 client) piece by piece.
-    bhttp::response_serializer<bhttp::buffer_body> sr{res};
-    auto& body = res.body();
-    body.data = nullptr;
-    body.size = 0;
-    body.more = !no_body && !res_parser->is_done();
-    // The head goes out at once: a streaming response may take its time with the body.
-    {
-        arm(cfg.server.idle_timeout);
-        auto [hec, hn] = co_await bhttp::async_write_header(socket_, sr, nothrow);
-        disarm();
-        if (hec) co_return false;
-    }
-    while (!sr.is_done()) {
-        if (!res_parser->is_done()) {
-            body.data = chunk.data();
-            body.size = chunk.size();
-            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
-            // read_some: each piece is relayed as it comes (a stream of small chunks is not
-            // held back until a whole buffer is full).
-            auto [rec_ec0, n] = co_await bhttp::async_read_some(conn->stream.socket(), conn->buffer, *res_parser, nothrow);
-            auto rec_ec = disarm_upstream(rec_ec0);
-            if (rec_ec == bhttp::error::need_buffer) rec_ec = {};
-            if (rec_ec) {
+    // The head leaves at once with the body bytes that came with it (one system call for a
+    // small response); then the body as it arrives, piece by piece.
+    for (bool first = true;; first = false) {
+        std::size_t n = 0;
+        if (!body.done()) {
+            auto got = co_await read_body(body, conn->buffer, conn->stream.socket(), relay, true, upstream_cfg.timeout,
+                                          !first);
+            if (body.failed() || got.ec) {
+                // The client has the head: it sees the connection close before the body's
+                // end (no last chunk), never a body that looks complete.
                 spdlog::warn("upstream {} server {}: response body cut short: {}", upstream_cfg.name, conn->key,
-                             rec_ec == beast::error::timeout ? "timed out" : rec_ec.message());
-                co_return false;  // the client sees the connection close mid-body
+                             got.ec == beast::error::timeout ? "timed out"
+                             : got.ec                        ? got.ec.message()
+                                                             : std::string(body.problem()));
+                if (!first) co_return false;
+                // Nothing sent yet: the head is still ours to replace.
+                co_return co_await reply(cfg.server, false, 502, "upstream sent an invalid response body", false, rec);
             }
-            body.size = chunk.size() - body.size;
-            // No bytes this time (a chunk header, say): no buffer at all, or the serializer
-            // would write an empty chunk, which ends a chunked body.
-            body.data = body.size ? chunk.data() : nullptr;
-            body.more = !res_parser->is_done();
-        } else {
-            body.data = nullptr;
-            body.size = 0;
-            body.more = false;
+            n = got.n;
         }
-        const auto size = body.size;
+        const bool body_done = body.done();
+        if (!first && n == 0 && !body_done) continue;
+        ChunkFrame frame;
+        const bool framed = chunked_to_client && n > 0;
+        if (framed) frame = chunk_frame(n);
+        const std::array<net::const_buffer, 5> out{
+            net::buffer(head_.data(), first ? head_.size() : 0),
+            net::buffer(frame.head, framed ? frame.head_size : 0),
+            net::buffer(relay.data(), n),
+            net::buffer(chunk_end.data(), framed ? chunk_end.size() : 0),
+            net::buffer(last_chunk.data(), chunked_to_client && body_done ? last_chunk.size() : 0)};
         arm(cfg.server.idle_timeout);
-        auto [wec, wn] = co_await bhttp::async_write(socket_, sr, nothrow);
+        auto [wec, wn] = co_await net::async_write(socket_, out, nothrow);
         disarm();
-        if (wec == bhttp::error::need_buffer) wec = {};
         if (wec || timed_out_) co_return false;
-        rec.bytes_sent += size;
+        rec.bytes_sent += n;
+        if (body_done) break;
     }
 
-    if (upstream_framed && res_parser->keep_alive()) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
+    // Pooled only when the response ended exactly where its framing said, with nothing
+    // read past it (UpstreamPool::put checks the buffer), and the server keeps it open.
+    if (upstream_keeps && framing.body != Body::until_close) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
     co_return keep;
 }
 
-net::awaitable<bool> Session::drain_body(RequestParser& parser, const config::ServerConfig& server) {
+net::awaitable<bool> Session::refuse_request_body(const config::ServerConfig& server, boost::system::error_code ec,
+                                                  observe::AccessRecord& rec) {
+    using State = BodyReader::State;
+    const auto state = request_body_.state();
+    spdlog::warn("client {}: request body: {}", peer_ip_, ec ? ec.message() : std::string(request_body_.problem()));
+    if (state == State::malformed) co_return co_await reply(server, false, 400, request_body_.problem(), false, rec);
+    if (state == State::too_large)
+        co_return co_await reply(server, false, 413, "request body larger than max_body_bytes", false, rec);
+    if (state == State::trailer_too_large)
+        co_return co_await reply(server, false, 431, request_body_.problem(), false, rec);
+    if (ec == beast::error::timeout)
+        co_return co_await reply(server, false, 408, "request body not received in time", false, rec);
+    rec.status = 499;  // client went away (nginx's convention)
+    co_return false;
+}
+
+net::awaitable<bool> Session::drain_body(const config::ServerConfig& server) {
     std::array<char, 8192> scratch;
     std::size_t total = 0;
-    while (!parser.is_done()) {
-        if (auto length = parser.content_length_remaining(); length && *length > drain_limit - total) co_return false;
-        parser.get().body().data = scratch.data();
-        parser.get().body().size = scratch.size();
-        arm(server.header_timeout);
-        auto [ec, n] = co_await bhttp::async_read(socket_, buffer_, parser, nothrow);
-        disarm();
-        if (ec == bhttp::error::need_buffer) ec = {};
-        if (ec || timed_out_) co_return false;
-        total += scratch.size() - parser.get().body().size;
+    while (!request_body_.done()) {
+        if (request_body_.raw_remaining() > drain_limit - total) co_return false;
+        auto got = co_await read_body(request_body_, buffer_, socket_, scratch, false, server.header_timeout, true);
+        if (got.ec || request_body_.failed()) co_return false;
+        total += got.n;
         if (total > drain_limit) co_return false;
     }
     co_return true;
 }
 
-net::awaitable<bool> Session::reply(const config::ServerConfig& server, RequestParser* parser, unsigned status,
+net::awaitable<bool> Session::reply(const config::ServerConfig& server, bool unread_body, unsigned status,
                                     std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
                                     const limit::HeaderList* headers, bool name_route_and_limit) {
     // A request body we did not read must be read and discarded to keep the connection;
     // a large one (or one the client waits for a 100 Continue to send) closes it instead.
-    if (keep_alive && parser && !parser->is_done()) {
-        auto expect = parser->get()[bhttp::field::expect];
-        keep_alive = expect.empty() && co_await drain_body(*parser, server);
-    }
+    if (keep_alive && unread_body && !request_body_.done())
+        keep_alive = !request_expects_ && co_await drain_body(server);
     keep_alive = keep_alive && !worker_.stopping();
     std::string body;  // no conditional expression with temporaries in a coroutine (GCC 12)
     if (name_route_and_limit)
@@ -835,7 +995,19 @@ net::awaitable<bool> Session::reply(const config::ServerConfig& server, RequestP
 
 void start_client_session(server::Worker& worker, tcp::socket socket) {
     auto session = std::make_shared<Session>(worker, std::move(socket));
-    net::co_spawn(worker.io(), [session]() -> net::awaitable<void> { co_await session->run(); }, net::detached);
+    // Whatever escapes a session ends that session only: an exception here would otherwise
+    // leave io_context::run and end the worker thread with every connection on it.
+    net::co_spawn(worker.io(), [session]() -> net::awaitable<void> { co_await session->run(); },
+                  [](std::exception_ptr e) {
+                      if (!e) return;
+                      try {
+                          std::rethrow_exception(e);
+                      } catch (const std::exception& ex) {
+                          spdlog::error("client session ended by an unexpected error: {}", ex.what());
+                      } catch (...) {
+                          spdlog::error("client session ended by an unexpected error");
+                      }
+                  });
 }
 
 }  // namespace sluice::http

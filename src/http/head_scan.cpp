@@ -73,4 +73,10 @@ std::string_view check_request_head(std::string_view head) {
     return {};
 }
 
+std::size_t count_field_lines(std::string_view head) {
+    std::size_t lines = 0;
+    for (char c : head) lines += c == '\n';
+    return lines >= 2 ? lines - 2 : 0;
+}
+
 }  // namespace sluice::http

@@ -1,4 +1,5 @@
-// Finds and checks a raw HTTP/1.1 request head before it reaches Beast's parser.
+// Finds and checks a raw HTTP/1.1 request head before it reaches Beast's parser. The same
+// checks serve an upstream's response head: nothing in them is particular to requests.
 // Pure: no sockets. Beast 1.81 accepts obs-fold and some stray bytes that a proxy
 // must reject (request smuggling), so the raw bytes are checked here first.
 #pragma once
@@ -24,5 +25,13 @@ HeadScan scan_request_head(std::string_view data, std::size_t& scanned);
 // bare LF, bare CR, NUL and other control bytes, obs-fold, whitespace before the colon.
 // Returns an empty view when the head is acceptable, else the problem.
 std::string_view check_request_head(std::string_view head);
+
+// The number of field lines of a complete head (request or response): its lines less the
+// start line and the blank line.
+std::size_t count_field_lines(std::string_view head);
+
+// Field lines a head may have: past it a request gets 431 and a response is refused (502),
+// whatever max_header_bytes allows (HAProxy's default limit is 101 with the start line).
+inline constexpr std::size_t max_field_lines = 100;
 
 }  // namespace sluice::http

@@ -52,6 +52,14 @@ void for_each_value(const Fields& fields, std::string_view name, F&& f) {
 constexpr std::string_view x_forwarded_for = "X-Forwarded-For";
 constexpr std::string_view x_forwarded_proto = "X-Forwarded-Proto";
 
+// Fields a Connection option may not remove (see strip_hop_by_hop).
+bool is_protected(std::string_view name) {
+    for (std::string_view p : {"content-length", "transfer-encoding", "host", "x-forwarded-for", "x-forwarded-proto",
+                               "via"})
+        if (iequals(name, p)) return true;
+    return false;
+}
+
 }  // namespace
 
 bool has_token(std::string_view value, std::string_view token) {
@@ -60,40 +68,118 @@ bool has_token(std::string_view value, std::string_view token) {
     return found;
 }
 
-std::string_view check_request_framing(const Fields& fields, unsigned version) {
+namespace {
+
+// A Content-Length value: 1 to 19 digits (no sign, no list, no whitespace inside).
+bool parse_length(std::string_view v, std::uint64_t& out) {
+    v = trim(v);
+    if (v.empty() || v.size() > 19) return false;
+    std::uint64_t n = 0;
+    for (char c : v) {
+        if (c < '0' || c > '9') return false;
+        n = n * 10 + static_cast<unsigned>(c - '0');
+    }
+    out = n;
+    return true;
+}
+
+// The parts of the framing common to requests and responses.
+struct FieldCount {
     std::size_t content_lengths = 0;
+    bool length_valid = true;
+    std::uint64_t length = 0;
     std::size_t transfer_encodings = 0;
+    std::size_t chunked = 0;        // "chunked" codings, over all Transfer-Encoding fields
+    std::size_t other_codings = 0;  // any other coding
+    bool chunked_last = false;
     std::size_t hosts = 0;
-    std::string_view last_coding;
+};
+
+FieldCount count_framing_fields(const Fields& fields) {
+    FieldCount n;
     for (const auto& f : fields) {
         switch (f.name()) {
-        case bhttp::field::content_length: {
-            ++content_lengths;
-            auto v = trim(sv(f.value()));
-            if (v.empty() || v.size() > 19 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
-                return "invalid Content-Length";
+        case bhttp::field::content_length:
+            ++n.content_lengths;
+            n.length_valid = n.length_valid && parse_length(sv(f.value()), n.length);
             break;
-        }
         case bhttp::field::transfer_encoding:
-            ++transfer_encodings;
-            for_each_token(sv(f.value()), [&](std::string_view t) { last_coding = t; });
+            ++n.transfer_encodings;
+            // Empty list elements (",chunked") are allowed by the list syntax and skipped.
+            for_each_token(sv(f.value()), [&](std::string_view t) {
+                const bool chunked = iequals(t, "chunked");
+                (chunked ? n.chunked : n.other_codings) += 1;
+                n.chunked_last = chunked;
+            });
             break;
         case bhttp::field::host:
-            ++hosts;
+            ++n.hosts;
             break;
         default:
             break;
         }
     }
-    if (content_lengths > 1) return "repeated Content-Length";
-    if (content_lengths && transfer_encodings) return "Content-Length together with Transfer-Encoding";
-    if (transfer_encodings) {
-        if (version < 11) return "Transfer-Encoding in an HTTP/1.0 request";
-        if (!iequals(last_coding, "chunked")) return "Transfer-Encoding does not end in chunked";
+    return n;
+}
+
+Framing refuse(unsigned status, std::string_view problem) {
+    Framing f;
+    f.status = status;
+    f.problem = problem;
+    return f;
+}
+
+}  // namespace
+
+Framing check_request_framing(const Fields& fields, unsigned version) {
+    const auto n = count_framing_fields(fields);
+    if (n.content_lengths > 1) return refuse(400, "repeated Content-Length");
+    if (!n.length_valid) return refuse(400, "invalid Content-Length");
+    if (n.content_lengths && n.transfer_encodings) return refuse(400, "Content-Length together with Transfer-Encoding");
+    if (n.hosts > 1) return refuse(400, "repeated Host");
+    if (n.hosts == 0 && version >= 11) return refuse(400, "missing Host");
+    Framing f;
+    if (n.transfer_encodings) {
+        if (version < 11) return refuse(400, "Transfer-Encoding in an HTTP/1.0 request");
+        if (n.chunked == 0 && n.other_codings == 0) return refuse(400, "empty Transfer-Encoding");
+        if (n.chunked > 1) return refuse(400, "Transfer-Encoding applies chunked more than once");
+        if (n.other_codings) {
+            if (!n.chunked_last) return refuse(400, "Transfer-Encoding does not end in chunked");
+            return refuse(501, "transfer codings other than chunked are not supported");
+        }
+        f.body = Framing::Body::chunked;
+    } else if (n.content_lengths) {
+        f.body = Framing::Body::length;
+        f.length = n.length;
     }
-    if (hosts > 1) return "repeated Host";
-    if (hosts == 0 && version >= 11) return "missing Host";
-    return {};
+    return f;
+}
+
+Framing check_response_framing(const Fields& fields, unsigned version, unsigned status, bool head_request) {
+    const auto n = count_framing_fields(fields);
+    // Even where no body follows, a Content-Length that is forwarded must make sense.
+    if (n.content_lengths > 1) return refuse(502, "upstream sent a repeated Content-Length");
+    if (!n.length_valid) return refuse(502, "upstream sent an invalid Content-Length");
+    Framing f;
+    if (head_request || status < 200 || status == 204 || status == 304) return f;
+    if (n.transfer_encodings) {
+        if (n.content_lengths) return refuse(502, "upstream sent Content-Length together with Transfer-Encoding");
+        if (version < 11) return refuse(502, "upstream sent Transfer-Encoding in an HTTP/1.0 response");
+        // As nginx: a coding sluice would pass on undecoded is refused rather than relayed.
+        if (n.chunked != 1 || n.other_codings) return refuse(502, "upstream sent a Transfer-Encoding other than chunked");
+        f.body = Framing::Body::chunked;
+    } else if (n.content_lengths) {
+        f.body = Framing::Body::length;
+        f.length = n.length;
+    } else {
+        f.body = Framing::Body::until_close;
+    }
+    return f;
+}
+
+void strip_framing(Fields& fields) {
+    fields.erase(bhttp::field::content_length);
+    fields.erase(bhttp::field::transfer_encoding);
 }
 
 void strip_hop_by_hop(Fields& fields) {
@@ -104,7 +190,9 @@ void strip_hop_by_hop(Fields& fields) {
     for (const auto& f : fields) {
         if (f.name() != bhttp::field::connection) continue;
         has_connection = true;
-        for_each_token(sv(f.value()), [&](std::string_view t) { named.push_back(t); });
+        for_each_token(sv(f.value()), [&](std::string_view t) {
+            if (!is_protected(t)) named.push_back(t);
+        });
     }
     for (auto it = fields.begin(); it != fields.end();) {
         bool hop = false;

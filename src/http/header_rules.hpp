@@ -2,6 +2,7 @@
 // request framing checks, hop-by-hop removal and the forwarding headers.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -11,13 +12,39 @@ namespace sluice::http {
 
 using Fields = boost::beast::http::fields;
 
-// Framing problems that make a request ambiguous (request smuggling): Content-Length
-// with Transfer-Encoding, repeated or non-numeric Content-Length, a Transfer-Encoding
-// whose final coding is not chunked, repeated Host. Empty view when fine.
-std::string_view check_request_framing(const Fields& fields, unsigned version);
+// How a message's body is delimited (RFC 9112 6.3), as read from its head. What sluice
+// forwards is always framed again by sluice from this, never relayed as it came.
+struct Framing {
+    enum class Body { none, length, chunked, until_close };
+    Body body = Body::none;
+    std::uint64_t length = 0;    // Body::length
+    unsigned status = 0;         // 0: fine; else the status to answer (400, 501, 502)
+    std::string_view problem;    // why, when status != 0
+    bool ok() const { return status == 0; }
+};
 
-// Removes Connection, every field it names, and the fixed hop-by-hop fields.
+// The framing of a request, refusing what is ambiguous (request smuggling): Content-Length
+// with Transfer-Encoding, repeated or non-numeric Content-Length, Transfer-Encoding in
+// HTTP/1.0, chunked applied twice (400), a transfer coding other than chunked (501, as
+// nginx), repeated Host, HTTP/1.1 without Host (400). Without either field: no body.
+Framing check_request_framing(const Fields& fields, unsigned version);
+
+// The framing of an upstream's response to a request (`head_request`: it was HEAD), with
+// status `status`. No body for HEAD, 1xx, 204 and 304 whatever the fields say; otherwise
+// the same refusals as for a request, as 502, and a body until the connection closes when
+// neither Content-Length nor Transfer-Encoding is present.
+Framing check_response_framing(const Fields& fields, unsigned version, unsigned status, bool head_request);
+
+// Removes Connection, every field it names, and the fixed hop-by-hop fields. A Connection
+// option naming a field that frames the message or that the proxy itself sets
+// (Content-Length, Transfer-Encoding, Host, X-Forwarded-For, X-Forwarded-Proto, Via) is
+// ignored: such a field is never hop-by-hop, and removing it would let a client change how
+// the upstream reads the request (RFC 9110 7.6.1 forbids a sender to list them). Ignoring
+// rather than refusing follows nginx and HAProxy, which accept such requests.
 void strip_hop_by_hop(Fields& fields);
+
+// Removes Content-Length and Transfer-Encoding: done before sluice writes its own framing.
+void strip_framing(Fields& fields);
 
 struct ForwardingInfo {
     std::string_view peer_ip;   // TCP peer, as text

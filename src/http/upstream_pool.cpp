@@ -14,9 +14,6 @@ constexpr auto max_idle_time = std::chrono::seconds(30);
 // A connection's read buffer larger than this is given back when it goes idle.
 constexpr std::size_t max_kept_buffer = 16 * 1024;
 
-// Idle at least this long, a connection is checked with a peek even for a retryable request.
-constexpr auto unchecked_idle_time = std::chrono::seconds(1);
-
 // True when the peer has not closed the connection and sent nothing unexpected.
 bool still_open(UpstreamConnection& conn) {
     auto& socket = conn.stream.socket();
@@ -29,7 +26,7 @@ bool still_open(UpstreamConnection& conn) {
 
 }  // namespace
 
-std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, bool retryable) {
+std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key) {
     auto it = idle_.find(key);
     if (it == idle_.end()) return nullptr;
     auto& list = it->second.list;
@@ -38,7 +35,7 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, b
         auto conn = std::move(list.back());  // most recently used first: warmest, least likely closed
         list.pop_back();
         const auto idle = now - conn->idle_since;
-        if (idle < max_idle_time && ((retryable && idle < unchecked_idle_time) || still_open(*conn))) return conn;
+        if (idle < max_idle_time && still_open(*conn)) return conn;
         boost::system::error_code ec;
         conn->stream.socket().close(ec);
     }

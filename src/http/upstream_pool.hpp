@@ -31,13 +31,12 @@ public:
                           std::chrono::milliseconds surplus_idle_time = default_surplus_idle_time)
         : surplus_idle_time_(surplus_idle_time), trim_timer_(ex) {}
 
-    // An idle connection to `key` that still looks usable (not idle too long, and not closed
-    // by the peer), or nullptr. Looking at the peer costs a system call; with `retryable`
-    // (the caller resends a request without a body once on a fresh connection when a pooled
-    // one turns out closed) it is skipped for connections idle under a second: a server
-    // closes those only when it stops, and never sends unsolicited bytes on them (a 408 on
-    // an idle timeout comes after seconds).
-    std::unique_ptr<UpstreamConnection> take(const std::string& key, bool retryable = false);
+    // An idle connection to `key` that still looks usable (not idle too long, not closed by
+    // the peer, and nothing unsolicited on it), or nullptr. Every connection is looked at
+    // (one system call): bytes a server sent past its last response, say the body of a
+    // response to HEAD that came in a later packet, would otherwise be read as the answer
+    // to the next client's request.
+    std::unique_ptr<UpstreamConnection> take(const std::string& key);
 
     // Takes back `conn` after a complete response it framed itself (the server keeps the
     // connection open). Bytes read past that response mean the server is out of step: the

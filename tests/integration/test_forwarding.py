@@ -253,8 +253,9 @@ class TrustedForwardingTest(SluiceTestCase):
 
     def test_connection_naming_x_forwarded_for_does_not_remove_the_proxys_own(self):
         got = self.send([("Connection", "X-Forwarded-For"), ("X-Forwarded-For", "203.0.113.9")])
-        # The client's XFF is hop-by-hop here (named in Connection), so only the peer remains.
-        self.assertEqual(got.joined("x-forwarded-for"), "127.0.0.1")
+        # A Connection option cannot remove a forwarding header (issue 12): the trusted
+        # peer's X-Forwarded-For stays, and the peer is appended to it.
+        self.assertEqual(got.joined("x-forwarded-for"), "203.0.113.9, 127.0.0.1")
 
 
 if __name__ == "__main__":

@@ -24,32 +24,108 @@ std::string get(const Fields& f, std::string_view name) {
 }  // namespace
 
 TEST_CASE("check_request_framing") {
+    using Body = Framing::Body;
     struct Case {
         std::vector<std::pair<std::string, std::string>> fields;
         unsigned version;
-        bool ok;
+        unsigned status;  // 0: accepted
+        Body body = Body::none;
+        std::uint64_t length = 0;
     };
     const std::vector<Case> cases = {
-        {{{"Host", "a"}, {"Content-Length", "5"}}, 11, true},
-        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}}, 11, true},
-        {{{"Host", "a"}, {"Transfer-Encoding", "gzip, chunked"}}, 11, true},
-        {{{"Host", "a"}, {"Content-Length", "5"}, {"Transfer-Encoding", "chunked"}}, 11, false},
-        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Content-Length", "5"}}, 11, false},
-        {{{"Host", "a"}, {"Content-Length", "5"}, {"Content-Length", "5"}}, 11, false},
-        {{{"Host", "a"}, {"Content-Length", "5, 5"}}, 11, false},
-        {{{"Host", "a"}, {"Content-Length", "-1"}}, 11, false},
-        {{{"Host", "a"}, {"Content-Length", "0x10"}}, 11, false},
-        {{{"Host", "a"}, {"Transfer-Encoding", "chunked, gzip"}}, 11, false},
-        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "identity"}}, 11, false},
-        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}}, 10, false},
-        {{{"Host", "a"}, {"Host", "b"}}, 11, false},
-        {{}, 11, false},  // HTTP/1.1 without Host
-        {{}, 10, true},   // HTTP/1.0 may omit it
+        {{{"Host", "a"}}, 11, 0, Body::none},
+        {{{"Host", "a"}, {"Content-Length", "5"}}, 11, 0, Body::length, 5},
+        {{{"Host", "a"}, {"Content-Length", "0"}}, 11, 0, Body::length, 0},
+        {{{"Host", "a"}, {"Content-Length", "9999999999999999999"}}, 11, 0, Body::length, 9999999999999999999u},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}}, 11, 0, Body::chunked},
+        {{{"Host", "a"}, {"Transfer-Encoding", "Chunked"}}, 11, 0, Body::chunked},
+        {{{"Host", "a"}, {"Transfer-Encoding", ",chunked"}}, 11, 0, Body::chunked},
+        {{{"Host", "a"}, {"Transfer-Encoding", "gzip, chunked"}}, 11, 501},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked, chunked"}}, 11, 400},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}}, 11, 400},
+        {{{"Host", "a"}, {"Transfer-Encoding", ""}}, 11, 400},
+        {{{"Host", "a"}, {"Transfer-Encoding", " , "}}, 11, 400},
+        {{{"Host", "a"}, {"Content-Length", "5"}, {"Transfer-Encoding", "chunked"}}, 11, 400},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Content-Length", "5"}}, 11, 400},
+        {{{"Host", "a"}, {"Content-Length", "5"}, {"Content-Length", "5"}}, 11, 400},
+        {{{"Host", "a"}, {"Content-Length", "5, 5"}}, 11, 400},
+        {{{"Host", "a"}, {"Content-Length", "-1"}}, 11, 400},
+        {{{"Host", "a"}, {"Content-Length", "+1"}}, 11, 400},
+        {{{"Host", "a"}, {"Content-Length", "0x10"}}, 11, 400},
+        {{{"Host", "a"}, {"Content-Length", "99999999999999999999"}}, 11, 400},
+        {{{"Host", "a"}, {"Content-Length", ""}}, 11, 400},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked, gzip"}}, 11, 400},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "identity"}}, 11, 400},
+        {{{"Host", "a"}, {"Transfer-Encoding", "chunked"}}, 10, 400},
+        {{{"Host", "a"}, {"Host", "b"}}, 11, 400},
+        {{}, 11, 400},  // HTTP/1.1 without Host
+        {{}, 10, 0},    // HTTP/1.0 may omit it
     };
     for (std::size_t i = 0; i < cases.size(); ++i) {
         INFO("case " << i);
-        CHECK(check_request_framing(make(cases[i].fields), cases[i].version).empty() == cases[i].ok);
+        const auto f = check_request_framing(make(cases[i].fields), cases[i].version);
+        CHECK(f.status == cases[i].status);
+        CHECK(f.ok() == f.problem.empty());
+        if (f.ok()) {
+            CHECK(f.body == cases[i].body);
+            CHECK(f.length == cases[i].length);
+        }
     }
+}
+
+TEST_CASE("check_response_framing") {
+    using Body = Framing::Body;
+    struct Case {
+        std::vector<std::pair<std::string, std::string>> fields;
+        unsigned status;
+        bool head_request;
+        unsigned refused;  // 0: accepted
+        Body body = Body::none;
+        std::uint64_t length = 0;
+    };
+    const std::vector<Case> cases = {
+        {{{"Content-Length", "5"}}, 200, false, 0, Body::length, 5},
+        {{{"Content-Length", "0"}}, 200, false, 0, Body::length, 0},
+        {{{"Transfer-Encoding", "chunked"}}, 200, false, 0, Body::chunked},
+        {{}, 200, false, 0, Body::until_close},
+        {{{"Content-Length", "5"}}, 200, true, 0, Body::none},  // HEAD: the length of the GET
+        {{{"Transfer-Encoding", "chunked"}}, 200, true, 0, Body::none},
+        {{{"Content-Length", "5"}}, 304, false, 0, Body::none},
+        {{}, 204, false, 0, Body::none},
+        {{}, 100, false, 0, Body::none},
+        {{{"Content-Length", "5"}, {"Content-Length", "5"}}, 200, false, 502},
+        {{{"Content-Length", "5"}, {"Content-Length", "5"}}, 200, true, 502},
+        {{{"Content-Length", "x"}}, 304, false, 502},
+        {{{"Content-Length", "5"}, {"Transfer-Encoding", "chunked"}}, 200, false, 502},
+        {{{"Transfer-Encoding", "gzip, chunked"}}, 200, false, 502},
+        {{{"Transfer-Encoding", "gzip"}}, 200, false, 502},
+        {{{"Transfer-Encoding", "chunked, chunked"}}, 200, false, 502},
+    };
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        INFO("case " << i);
+        const auto f = check_response_framing(make(cases[i].fields), 11, cases[i].status, cases[i].head_request);
+        CHECK(f.status == cases[i].refused);
+        if (f.ok()) {
+            CHECK(f.body == cases[i].body);
+            CHECK(f.length == cases[i].length);
+        }
+    }
+    CHECK(check_response_framing(make({{"Transfer-Encoding", "chunked"}}), 10, 200, false).status == 502);
+}
+
+TEST_CASE("a Connection option cannot remove framing, Host or the proxy's own fields") {
+    auto f = make({{"Host", "a"},
+                   {"Connection", "close, Content-Length, transfer-encoding, HOST, Via, X-Forwarded-Proto, X-Gone"},
+                   {"Content-Length", "5"},
+                   {"Via", "1.1 other"},
+                   {"X-Forwarded-Proto", "https"},
+                   {"X-Gone", "1"}});
+    strip_hop_by_hop(f);
+    std::vector<std::string> left;
+    for (const auto& field : f) left.emplace_back(field.name_string());
+    CHECK(left == std::vector<std::string>{"Host", "Content-Length", "Via", "X-Forwarded-Proto"});
+    strip_framing(f);
+    CHECK(get(f, "Content-Length") == "<none>");
 }
 
 TEST_CASE("strip_hop_by_hop removes fixed hop-by-hop fields and those named in Connection") {

@@ -3,10 +3,12 @@
 
 #include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 
 #include "http/upstream_pool.hpp"
 
@@ -38,6 +40,15 @@ struct Loopback {
         peers[i].read_some(boost::asio::buffer(&byte, 1), ec);
         return ec == boost::asio::error::eof;
     }
+
+    // As closed_by_proxy, for a connection closed with unread bytes (the kernel resets it).
+    bool reset_by_proxy(std::size_t i) {
+        char byte;
+        boost::system::error_code ec;
+        peers[i].non_blocking(false);
+        peers[i].read_some(boost::asio::buffer(&byte, 1), ec);
+        return ec == boost::asio::error::connection_reset;
+    }
 };
 
 }  // namespace
@@ -57,7 +68,7 @@ TEST_CASE("upstream pool: surplus beyond max_idle waits for reuse, then goes old
     SECTION("taken again before the surplus idle time: all of them, newest first") {
         std::vector<std::unique_ptr<UpstreamConnection>> taken;
         for (int i = 3; i >= 0; --i) {
-            taken.push_back(pool.take(key, true));
+            taken.push_back(pool.take(key));
             REQUIRE(taken.back());
             CHECK(taken.back().get() == conns[i]);
         }
@@ -69,12 +80,29 @@ TEST_CASE("upstream pool: surplus beyond max_idle waits for reuse, then goes old
         CHECK(pool.idle_count() == 2);
         CHECK(net.closed_by_proxy(0));
         CHECK(net.closed_by_proxy(1));
-        auto newest = pool.take(key, true);
-        auto next = pool.take(key, true);
+        auto newest = pool.take(key);
+        auto next = pool.take(key);
         CHECK(newest.get() == conns[3]);
         CHECK(next.get() == conns[2]);
-        CHECK_FALSE(pool.take(key, true));
+        CHECK_FALSE(pool.take(key));
     }
+}
+
+TEST_CASE("upstream pool: a connection with unsolicited bytes on it is closed, never handed out") {
+    Loopback net;
+    UpstreamPool pool(net.io.get_executor(), 10min);
+    auto conn = net.connect();
+    const auto key = conn->key;
+    pool.put(std::move(conn), 4);
+    pool.put(net.connect(), 4);
+    // The newest one's server sends bytes after its response (a body to a HEAD, say).
+    boost::asio::write(net.peers[1], boost::asio::buffer("stray", 5));
+    std::this_thread::sleep_for(20ms);
+    auto taken = pool.take(key);
+    REQUIRE(taken);
+    CHECK(taken->stream.socket().local_endpoint() == net.peers[0].remote_endpoint());
+    CHECK(net.reset_by_proxy(1));
+    CHECK_FALSE(pool.take(key));
 }
 
 TEST_CASE("upstream pool: shut closes everything, keeps nothing more and leaves no timer") {
