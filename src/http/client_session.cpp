@@ -408,6 +408,16 @@ net::awaitable<bool> Session::serve_one(bool first) {
         co_return finish(co_await reply(cfg.server, false, 431, "too many header fields", false, rec));
     }
 
+    if (const auto at = request_version_offset(raw); at != std::string_view::npos) {
+        if (raw[at] != '1') {
+            describe_raw_request(raw, rec);
+            rec.version = 11;
+            co_return finish(co_await reply(cfg.server, false, 505, "only HTTP/1.x is supported", false, rec));
+        }
+        // HTTP/1.2 and up are read as HTTP/1.1: the minor digit is rewritten in place.
+        if (raw[at + 2] > '1') static_cast<char*>(buffer_.data().data())[at + 2] = '1';
+    }
+
     RequestParser parser;
     parser.header_limit(static_cast<std::uint32_t>(cfg.server.max_header_bytes + 4));
     parser.body_limit(boost::none);  // the body is BodyReader's
@@ -424,13 +434,6 @@ net::awaitable<bool> Session::serve_one(bool first) {
     auto& req = parser.get();
     rec.method = std::string(sv(req.method_string()));
     rec.target = std::string(sv(req.target()));
-    // HTTP/1.x with a minor version above 1 is read as HTTP/1.1 (RFC 9110 2.5: a recipient
-    // treats a higher minor version as the highest it supports); other majors get 505.
-    if (req.version() / 10 != 1) {
-        rec.version = 11;
-        co_return finish(co_await reply(cfg.server, false, 505, "only HTTP/1.x is supported", false, rec));
-    }
-    if (req.version() > 11) req.version(11);
     rec.version = req.version();
     const auto framing = check_request_framing(req.base(), req.version());
     if (!framing.ok()) co_return finish(co_await reply(cfg.server, false, framing.status, framing.problem, false, rec));

@@ -73,6 +73,16 @@ std::string_view check_request_head(std::string_view head) {
     return {};
 }
 
+std::size_t request_version_offset(std::string_view head) {
+    const auto end = head.find("\r\n");
+    if (end == std::string_view::npos || end < 8) return std::string_view::npos;
+    const auto v = head.substr(end - 8, 8);
+    auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    if (!v.starts_with("HTTP/") || !digit(v[5]) || v[6] != '.' || !digit(v[7])) return std::string_view::npos;
+    if (end <= 8 || head[end - 9] != ' ') return std::string_view::npos;
+    return end - 3;
+}
+
 std::size_t count_field_lines(std::string_view head) {
     std::size_t lines = 0;
     for (char c : head) lines += c == '\n';

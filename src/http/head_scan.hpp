@@ -26,6 +26,12 @@ HeadScan scan_request_head(std::string_view data, std::size_t& scanned);
 // Returns an empty view when the head is acceptable, else the problem.
 std::string_view check_request_head(std::string_view head);
 
+// Where the request line of a complete head ends in "HTTP/d.d": the offset of the major
+// digit, or npos when it does not (Beast then refuses the line). sluice reads HTTP/1.x
+// with x above 1 as HTTP/1.1 (RFC 9110 2.5) and answers other majors 505; Beast 1.81
+// knows only 1.0 and 1.1, so the version is looked at here first.
+std::size_t request_version_offset(std::string_view head);
+
 // The number of field lines of a complete head (request or response): its lines less the
 // start line and the blank line.
 std::size_t count_field_lines(std::string_view head);

@@ -50,9 +50,12 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
         } else if (path == "/healthz") {
             a.body = "ok\n";
         } else if (path == "/readyz") {
-            bool ready = metrics.store_ready();
+            const bool alive = metrics.workers_alive();
+            const bool ready = alive && metrics.store_ready();
             a.status = ready ? bhttp::status::ok : bhttp::status::service_unavailable;
-            a.body = ready ? "ready\n" : "not ready: the rate-limit store does not answer\n";
+            a.body = ready    ? "ready\n"
+                     : !alive ? "not ready: a worker thread has stopped\n"
+                              : "not ready: the rate-limit store does not answer\n";
         } else if (path == "/stats") {
             a.content_type = "text/html; charset=utf-8";
             a.body = std::string(stats_page_html);

@@ -121,6 +121,11 @@ bool Server::start() {
 
     metrics_.connections_active = [this] { return static_cast<std::uint64_t>(connections_.load()); };
     metrics_.log_dropped = [] { return observe::dropped_log_lines(); };
+    metrics_.workers_alive = [this] {
+        for (const auto& w : workers_)
+            if (w->died()) return false;
+        return true;
+    };
     metrics_.store_ready = [this] {
         for (const auto& w : workers_)
             if (!w->store_ready()) return false;

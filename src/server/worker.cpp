@@ -101,10 +101,25 @@ void Worker::start() {
     }
     watch_store();
     thread_ = std::thread([this] {
-        try {
-            io_.run();
-        } catch (const std::exception& e) {
-            spdlog::critical("worker {}: {}", index_, e.what());
+        // An exception out of a handler must not end the worker and every connection on
+        // it: it is logged and the event loop goes on (run() may be called again after a
+        // handler threw). Sessions contain their own (see start_client_session).
+        while (true) {
+            try {
+                io_.run();
+                break;
+            } catch (const std::exception& e) {
+                spdlog::critical("worker {}: unexpected error in an event handler: {}; the worker goes on", index_,
+                                 e.what());
+            } catch (...) {
+                spdlog::critical("worker {}: unexpected error in an event handler; the worker goes on", index_);
+            }
+        }
+        if (!stopping_) {
+            died_ = true;
+            spdlog::critical("worker {}: its event loop ended while the server was running; its connections are no "
+                             "longer served (/readyz answers 503)",
+                             index_);
         }
         finished_ = true;
     });

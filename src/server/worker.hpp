@@ -57,6 +57,8 @@ public:
     void publish(std::shared_ptr<const Snapshot> snapshot);
     void join();
     bool finished() const { return finished_.load(); }
+    // The thread ended while the worker was not stopping: it serves nothing any more.
+    bool died() const { return died_.load(); }
 
     // Called on the worker's own thread only:
     boost::asio::io_context& io() { return io_; }
@@ -92,6 +94,7 @@ private:
     std::atomic<std::size_t>& connections_;
     bool stopping_ = false;
     std::atomic<bool> finished_{false};
+    std::atomic<bool> died_{false};
     std::atomic<bool> store_ready_{false};
     observe::LimitedClients limited_clients_;
     // One thread runs it; other threads only post to it, and the acceptors and the Redis

@@ -77,3 +77,23 @@ TEST_CASE("check_request_head refuses smuggling material") {
         CHECK(check_request_head(c.head).empty() == c.ok);
     }
 }
+
+TEST_CASE("request_version_offset finds the version digits of the request line") {
+    using sluice::http::request_version_offset;
+    constexpr auto npos = std::string_view::npos;
+    CHECK(request_version_offset("GET / HTTP/1.1\r\nHost: a\r\n\r\n") == 11);
+    CHECK(request_version_offset("GET /x HTTP/1.2\r\n\r\n") == 12);
+    CHECK(request_version_offset("GET /x HTTP/2.0\r\n\r\n") == 12);
+    CHECK(request_version_offset("GET /x HTTP/1\r\n\r\n") == npos);
+    CHECK(request_version_offset("GET /x HTTP/1.10\r\n\r\n") == npos);
+    CHECK(request_version_offset("GET /xHTTP/1.1\r\n\r\n") == npos);
+    CHECK(request_version_offset("HTTP/1.1\r\n\r\n") == npos);
+    CHECK(request_version_offset("GET /x http/1.1\r\n\r\n") == npos);
+    CHECK(request_version_offset("") == npos);
+}
+
+TEST_CASE("count_field_lines counts the lines between the start line and the blank line") {
+    using sluice::http::count_field_lines;
+    CHECK(count_field_lines("GET / HTTP/1.1\r\n\r\n") == 0);
+    CHECK(count_field_lines("GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n\r\n") == 2);
+}
