@@ -23,6 +23,7 @@
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
 #include "http/problem.hpp"
+#include "http/request_target.hpp"
 #include "http/route_match.hpp"
 #include "limit/client_ip.hpp"
 #include "limit/rate_limit_headers.hpp"
@@ -453,22 +454,22 @@ net::awaitable<bool> Session::serve_one(bool first) {
     if (request_body_.state() == BodyReader::State::too_large)
         co_return finish(co_await reply(cfg.server, false, 413, "request body larger than max_body_bytes", false, rec));
 
-    // Absolute-form targets ("http://host/path") are turned into origin-form.
-    std::string_view target = sv(req.target());
-    if (target.starts_with("http://")) {
-        auto rest = target.substr(7);
-        auto slash = rest.find('/');
-        std::string authority(rest.substr(0, slash));
-        std::string path(slash == std::string_view::npos ? "/" : rest.substr(slash));
-        req.set(bhttp::field::host, authority);
-        req.target(path);
-        target = sv(req.target());
+    // One reading of the target for routing, `path` keys and forwarding: the normalised path
+    // (and the query as it came) is what the upstream gets. An absolute-form authority,
+    // validated, replaces Host (RFC 9112 3.2.2); a Host field must be valid.
+    const RequestTarget target = parse_request_target(sv(req.method_string()), sv(req.target()));
+    if (!target.ok()) co_return finish(co_await reply(cfg.server, false, 400, target.problem, false, rec));
+    if (!target.authority.empty()) {
+        req.set(bhttp::field::host, target.authority);
+    } else if (auto it = req.find(bhttp::field::host); it != req.end()) {
+        std::string_view problem;
+        validate_host(sv(it->value()), problem);
+        if (!problem.empty()) co_return finish(co_await reply(cfg.server, false, 400, problem, false, rec));
     }
-    if (!target.starts_with('/') && !(target == "*" && req.method() == bhttp::verb::options))
-        co_return finish(co_await reply(cfg.server, false, 400, "invalid request target", false, rec));
+    req.target(target.origin_form());
 
     const bool keep_alive = req.keep_alive() && !worker_.stopping();
-    auto path = target.substr(0, target.find('?'));
+    const std::string_view path = target.path;
     route = match_route(cfg.routes, sv(req.method_string()), path, sv(req[bhttp::field::host]));
     if (!route) co_return finish(co_await reply(cfg.server, true, 404, "no route matches the request", keep_alive, rec));
     rec.route = route->name;
@@ -706,6 +707,9 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     }
     strip_hop_by_hop(req.base());
     strip_framing(req.base());
+    // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
+    // upstream's name, as nginx sends its proxy_host.
+    if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, upstream_cfg.name);
     add_forwarding_headers(req.base(), {peer_ip_, peer_trusted, client_version});
     if (request_body_.mode() == BodyReader::Mode::length)
         req.set(bhttp::field::content_length, std::to_string(request_length_));

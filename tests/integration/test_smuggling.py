@@ -328,6 +328,63 @@ class SmugglingTest(SluiceTestCase):
         self.assertTrue(self.sluice.running)
 
 
+class PathAndHostTest(SluiceTestCase):
+    """No spelling of a path reaches a route while avoiding its limits; Host is validated."""
+
+    def setUp(self):
+        self.up = RecordingUpstream().start()
+        self.addCleanup(self.up.stop)
+        self.port = free_port()
+        limited = {"name": "limited", "match": {"path_prefix": "/limited"}, "upstream": "app",
+                   "limits": [{"name": "one", "algorithm": "token_bucket", "rate": 1, "per": "1h",
+                               "burst": 1, "key": ["client_ip"]}]}
+        rest = {"name": "rest", "match": {"path_prefix": "/"}, "upstream": "app"}
+        self.sluice = self.start_sluice(proxy_config(self.port, {"app": self.up.address}, [limited, rest]))
+
+    def status_of(self, target, headers=b"Host: a\r\n", version=b"HTTP/1.1"):
+        c = self.client(self.port)
+        c.send(b"GET " + target + b" " + version + b"\r\n" + headers + b"\r\n")
+        return c.read_response()
+
+    def test_every_spelling_of_a_limited_path_is_limited(self):
+        self.assertEqual(self.status_of(b"/limited/y").status, 200)  # the one token
+        for spelling in (b"/x/../limited/y", b"//limited/y", b"/%6cimited/y", b"/%6Cimited/y", b"/./limited/y",
+                         b"/x/%2e%2e/limited/y", b"/limited//y", b"http://a/limited/y", b"HTTP://a//limited/y"):
+            with self.subTest(spelling):
+                r = self.status_of(spelling)
+                self.assertEqual(r.status, 429, f"{spelling!r} got {r.status}")
+        # What went upstream is the path the limit saw.
+        self.assertEqual([p[2] for p in self.up.parsed], ["/limited/y"])
+
+    def test_the_normalised_path_is_forwarded_with_the_query_as_it_came(self):
+        r = self.status_of(b"/a/./b/../%7e%2fc?x=/../&y=%2e")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(self.up.parsed[-1][2], "/a/~%2Fc?x=/../&y=%2e")
+
+    def test_bad_paths_and_hosts_are_refused(self):
+        for target, headers in ((b"/../x", b"Host: a\r\n"), (b"/%zz", b"Host: a\r\n"), (b"/a\\b", b"Host: a\r\n"),
+                                (b"http://u@a/x", b"Host: a\r\n"), (b"http://a:99999/x", b"Host: a\r\n"),
+                                (b"ftp://a/x", b"Host: a\r\n"), (b"/x", b"Host: a?q=1\r\n"),
+                                (b"/x", b"Host: a b\r\n"), (b"/x", b"Host: \r\n"), (b"/x", b"Host: a:8a\r\n"),
+                                (b"/x", b"Host: [::1\r\n"), (b"/x", b"Host: a/b\r\n")):
+            with self.subTest(target=target, headers=headers):
+                self.assertEqual(self.status_of(target, headers).status, 400)
+        self.assertEqual(self.up.requests, [])
+
+    def test_absolute_form_authority_becomes_host(self):
+        r = self.status_of(b"http://B.Test:8080?q=1", b"Host: other\r\n")
+        self.assertEqual(r.status, 200)
+        conn_id, method, target, fields, body = self.up.parsed[-1]
+        self.assertEqual(target, "/?q=1")
+        self.assertEqual([v for n, v in fields if n == "host"], ["b.test:8080"])
+
+    def test_http10_without_host_is_forwarded_with_one(self):
+        r = self.status_of(b"/x", b"", b"HTTP/1.0")
+        self.assertEqual(r.status, 200)
+        fields = self.up.parsed[-1][3]
+        self.assertEqual([v for n, v in fields if n == "host"], ["app"])
+
+
 class BoundsTest(SluiceTestCase):
     """Every part of a chunked body is bounded: past a limit the client gets its answer at
     once, memory stays flat, and no worker ends."""

@@ -1,0 +1,212 @@
+#include "http/request_target.hpp"
+
+#include <arpa/inet.h>
+
+#include <vector>
+
+namespace sluice::http {
+
+namespace {
+
+bool is_alpha(unsigned char c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }
+bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+bool is_unreserved(unsigned char c) { return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~'; }
+
+int hex_value(unsigned char c) {
+    if (is_digit(c)) return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+// Bytes refused anywhere in a target: they cannot be sent unescaped and would be read
+// differently by different servers.
+bool is_forbidden(unsigned char c) { return c <= 0x20 || c == 0x7f || c == '#' || c == '\\'; }
+
+bool iequals_prefix(std::string_view s, std::string_view prefix) {
+    if (s.size() < prefix.size()) return false;
+    for (std::size_t i = 0; i < prefix.size(); ++i)
+        if ((static_cast<unsigned char>(s[i]) | 0x20) != static_cast<unsigned char>(prefix[i])) return false;
+    return true;
+}
+
+}  // namespace
+
+std::string normalize_path(std::string_view raw, std::string_view& problem) {
+    problem = {};
+    if (raw.empty() || raw.front() != '/') {
+        problem = "request target path must start with /";
+        return {};
+    }
+    // Decode escapes of unreserved characters; keep the others, with uppercase hex.
+    std::string decoded;
+    decoded.reserve(raw.size());
+    static constexpr char upper_hex[] = "0123456789ABCDEF";
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+        const auto c = static_cast<unsigned char>(raw[i]);
+        if (is_forbidden(c)) {
+            problem = "invalid character in request target";
+            return {};
+        }
+        if (c != '%') {
+            decoded += static_cast<char>(c);
+            continue;
+        }
+        const int hi = i + 2 < raw.size() ? hex_value(static_cast<unsigned char>(raw[i + 1])) : -1;
+        const int lo = hi >= 0 ? hex_value(static_cast<unsigned char>(raw[i + 2])) : -1;
+        if (hi < 0 || lo < 0) {
+            problem = "invalid percent-encoding in request target";
+            return {};
+        }
+        const auto v = static_cast<unsigned char>(hi * 16 + lo);
+        if (is_unreserved(v)) {
+            decoded += static_cast<char>(v);
+        } else {
+            decoded += '%';
+            decoded += upper_hex[hi];
+            decoded += upper_hex[lo];
+        }
+        i += 2;
+    }
+    // Segments: empty ones (repeated slashes) and "." go, ".." takes the previous one back.
+    std::vector<std::string_view> segments;
+    std::string_view rest(decoded);
+    rest.remove_prefix(1);
+    bool trailing_slash = false;  // the last segment was empty, "." or "..": the path ends in '/'
+    while (true) {
+        const auto slash = rest.find('/');
+        const auto segment = rest.substr(0, slash);
+        if (segment == "..") {
+            if (segments.empty()) {
+                problem = "request target path goes above the root";
+                return {};
+            }
+            segments.pop_back();
+            trailing_slash = true;
+        } else if (segment == "." || segment.empty()) {
+            trailing_slash = true;
+        } else {
+            segments.push_back(segment);
+            trailing_slash = false;
+        }
+        if (slash == std::string_view::npos) break;
+        rest.remove_prefix(slash + 1);
+    }
+    std::string out = "/";
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+        if (i) out += '/';
+        out.append(segments[i]);
+    }
+    if (trailing_slash && !segments.empty()) out += '/';
+    return out;
+}
+
+std::string validate_host(std::string_view value, std::string_view& problem) {
+    problem = {};
+    auto invalid = [&problem](std::string_view why) {
+        problem = why;
+        return std::string();
+    };
+    std::string_view host = value;
+    std::string_view port;
+    bool has_port = false;
+    if (!host.empty() && host.front() == '[') {
+        const auto close = host.find(']');
+        if (close == std::string_view::npos) return invalid("invalid Host: unclosed IPv6 literal");
+        const auto literal = host.substr(1, close - 1);
+        char text[64];
+        unsigned char addr[16];
+        if (literal.empty() || literal.size() >= sizeof(text)) return invalid("invalid Host: bad IPv6 literal");
+        literal.copy(text, literal.size());
+        text[literal.size()] = '\0';
+        if (::inet_pton(AF_INET6, text, addr) != 1) return invalid("invalid Host: bad IPv6 literal");
+        const auto after = host.substr(close + 1);
+        if (!after.empty()) {
+            if (after.front() != ':') return invalid("invalid Host: bytes after the IPv6 literal");
+            has_port = true;
+            port = after.substr(1);
+        }
+        host = host.substr(0, close + 1);
+    } else {
+        const auto colon = host.find(':');
+        if (colon != std::string_view::npos) {
+            has_port = true;
+            port = host.substr(colon + 1);
+            host = host.substr(0, colon);
+        }
+        if (host.empty()) return invalid("invalid Host: empty host");
+        if (host.size() > 255) return invalid("invalid Host: longer than 255 bytes");
+        for (std::size_t i = 0; i < host.size(); ++i) {
+            const auto c = static_cast<unsigned char>(host[i]);
+            if (!is_unreserved(c)) return invalid("invalid Host: character not allowed in a host name");
+            if (c == '.' && i + 1 < host.size() && host[i + 1] == '.') return invalid("invalid Host: empty label");
+        }
+    }
+    if (has_port) {
+        if (port.size() > 5) return invalid("invalid Host: bad port");
+        unsigned n = 0;
+        for (char c : port) {
+            if (!is_digit(static_cast<unsigned char>(c))) return invalid("invalid Host: bad port");
+            n = n * 10 + static_cast<unsigned>(c - '0');
+        }
+        if (n > 65535) return invalid("invalid Host: bad port");
+    }
+    std::string out(host);
+    for (auto& c : out) c = static_cast<char>((c >= 'A' && c <= 'Z') ? c | 0x20 : c);
+    if (has_port) {
+        out += ':';
+        out.append(port);
+    }
+    return out;
+}
+
+RequestTarget parse_request_target(std::string_view method, std::string_view target) {
+    RequestTarget t;
+    if (target == "*") {
+        if (method != "OPTIONS") t.problem = "asterisk-form target is for OPTIONS only";
+        t.path = "*";
+        return t;
+    }
+    std::string_view path_and_query = target;
+    if (!target.starts_with('/')) {
+        std::string_view rest;
+        if (iequals_prefix(target, "http://"))
+            rest = target.substr(7);
+        else if (iequals_prefix(target, "https://"))
+            rest = target.substr(8);
+        else {
+            t.problem = method == "CONNECT" ? "CONNECT is not supported" : "invalid request target";
+            return t;
+        }
+        const auto end = rest.find_first_of("/?");
+        const auto authority = rest.substr(0, end);
+        if (authority.find('@') != std::string_view::npos) {
+            t.problem = "userinfo in request target";
+            return t;
+        }
+        std::string_view problem;
+        t.authority = validate_host(authority, problem);
+        if (!problem.empty()) {
+            t.problem = "invalid authority in request target";
+            return t;
+        }
+        path_and_query = end == std::string_view::npos ? std::string_view{} : rest.substr(end);
+    }
+    const auto q = path_and_query.find('?');
+    std::string_view raw_path = path_and_query.substr(0, q);
+    if (raw_path.empty()) raw_path = "/";
+    if (q != std::string_view::npos) {
+        const auto query = path_and_query.substr(q + 1);
+        for (char c : query)
+            if (is_forbidden(static_cast<unsigned char>(c)) && c != '\\') {
+                t.problem = "invalid character in request target";
+                return t;
+            }
+        t.has_query = true;
+        t.query = std::string(query);
+    }
+    t.path = normalize_path(raw_path, t.problem);
+    return t;
+}
+
+}  // namespace sluice::http

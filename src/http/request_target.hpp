@@ -1,0 +1,40 @@
+// The request target and Host, read one way only: the path routes match, `path` keys use and
+// the upstream receives is the normalised one, so no spelling of a path reaches a route while
+// avoiding its limits. Pure functions, no sockets.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace sluice::http {
+
+struct RequestTarget {
+    std::string path;        // normalised; "*" for OPTIONS *
+    std::string query;       // without '?'
+    bool has_query = false;
+    std::string authority;   // from an absolute-form target, validated (lowercase host[:port])
+    std::string_view problem;  // non-empty: the target is invalid (400)
+    bool ok() const { return problem.empty(); }
+    // What goes upstream: the normalised path and the query as it came.
+    std::string origin_form() const { return has_query ? path + '?' + query : path; }
+};
+
+// Reads an origin-form (`/path?query`), absolute-form (`http://host/path`, `https://`, any
+// case) or asterisk-form (`*`, OPTIONS only) target. Authority-form (CONNECT) is refused.
+RequestTarget parse_request_target(std::string_view method, std::string_view target);
+
+// Normalises an origin-form path, as nginx does before matching locations: escapes of
+// unreserved characters are decoded, other escapes get uppercase hex (`%2F` stays encoded),
+// dot-segments are removed (`%2e` counts as `.`) and repeated slashes merged. Refused, with
+// `problem` set: invalid escapes, bytes that may not appear in a path (controls, space, DEL,
+// `#`, backslash), and `..` above the root (nginx answers 400 too; an upstream must never be
+// asked for a path the proxy read differently).
+std::string normalize_path(std::string_view raw, std::string_view& problem);
+
+// A Host value (RFC 9110 7.2 / RFC 3986 3.2.2): a reg-name of letters, digits, `-`, `.`, `_`
+// and `~` (no empty label run `..`), an IPv4 address, or an IPv6 literal in brackets;
+// optionally `:port` with a port of at most 65535. Returns the value with the host
+// lowercased, or an empty string (and `problem`) when invalid.
+std::string validate_host(std::string_view host, std::string_view& problem);
+
+}  // namespace sluice::http
