@@ -79,6 +79,10 @@ void* create_string(const ::redisReadTask* task, char* str, std::size_t len) {
 }
 
 void* create_array(const ::redisReadTask* task, int elements) {
+    // The announced count is allocated at once, before any element arrives: a hostile or
+    // broken server's "*20000000" must not cost gigabytes. nullptr reads as out of memory,
+    // which fails the connection like any protocol error.
+    if (elements < 0 || static_cast<std::size_t>(elements) > max_reply_elements) return nullptr;
     try {
         RedisReply* value = nullptr;
         void* obj = place(task, value);

@@ -41,6 +41,11 @@ struct RedisResult {
 // Copies a hiredis reply; an error reply becomes a RedisError with Code::reply_error.
 RedisResult copy_reply(const ::redisReply& reply);
 
+// The most elements one array reply may announce. sluice's largest reply is a batch's
+// decision (src/limit/decide_script.hpp: a few integers per limit of up to 64 requests);
+// this is far above it. An array announcing more fails the connection (a protocol error).
+inline constexpr std::size_t max_reply_elements = 1 << 16;
+
 // Makes `reader` build its replies as RedisReply trees directly: no hiredis reply object
 // per element, no copy (a script's reply of dozens of integers cost a calloc and a free
 // each). Call it before the first reply is read. The replies it hands to callbacks are

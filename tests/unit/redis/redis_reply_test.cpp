@@ -116,3 +116,28 @@ TEST_CASE("owned replies: a reply split across reads, and a broken one", "[redis
     CHECK(redisReaderGetReply(broken.reader, &none) == REDIS_ERR);
     CHECK(none == nullptr);
 }
+
+TEST_CASE("owned replies: an array announcing more elements than sluice ever gets fails before allocating", "[redis]") {
+    Reader r;
+    // 20 million elements would be over a gigabyte of RedisReply values.
+    REQUIRE(redisReaderFeed(r.reader, "*20000000\r\n:1\r\n", 15) == REDIS_OK);
+    void* reply = nullptr;
+    CHECK(redisReaderGetReply(r.reader, &reply) == REDIS_ERR);
+    CHECK(reply == nullptr);
+    CHECK(r.reader->err != 0);
+
+    Reader nested;
+    REQUIRE(redisReaderFeed(nested.reader, "*1\r\n*70000\r\n", 13) == REDIS_OK);
+    CHECK(redisReaderGetReply(nested.reader, &reply) == REDIS_ERR);
+
+    Reader largest;  // the bound itself is accepted
+    const std::string header = "*" + std::to_string(redis::max_reply_elements) + "\r\n";
+    largest.feed(header);
+    std::string elements;
+    for (std::size_t i = 0; i < redis::max_reply_elements; ++i) elements += ":7\r\n";
+    largest.feed(elements);
+    auto result = largest.next();
+    REQUIRE(result);
+    REQUIRE(result->ok());
+    CHECK(result->reply.elements.size() == redis::max_reply_elements);
+}
