@@ -3,6 +3,7 @@
 // thrown, so every one of them is reported in a single run.
 #include "config/loader.hpp"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <sstream>
 
 #include "config/duration.hpp"
 #include "config/endpoint.hpp"
@@ -764,14 +766,64 @@ std::string syntax_hint(std::string_view yaml, const YAML::Exception& error) {
     return {};
 }
 
+// Counts the documents of a stream without building them, and notices a parser that makes
+// no progress: yaml-cpp 0.7's LoadAll loops forever on input such as "," (each round yields
+// a null document at the same place and allocates a node), which on SIGHUP would take the
+// running proxy down (yaml-cpp #1040, fixed upstream after 0.7).
+class DocumentCounter final : public YAML::EventHandler {
+public:
+    void OnDocumentStart(const YAML::Mark&) override {
+        first_.reset();
+        only_null_ = true;
+    }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { event(mark, true); }
+    void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { event(mark, false); }
+    void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+        event(mark, false);
+    }
+    void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {
+        event(mark, false);
+    }
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+        event(mark, false);
+    }
+    void OnMapEnd() override {}
+
+    // Where the document's content begins (its first node).
+    YAML::Mark start() const { return first_.value_or(YAML::Mark::null_mark()); }
+    bool only_null() const { return only_null_; }
+
+private:
+    void event(const YAML::Mark& mark, bool null) {
+        if (!first_) first_ = mark;
+        only_null_ = only_null_ && null;
+    }
+    std::optional<YAML::Mark> first_;
+    bool only_null_ = true;
+};
+
 std::optional<YAML::Node> parse_single_document(std::string_view yaml, DiagnosticList& diagnostics) {
     try {
-        const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
-        if (documents.size() > 1) {
-            diagnostics.error(position_of(documents[1].Mark()), "only one YAML document is allowed");
-            return std::nullopt;
+        // First the shape of the stream: one document, and a parser that moves on.
+        std::istringstream stream{std::string(yaml)};
+        YAML::Parser parser(stream);
+        DocumentCounter counter;
+        std::optional<YAML::Mark> previous;
+        for (int documents = 0; parser.HandleNextDocument(counter); ++documents) {
+            if (previous && counter.only_null() && counter.start().pos == previous->pos) {
+                diagnostics.error(position_of(counter.start()), "invalid YAML: unexpected character");
+                return std::nullopt;
+            }
+            if (documents == 1) {
+                diagnostics.error(position_of(counter.start()), "only one YAML document is allowed");
+                return std::nullopt;
+            }
+            previous = counter.start();
         }
-        return documents.empty() ? YAML::Node() : documents.front();
+        return YAML::Load(std::string(yaml));
     } catch (const YAML::Exception& error) {
         diagnostics.error(position_of(error.mark), "invalid YAML: " + error.msg + syntax_hint(yaml, error));
         return std::nullopt;

@@ -259,6 +259,12 @@ class ReloadSemanticsTest(ReloadTestCase):
         wait_until(lambda: self.count(rf"reload: {path}:\d+:\d+: ") > diagnostics, 5.0,
                    message="a FILE:LINE:COL diagnostic for the broken YAML")
 
+        # A file whose first token is a comma made yaml-cpp 0.7 loop forever, allocating,
+        # and took the running proxy down; it is refused like any broken YAML.
+        self.reload(",\n" + s.config_text, expect="refused")
+        self.assertEqual(self.reloads(), (0, 3))
+        s.wait_log(rf"reload: {path}:1:1: invalid YAML: unexpected character")
+
         # The old config (burst 3, one token left) still decides.
         self.assertEqual([self.get("/api").status for _ in range(2)], [200, 429])
         self.assertTrue(s.running())
@@ -266,7 +272,7 @@ class ReloadSemanticsTest(ReloadTestCase):
         # A valid file afterwards is accepted.
         self.reload(self.config_with(routes + [route("more", "/more")]))
         s.wait_log(rf"reloaded {path}: 2 routes, 1 upstreams")
-        self.assertEqual(self.reloads(), (1, 2))
+        self.assertEqual(self.reloads(), (1, 3))
         self.assertEqual(self.get("/more").status, 200)
 
     def test_settings_that_need_a_restart_are_named(self):

@@ -53,6 +53,10 @@ TEST_CASE("loader errors: YAML syntax and document shape", "[config][loader]") {
         {"logging: {level: info\n", {"2:1: invalid YAML: end of map flow not found"}},
         {"a: *nowhere\n", {"1:4: invalid YAML: the referenced anchor is not defined"}},
         {"server: {}\n---\nadmin: {}\n", {"3:1: only one YAML document is allowed"}},
+        // yaml-cpp 0.7's LoadAll loops forever, allocating, on these (yaml-cpp #1040).
+        {",", {"1:1: invalid YAML: unexpected character"}},
+        {",,\n", {"1:1: invalid YAML: unexpected character"}},
+        {"\n\n  ,", {"3:3: invalid YAML: unexpected character"}},
         {"- server\n",
          {"1:1: the top level must be a map of sections (server, admin, client_ip, store, upstreams, routes, "
           "responses, logging), got a list"}},
