@@ -1664,6 +1664,14 @@ class SluiceTestCase(unittest.TestCase):
 
     def _finish_sluice(self, s):
         s.cleanup()
+        if os.environ.get("SLUICE_SANITIZER"):
+            # make asan: a sanitizer report in sluice's output fails the test (GCC's UBSan
+            # writes to stderr whatever UBSAN_OPTIONS says; the process may have gone on).
+            found = re.search(r"runtime error:|AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer",
+                              s.log_text())
+            if found:
+                sys.stderr.write(s.log_text()[-8000:])
+                self.fail(f"sanitizer report in sluice's output: {found.group(0)}")
         if os.environ.get("SLUICE_TEST_LOGS") or self._failed():
             sys.stderr.write(f"\n===== {self.id()}: sluice output ({s.workdir}) =====\n")
             sys.stderr.write(s.log_text())

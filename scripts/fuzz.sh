@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, ASan + UBSan) and runs them.
+#   scripts/fuzz.sh smoke      each target for FUZZ_SMOKE_SECONDS (20), from its seed corpus
+#   scripts/fuzz.sh run        each target for FUZZ_SECONDS (600)
+#   scripts/fuzz.sh build      only build
+#   FUZZ_TARGETS="body_reader head_scan" limits the targets.
+# A target is tests/fuzz/NAME_fuzz.cpp plus the sources listed for it below; its seeds are in
+# tests/fuzz/corpus/NAME/. Findings (crash-*, timeout-*, leak-*, oom-*) go to
+# build-fuzz/findings/NAME/; reproduce one with: build-fuzz/NAME_fuzz FILE
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-smoke}
+out=${FUZZ_BUILD:-build-fuzz}
+mkdir -p "$out"
+
+declare -A sources=(
+  [body_reader]="src/http/body_reader.cpp"
+  [request_target]="src/http/request_target.cpp"
+  [head_scan]="src/http/head_scan.cpp src/http/header_rules.cpp"
+  [redis_reply]="src/redis/redis_reply.cpp"
+  [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp"
+)
+declare -A libs=(
+  [redis_reply]="$(pkg-config --libs hiredis)"
+  [config_loader]="-lyaml-cpp -lspdlog -lfmt"
+)
+declare -A cflags=(
+  [redis_reply]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
+  [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
+)
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan redis_reply config_loader"}
+CXX=${FUZZ_CXX:-clang++-14}
+flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
+
+for t in $targets; do
+  bin="$out/${t}_fuzz"
+  srcs="tests/fuzz/${t}_fuzz.cpp ${sources[$t]}"
+  # Rebuilt when any of its sources or the headers under src/ changed.
+  if [ ! -x "$bin" ] || [ -n "$(find $srcs src -newer "$bin" \( -name '*.cpp' -o -name '*.hpp' \) -print -quit)" ]; then
+    echo "fuzz: building $t"
+    # shellcheck disable=SC2086
+    $CXX $flags ${cflags[$t]:-} $srcs ${libs[$t]:-} -o "$bin"
+  fi
+done
+[ "$mode" = build ] && exit 0
+
+seconds=${FUZZ_SECONDS:-600}
+[ "$mode" = smoke ] && seconds=${FUZZ_SMOKE_SECONDS:-20}
+status=0
+for t in $targets; do
+  findings="$out/findings/$t"
+  work="$out/corpus/$t"  # grows during runs; the seeds stay as they are
+  mkdir -p "$findings" "$work"
+  echo "fuzz: $t for ${seconds}s"
+  if ! "$out/${t}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+      -print_final_stats=1 -artifact_prefix="$findings/" "$work" "tests/fuzz/corpus/$t" >"$out/$t.log" 2>&1; then
+    echo "fuzz: $t FOUND A PROBLEM (see $out/$t.log and $findings/):" >&2
+    grep -E "ERROR|SUMMARY|Test unit written" "$out/$t.log" | head -20 >&2
+    status=1
+  else
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$out/$t.log" | sed "s/^/fuzz: $t: /"
+  fi
+done
+exit $status
