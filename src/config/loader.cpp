@@ -45,6 +45,13 @@ const Keys responses_keys{"limited_status", "headers"};
 const Keys logging_keys{"level", "access_log", "format", "summary_interval"};
 
 constexpr std::int64_t no_maximum = std::numeric_limits<std::int64_t>::max();
+// Ranges that keep every figure derived from a limit exact and far from overflow: the Redis
+// scripts compute in Lua doubles (exact to 2^53, about 9.0e15) on microsecond timestamps
+// (about 1.8e15 today), and deadlines are steady_clock nanoseconds (int64: 292 years).
+constexpr std::int64_t max_count = 1'000'000'000;            // burst, limit
+constexpr double max_rate = 1e9;                              // tokens per `per`
+constexpr Duration max_duration{365LL * 86'400'000};          // any duration: 365d
+constexpr double max_refill_us = 10.0 * 365 * 86'400 * 1e6;   // burst * per / rate: 10 years
 constexpr std::int64_t max_workers = 1024;
 constexpr std::int64_t min_header_bytes = 1024;
 constexpr std::int64_t max_header_bytes = 1024 * 1024;
@@ -308,6 +315,10 @@ std::optional<Duration> ConfigReader::duration(const Field& field, bool zero_all
     }
     if (!zero_allowed && value->count() == 0) {
         diagnostics_.error(field.at, field.label() + " must be greater than 0, got " + *written);
+        return std::nullopt;
+    }
+    if (*value > max_duration) {
+        diagnostics_.error(field.at, field.label() + " must be at most 365d, got " + *written);
         return std::nullopt;
     }
     return value;
@@ -673,16 +684,41 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
 void ConfigReader::read_token_bucket(const Section& section, LimitConfig& limit) {
     refuse_parameters(section, sliding_window_keys, limit);
     const std::string which = named("token_bucket limit", limit.name);
-    if (const Field* f = section.find("rate")) {
-        assign(limit.rate, positive_number(*f));
+    const Field* rate = section.find("rate");
+    bool rate_ok = false;
+    if (rate) {
+        const auto value = positive_number(*rate);
+        if (value && *value > max_rate) {
+            diagnostics_.error(rate->at, rate->label() + " must be at most 1000000000, got " + rate->value.Scalar());
+        } else if (value) {
+            limit.rate = *value;
+            rate_ok = true;
+        }
     } else {
         diagnostics_.error(section.at(), which + " needs 'rate'");
     }
-    if (const Field* f = section.find("per")) assign(limit.per, duration(*f, false));
+    bool per_ok = true;
+    if (const Field* f = section.find("per")) {
+        const auto value = duration(*f, false);
+        per_ok = value.has_value();
+        if (value) limit.per = *value;
+    }
+    bool burst_ok = false;
     if (const Field* f = section.find("burst")) {
-        assign(limit.burst, integer(*f, 1, no_maximum));
+        const auto value = integer(*f, 1, max_count);
+        burst_ok = value.has_value();
+        assign(limit.burst, value);
     } else {
         diagnostics_.error(section.at(), which + " needs 'burst'");
+    }
+    // One token per microsecond at most, and a bucket that refills within 10 years: the
+    // figures the limiters derive from these stay exact (see max_refill_us).
+    if (rate_ok && per_ok && burst_ok) {
+        const double interval_us = static_cast<double>(limit.per.count()) * 1000.0 / limit.rate;
+        if (interval_us < 1.0)
+            diagnostics_.error(rate->at, which + " adds more than one token per microsecond (rate / per)");
+        else if (interval_us * static_cast<double>(limit.burst) > max_refill_us)
+            diagnostics_.error(rate->at, which + ": refilling the whole bucket (burst * per / rate) takes more than 10 years");
     }
 }
 
@@ -690,7 +726,7 @@ void ConfigReader::read_sliding_window(const Section& section, LimitConfig& limi
     refuse_parameters(section, token_bucket_keys, limit);
     const std::string which = named("sliding_window limit", limit.name);
     if (const Field* f = section.find("limit")) {
-        assign(limit.limit, integer(*f, 1, no_maximum));
+        assign(limit.limit, integer(*f, 1, max_count));
     } else {
         diagnostics_.error(section.at(), which + " needs 'limit'");
     }

@@ -216,7 +216,7 @@ TEST_CASE("loader errors: limits", "[config][loader]") {
         {limits + "      - name: l\n        algorithm: token_bucket\n        burst: 1\n",
          {"8:9: token_bucket limit 'l' needs 'rate'"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 0\n        burst: 0\n        per: 0s\n",
-         {"10:15: 'rate' must be greater than 0, got 0", "11:16: 'burst' must be at least 1, got 0",
+         {"10:15: 'rate' must be greater than 0, got 0", "11:16: 'burst' must be between 1 and 1000000000, got 0",
           "12:14: 'per' must be greater than 0, got 0s"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 5/s\n        burst: 1\n",
          {"10:15: 'rate' must be a number, got '5/s'"}},
@@ -229,7 +229,7 @@ TEST_CASE("loader errors: limits", "[config][loader]") {
         {limits + "      - name: l\n        algorithm: sliding_window\n",
          {"8:9: sliding_window limit 'l' needs 'limit'", "8:9: sliding_window limit 'l' needs 'window'"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 0\n        window: 0\n",
-         {"10:16: 'limit' must be at least 1, got 0", "11:17: 'window' must be greater than 0, got 0"}},
+         {"10:16: 'limit' must be between 1 and 1000000000, got 0", "11:17: 'window' must be greater than 0, got 0"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n        rate: 1\n        per: 1s\n",
          {"12:9: 'rate' is a token_bucket parameter, but limit 'l' is sliding_window",
           "13:9: 'per' is a token_bucket parameter, but limit 'l' is sliding_window"}},
@@ -249,6 +249,41 @@ TEST_CASE("loader errors: limits", "[config][loader]") {
                   "      - name: l\n        algorithm: sliding_window\n        limit: 2\n        window: 1m\n",
          {"12:15: duplicate limit name 'l' in route 'r' (first used at line 8)"}},
     });
+}
+
+TEST_CASE("loader errors: limit parameters stay in ranges whose arithmetic cannot overflow", "[config][loader]") {
+    const std::string head =
+        "upstreams:\n  app: {servers: [\"127.0.0.1:1\"]}\nroutes:\n  - name: a\n    match: {path: /}\n"
+        "    upstream: app\n    limits:\n      - ";
+    check_cases({
+        {head + "{name: w, algorithm: sliding_window, limit: 10, window: 200000000d}\n",
+         {"8:65: 'window' must be at most 365d, got 200000000d"}},
+        {head + "{name: w, algorithm: sliding_window, limit: 10, window: 366d}\n",
+         {"8:65: 'window' must be at most 365d, got 366d"}},
+        {head + "{name: w, algorithm: sliding_window, limit: 1000000001, window: 1s}\n",
+         {"8:53: 'limit' must be between 1 and 1000000000, got 1000000001"}},
+        {head + "{name: b, algorithm: token_bucket, rate: 1, per: 1d, burst: 200000000}\n",
+         {"8:50: token_bucket limit 'b': refilling the whole bucket (burst * per / rate) takes more than 10 years"}},
+        {head + "{name: b, algorithm: token_bucket, rate: 1, per: 1d, burst: 3651}\n",
+         {"8:50: token_bucket limit 'b': refilling the whole bucket (burst * per / rate) takes more than 10 years"}},
+        {head + "{name: b, algorithm: token_bucket, rate: 0.000000001, per: 1s, burst: 1}\n",
+         {"8:50: token_bucket limit 'b': refilling the whole bucket (burst * per / rate) takes more than 10 years"}},
+        {head + "{name: b, algorithm: token_bucket, rate: 10000000000, per: 1s, burst: 1}\n",
+         {"8:50: 'rate' must be at most 1000000000, got 10000000000"}},
+        {head + "{name: b, algorithm: token_bucket, rate: 1001, per: 1ms, burst: 1}\n",
+         {"8:50: token_bucket limit 'b' adds more than one token per microsecond (rate / per)"}},
+        {head + "{name: b, algorithm: token_bucket, rate: 5, per: 1s, burst: 1000000001}\n",
+         {"8:69: 'burst' must be between 1 and 1000000000, got 1000000001"}},
+        {"server: {idle_timeout: 200000000d}\n", {"1:24: 'idle_timeout' must be at most 365d, got 200000000d"}},
+    });
+    // The largest accepted values load.
+    for (const std::string limit : {"{name: w, algorithm: sliding_window, limit: 1000000000, window: 365d}",
+                                    "{name: b, algorithm: token_bucket, rate: 1, per: 1d, burst: 3650}",
+                                    "{name: b, algorithm: token_bucket, rate: 1000, per: 1ms, burst: 1000000000}",
+                                    "{name: b, algorithm: token_bucket, rate: 1000000000, per: 365d, burst: 1}"}) {
+        INFO(limit);
+        CHECK(sluice::config::load_string(head + limit + "\n", "t.yaml").ok());
+    }
 }
 
 TEST_CASE("loader errors: responses and logging", "[config][loader]") {
