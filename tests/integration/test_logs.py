@@ -205,7 +205,11 @@ class JsonSummaryTest(LogsTestCase):
             "summary": True, "route": "hot", "interval": "1s", "requests": 30, "forwarded": 20,
             "limited": 10, "limited_pct": 33.3, "shadow_limited": 0, "store_errors": 0,
             "top_limited": [{"client": "127.0.0.1", "limited": 10}]})
-        tick = [o for o in objects() if o.get("summary") is True and o.get("route") == "tick"]
+        def tick_summaries():
+            return [o for o in objects() if o.get("summary") is True and o.get("route") == "tick"]
+        # Written in the same pass as hot's, a moment later: a slow build (make asan) can be read between the two.
+        wait_until(tick_summaries, 5.0, message="a json summary of route tick")
+        tick = tick_summaries()
         self.assertEqual(len(tick), 1)
         self.assertEqual(tick[0]["top_limited"], [])
         self.assertEqual(tick[0]["limited_pct"], 0)
