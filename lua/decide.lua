@@ -12,8 +12,8 @@
 -- requests in the batch) and in the proxy.
 --
 -- KEYS: the key of every limit of every request, request after request (the keys of one
---   request share one hash tag; a batch may hold several tags, so this needs one Redis,
---   not a cluster).
+--   request share one hash tag; a batch may hold several tags). On a cluster the keys of a
+--   batch come in ARGV instead (cluster_keys.lua says why and how).
 -- ARGV: the batch's plans (the limits of a route, as its requests are decided), then the
 --   plan of each request. A batch mostly holds requests of one or two routes, so the
 --   parameters are sent, and parsed, once per plan rather than once per request:
@@ -36,7 +36,8 @@
 --
 -- Reply: an array of integers (Redis writes them without the cost of formatting numbers in
 -- Lua): now_us, then four per limit, in KEYS order:
---   allowed (1: this limit alone admits the request, 0: it would reject),
+--   allowed (1: this limit alone admits the request, 0: it would reject, 2: not decided, a
+--     key of the request lives on another cluster node: see cluster_keys.lua),
 --   remaining (after this request; a rejected request took nothing),
 --   retry_after_ms (0 when allowed; else ms until this limit admits, rounded up),
 --   reset_ms (ms until this limit is back to its full quota, rounded up).
@@ -56,7 +57,8 @@ local function algorithm_named(name)
   end
   return algorithm
 end
-local ARGV, KEYS = ARGV, KEYS  -- locals: a global is a table lookup on every use
+-- ARGV, KEYS (locals: a global is a table lookup on every use) and `foreign` (the keys this
+-- node cannot serve now, nil when none) come from standalone_keys.lua or cluster_keys.lua.
 local nargs = #ARGV
 local ceil = math.ceil
 
@@ -125,12 +127,27 @@ local token_bucket, sliding_window = algorithms.token_bucket, algorithms.sliding
 if token_bucket and sliding_window then
   other[token_bucket], other[sliding_window] = sliding_window, token_bucket
 end
+-- A request with a key this node cannot serve is not decided here: four zeros per limit, the
+-- first one 2 ("elsewhere"); nothing is read or written for it.
+local function elsewhere(k, n)
+  if not foreign then return false end
+  for i = k + 1, k + n do
+    if foreign[KEYS[i]] then return true end
+  end
+  return false
+end
+
 local k = 0  -- keys used by the requests before this one
 local checks = {}  -- per limit of the request: its check
 for r = first, nargs do
   local plan = plans[ARGV[r]]
   local n = plan.n
-  if plan.alone then
+  if elsewhere(k, n) then
+    for _ = 1, n do
+      reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 2, 0, 0, 0
+      m = m + 4
+    end
+  elseif plan.alone then
     local key = KEYS[k + 1]
     local hand = other[plan[1].algorithm]
     if hand then hand.release(key) end

@@ -44,13 +44,22 @@ struct ClientIpConfig {
 
 enum class StoreType { redis, memory };
 enum class OnError { allow, deny };
+// standalone: one Redis at `address`; sentinel: the master `master_name` as `sentinels` say;
+// cluster: a Redis Cluster found through the seed `nodes`.
+enum class RedisMode { standalone, sentinel, cluster };
 
 struct RedisConfig {
-    std::optional<Endpoint> tcp = Endpoint{"127.0.0.1", 6379};
+    RedisMode mode = RedisMode::standalone;
+    std::optional<Endpoint> tcp = Endpoint{"127.0.0.1", 6379};  // standalone
     std::string unix_path;  // set (and tcp empty) for "unix:/path"
-    std::string username;
+    std::string username;   // of the data nodes, in every mode
     std::string password;
-    int database = 0;
+    int database = 0;       // 0 only, in cluster mode
+    std::vector<Endpoint> sentinels;  // sentinel mode
+    std::string master_name;
+    std::string sentinel_username;
+    std::string sentinel_password;
+    std::vector<Endpoint> nodes;      // cluster mode: seeds
     Duration timeout = 25ms;
     std::string key_prefix = "sluice";
 };

@@ -34,7 +34,9 @@ const Keys server_keys{"listen",           "workers",        "max_connections", 
 const Keys admin_keys{"listen"};
 const Keys client_ip_keys{"trusted_proxies"};
 const Keys store_keys{"type", "redis", "on_error"};
-const Keys redis_keys{"address", "username", "password", "database", "timeout", "key_prefix"};
+const Keys redis_keys{"mode",       "address",     "username",          "password",          "database",
+                      "timeout",    "key_prefix",  "sentinels",         "master_name",       "sentinel_username",
+                      "sentinel_password", "nodes"};
 const Keys upstream_keys{"servers", "connect_timeout", "timeout", "max_idle"};
 const Keys route_keys{"name", "match", "upstream", "on_error", "limits"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
@@ -212,6 +214,7 @@ private:
     void read_client_ip(const Field& field);
     void read_store(const Field& field);
     void read_redis(const Field& field);
+    std::vector<Endpoint> read_redis_endpoints(const Field& field);
     void read_upstreams(const Field& field);
     void read_upstream(const Field& field);
     void read_servers(const Field& field, UpstreamConfig& upstream);
@@ -453,6 +456,11 @@ void ConfigReader::read_redis(const Field& field) {
     if (!expect_map(field)) return;
     const Section section(field, "in store.redis", redis_keys, diagnostics_);
     RedisConfig& redis = config_.store.redis;
+    const Field* mode = section.find("mode");
+    if (mode)
+        assign(redis.mode, choice<RedisMode>(*mode, {{"standalone", RedisMode::standalone},
+                                                     {"sentinel", RedisMode::sentinel},
+                                                     {"cluster", RedisMode::cluster}}));
     if (const Field* f = section.find("address")) {
         const auto written = text(*f);
         if (written) {
@@ -466,6 +474,86 @@ void ConfigReader::read_redis(const Field& field) {
         assign(redis.database, integer(*f, 0, std::numeric_limits<int>::max()));
     if (const Field* f = section.find("timeout")) assign(redis.timeout, duration(*f, false));
     if (const Field* f = section.find("key_prefix")) assign(redis.key_prefix, text(*f));
+    if (const Field* f = section.find("sentinels")) redis.sentinels = read_redis_endpoints(*f);
+    if (const Field* f = section.find("master_name")) {
+        if (auto written = text(*f)) {
+            // Sentinel names a master with one word of printable characters.
+            const bool valid = !written->empty() && written->size() <= 128 &&
+                               std::all_of(written->begin(), written->end(),
+                                           [](unsigned char c) { return c > ' ' && c < 0x7f; });
+            if (valid) {
+                redis.master_name = *written;
+            } else {
+                diagnostics_.error(f->at, f->label() + " must be 1 to 128 printable characters without spaces, got " +
+                                              quoted(*written));
+            }
+        }
+    }
+    if (const Field* f = section.find("sentinel_username")) assign(redis.sentinel_username, text(*f));
+    if (const Field* f = section.find("sentinel_password")) assign(redis.sentinel_password, text(*f));
+    if (const Field* f = section.find("nodes")) redis.nodes = read_redis_endpoints(*f);
+
+    // Which keys go with which mode.
+    const char* mode_name = redis.mode == RedisMode::sentinel  ? "sentinel"
+                            : redis.mode == RedisMode::cluster ? "cluster"
+                                                               : "standalone";
+    auto only_with = [&](const char* key, const char* wanted) {
+        if (const Field* f = section.find(key))
+            diagnostics_.error(f->key_at, std::string("store.redis.") + key + " is only used with mode: " + wanted +
+                                              " (mode is " + mode_name + ")");
+    };
+    auto required = [&](const char* key, const char* what) {
+        if (section.find(key)) return;
+        diagnostics_.error(mode ? mode->at : field.at,
+                           std::string("mode: ") + mode_name + " needs store.redis." + key + " (" + what + ")");
+    };
+    if (redis.mode != RedisMode::standalone) only_with("address", "standalone");
+    if (redis.mode != RedisMode::sentinel) {
+        for (const char* key : {"sentinels", "master_name", "sentinel_username", "sentinel_password"})
+            only_with(key, "sentinel");
+    }
+    if (redis.mode != RedisMode::cluster) only_with("nodes", "cluster");
+    if (redis.mode == RedisMode::sentinel) {
+        required("sentinels", "the sentinels to ask for the master, host:port each");
+        required("master_name", "the name the sentinels monitor the master under");
+        if (const Field* f = section.find("sentinel_username"); f && redis.sentinel_password.empty())
+            diagnostics_.error(f->key_at, "store.redis.sentinel_username needs store.redis.sentinel_password");
+    }
+    if (redis.mode == RedisMode::cluster) {
+        required("nodes", "seed nodes of the cluster, host:port each");
+        if (const Field* f = section.find("database"); f && redis.database != 0)
+            diagnostics_.error(f->at, "store.redis.database must be 0 with mode: cluster (Redis Cluster has "
+                                      "database 0 only), got " + std::to_string(redis.database));
+    }
+    if (const Field* f = section.find("username"); f && redis.password.empty() && !redis.username.empty())
+        diagnostics_.error(f->key_at, "store.redis.username needs store.redis.password");
+}
+
+// A list of host:port, each once.
+std::vector<Endpoint> ConfigReader::read_redis_endpoints(const Field& field) {
+    std::vector<Endpoint> endpoints;
+    if (!expect_list(field)) return endpoints;
+    if (field.empty() || field.value.size() == 0) {
+        diagnostics_.error(field.at, field.label() + " must list at least one host:port");
+        return endpoints;
+    }
+    if (field.value.size() > 64) {
+        diagnostics_.error(field.at, field.label() + " may list at most 64 addresses, got " +
+                                         std::to_string(field.value.size()));
+        return endpoints;
+    }
+    for (const Field& item : items_of(field)) {
+        auto address = endpoint(item, false);
+        if (!address) continue;
+        const bool repeated = std::any_of(endpoints.begin(), endpoints.end(),
+                                          [&](const Endpoint& e) { return e.str() == address->str(); });
+        if (repeated) {
+            diagnostics_.error(item.at, item.label() + ": " + quoted(address->str()) + " is listed twice");
+            continue;
+        }
+        endpoints.push_back(*address);
+    }
+    return endpoints;
 }
 
 void ConfigReader::read_upstreams(const Field& field) {

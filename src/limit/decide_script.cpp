@@ -10,11 +10,15 @@
 
 namespace sluice::limit {
 
-std::string decide_script_source() {
+std::string decide_script_source(bool cluster) {
+    const std::string_view inputs = cluster ? lua::cluster_keys : lua::standalone_keys;
     std::string source;
-    source.reserve(lua::token_bucket.size() + lua::sliding_window.size() + lua::decide.size() + 2);
+    source.reserve(64 + lua::token_bucket.size() + lua::sliding_window.size() + inputs.size() + lua::decide.size());
+    // Redis reads the flags only from the very first line.
+    if (cluster) source.append("#!lua flags=allow-cross-slot-keys\n");
     source.append(lua::token_bucket).append("\n");
     source.append(lua::sliding_window).append("\n");
+    source.append(inputs).append("\n");
     source.append(lua::decide);
     return source;
 }
@@ -73,12 +77,20 @@ std::vector<std::string> DecideArgs::take() {
     return argv;
 }
 
-bool is_decide_reply(const redis::RedisReply& reply, std::size_t limits) {
+bool is_decide_reply(const redis::RedisReply& reply, std::size_t limits, bool cluster) {
     using redis::RedisReply;
     if (reply.type != RedisReply::Type::array || reply.elements.size() != 1 + 4 * limits) return false;
-    return std::all_of(reply.elements.begin(), reply.elements.end(), [](const RedisReply& element) {
-        return element.type == RedisReply::Type::integer && element.integer >= 0;
-    });
+    const std::int64_t most_allowed = cluster ? 2 : 1;
+    for (std::size_t i = 0; i < reply.elements.size(); ++i) {
+        const auto& element = reply.elements[i];
+        if (element.type != RedisReply::Type::integer || element.integer < 0) return false;
+        if (i % 4 == 1 && element.integer > most_allowed) return false;  // allowed: 0 | 1 (| 2)
+    }
+    return true;
+}
+
+bool decide_elsewhere(const redis::RedisReply& reply, std::size_t index) {
+    return reply.elements[1 + 4 * index].integer == 2;
 }
 
 std::int64_t decide_time(const redis::RedisReply& reply) { return reply.elements[0].integer; }

@@ -1,6 +1,7 @@
 // The Redis side of a decision: the Lua script, its arguments, its reply. Pure.
 //
-// The script is lua/token_bucket.lua + lua/sliding_window.lua + lua/decide.lua, joined here
+// The script is lua/token_bucket.lua + lua/sliding_window.lua + lua/standalone_keys.lua (or
+// cluster_keys.lua) + lua/decide.lua, joined here
 // (each algorithm keeps its own file; decide.lua runs them). One call decides a batch of
 // requests, in order. See lua/decide.lua for the protocol:
 //   KEYS  one per limit, request after request
@@ -22,7 +23,8 @@
 
 namespace sluice::limit {
 
-std::string decide_script_source();
+// `cluster`: the Redis Cluster variant (lua/cluster_keys.lua: a batch's keys in ARGV).
+std::string decide_script_source(bool cluster = false);
 
 // The four arguments of a limit in a plan, appended to `args`.
 void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args);
@@ -48,7 +50,11 @@ private:
 
 // Whether `reply` holds `limits` results (all requests of a batch together) in the
 // documented shape. The two readers below expect a reply that passed it.
-bool is_decide_reply(const redis::RedisReply& reply, std::size_t limits);
+// `cluster`: "allowed" may also be 2 ("elsewhere", see decide_elsewhere).
+bool is_decide_reply(const redis::RedisReply& reply, std::size_t limits, bool cluster = false);
+// The cluster script did not decide the key at `index`: a key of its request is not served
+// by that node now. Only for a reply that passed is_decide_reply with `cluster`.
+bool decide_elsewhere(const redis::RedisReply& reply, std::size_t index);
 // The Redis TIME the script used.
 std::int64_t decide_time(const redis::RedisReply& reply);
 // The result of the key at `index` (counted over the whole batch); `applies` set, `shadow` not.

@@ -8,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "limit/decide_script.hpp"
+#include "redis/topology.hpp"
 
 namespace sluice::limit {
 namespace {
@@ -20,6 +21,26 @@ constexpr std::size_t max_rejections = 100000;
 // Requests per EVALSHA at most: a batch keeps Redis busy for a few microseconds per request,
 // and other clients of the same Redis wait meanwhile.
 constexpr std::size_t max_batch = 64;
+
+// Cluster redirections (MOVED, ASK, "elsewhere") one request follows at most.
+constexpr int max_redirections = 5;
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381": the slot and the address.
+bool parse_redirection(const std::string& message, std::string_view kind, std::uint16_t& slot, std::string& address) {
+    if (!message.starts_with(kind) || message.size() <= kind.size() || message[kind.size()] != ' ') return false;
+    const auto rest = std::string_view(message).substr(kind.size() + 1);
+    const auto space = rest.find(' ');
+    if (space == std::string_view::npos || space == 0 || space > 5) return false;
+    unsigned value = 0;
+    for (char c : rest.substr(0, space)) {
+        if (c < '0' || c > '9') return false;
+        value = value * 10 + static_cast<unsigned>(c - '0');
+    }
+    if (value >= 16384) return false;
+    slot = static_cast<std::uint16_t>(value);
+    address.assign(rest.substr(space + 1));
+    return !address.empty() && address.find(' ') == std::string::npos;
+}
 
 }  // namespace
 
@@ -39,9 +60,17 @@ struct RedisLimiter::Pending {
     std::vector<LimitResult> results;  // one per route limit; `applies` and `shadow` filled in
     std::vector<std::size_t> sent;     // route index of each key sent
     std::size_t first_key = 0;         // index of its first key in the batch
+    // Cluster only, to send it again on its own: its keys, its ARGV as a batch of one, its
+    // slot, the redirections followed so far, and its deadline.
+    std::vector<std::string> keys;
+    std::vector<std::string> single_args;
+    std::uint16_t slot = 0;
+    int redirections = 0;
+    std::chrono::steady_clock::time_point deadline{};
 };
 
 struct RedisLimiter::Batch {
+    redis::RedisConnection* connection = nullptr;
     std::vector<std::string> keys;
     DecideArgs args;
     std::vector<std::shared_ptr<Pending>> pending;
@@ -68,7 +97,7 @@ void RedisLimiter::watch_deadlines(bool poll) {
             // The reply may be here already, unread because the loop is busy: a decision
             // is late only if Redis is. (Callbacks may add and drop deadlines: start over.)
             poll = false;
-            connection_.poll_replies();
+            topology_.poll_replies();
             continue;
         }
         deadlines_.pop_front();
@@ -84,11 +113,12 @@ void RedisLimiter::watch_deadlines(bool poll) {
     });
 }
 
-RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::RedisConnection& connection,
-                           std::string key_prefix, std::chrono::milliseconds timeout, bool remember_rejections)
+RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topology, std::string key_prefix,
+                           std::chrono::milliseconds timeout, bool remember_rejections)
     : io_context_(io_context),
-      connection_(connection),
-      script_(connection.add_script(decide_script_source())),
+      topology_(topology),
+      sharded_(topology.sharded()),
+      script_(topology.add_script(decide_script_source(sharded_))),
       key_prefix_(std::move(key_prefix)),
       timeout_(timeout),
       remember_rejections_(remember_rejections),
@@ -158,19 +188,43 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         return;
     }
 
-    if (!batch_) batch_ = std::make_shared<Batch>();
-    auto& batch = *batch_;
+    std::uint16_t slot = 0;
+    if (sharded_) {
+        for (const auto& key : keys)
+            if (key) {
+                slot = redis::key_slot(*key);
+                break;
+            }
+    }
+    redis::RedisConnection* connection = topology_.route(slot);
+    if (connection == nullptr) {
+        asio::post(io_context_, [pending, slot] {
+            pending->answer(Decision::store_failure("no redis cluster master is known for slot " + std::to_string(slot)));
+        });
+        return;
+    }
+    auto& batch = batch_for(connection);
     pending->first_key = batch.keys.size();
     pending->sent.reserve(applying);
+    DecideArgs single;
     for (std::size_t i = 0; i < route.limits.size(); ++i) {
         if (!keys[i]) continue;
         pending->results[i].applies = true;
         pending->sent.push_back(i);
+        if (sharded_) {
+            pending->keys.push_back(*keys[i]);
+            single.limit(plan.limits[i].args);
+        }
         batch.keys.push_back(std::move(*keys[i]));
         batch.args.limit(plan.limits[i].args);
     }
     batch.args.end_request();
     batch.pending.push_back(pending);
+    if (sharded_) {
+        single.end_request();
+        pending->single_args = single.take();
+        pending->slot = slot;
+    }
 
     // Answered decisions at the front need no deadline any more: drop them now rather than
     // keep their memory until the timer reaches them.
@@ -179,11 +233,18 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         if (front && !front->answered) break;
         deadlines_.pop_front();
     }
-    deadlines_.emplace_back(std::chrono::steady_clock::now() + timeout_, std::move(pending));
+    pending->deadline = std::chrono::steady_clock::now() + timeout_;
+    deadlines_.emplace_back(pending->deadline, std::move(pending));
     if (!deadline_timer_waiting_) watch_deadlines(false);
 
     if (batch.pending.size() >= max_batch) {
-        flush(false);
+        for (auto it = batches_.begin(); it != batches_.end(); ++it) {
+            if ((*it)->connection != connection) continue;
+            auto full = std::move(*it);
+            batches_.erase(it);
+            send(std::move(full));
+            break;
+        }
     } else if (!flush_posted_) {
         flush_posted_ = true;
         asio::post(io_context_, [this, alive = std::weak_ptr<int>(alive_)] {
@@ -194,41 +255,134 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
     }
 }
 
+RedisLimiter::Batch& RedisLimiter::batch_for(redis::RedisConnection* connection) {
+    for (auto& batch : batches_)
+        if (batch->connection == connection) return *batch;
+    auto batch = std::make_shared<Batch>();
+    batch->connection = connection;
+    batches_.push_back(std::move(batch));
+    return *batches_.back();
+}
+
 void RedisLimiter::flush(bool write_now) {
-    if (!batch_ || batch_->pending.empty()) return;
-    auto batch = std::move(batch_);
+    if (batches_.empty()) return;
+    auto batches = std::move(batches_);
+    batches_.clear();
+    for (auto& batch : batches) {
+        auto* connection = batch->connection;
+        send(std::move(batch));
+        // Under load the loop's queue is long; waiting for the next writable event would
+        // cost the decision another turn of it.
+        if (write_now) connection->flush_output();
+    }
+}
+
+void RedisLimiter::send(std::shared_ptr<Batch> batch) {
+    if (batch->pending.empty()) return;
     const auto sent = std::chrono::steady_clock::now();
-    connection_.evalsha(script_, batch->keys, batch->args.take(), [this, batch, sent](redis::RedisResult result) {
+    auto* connection = batch->connection;
+    auto on_reply = [this, batch, sent](redis::RedisResult result) {
         if (!result.ok()) {
             for (auto& pending : batch->pending) pending->answer(Decision::store_failure(result.error->message));
             return;
         }
         const auto& reply = result.reply;
-        if (!is_decide_reply(reply, batch->keys.size())) {
+        if (!is_decide_reply(reply, batch->keys.size(), sharded_)) {
             for (auto& pending : batch->pending)
                 pending->answer(Decision::store_failure("malformed reply from the decide script"));
             return;
         }
         for (auto& pending : batch->pending) {
             if (pending->answered) continue;  // the deadline already answered
-            for (std::size_t k = 0; k < pending->sent.size(); ++k) {
-                auto& slot = pending->results[pending->sent[k]];
-                const bool shadow = slot.shadow;
-                slot = decide_result(reply, pending->first_key + k);
-                slot.shadow = shadow;
+            if (sharded_ && decide_elsewhere(reply, pending->first_key)) {
+                resend(pending, nullptr, false);
+                continue;
             }
-            auto decision = Decision::from_results(std::move(pending->results), decide_time(reply));
-            if (remember_rejections_ && decision.outcome == Decision::Outcome::limited) {
-                std::size_t k = 0;
-                while (pending->sent[k] != *decision.limited_by) ++k;
-                remember(batch->keys[pending->first_key + k], sent, decision);
-            }
-            pending->answer(std::move(decision));
+            conclude(*pending, reply, pending->first_key, batch->keys, pending->first_key, sent);
         }
-    });
-    // Under load the loop's queue is long; waiting for the next writable event would cost
-    // the decision another turn of it.
-    if (write_now) connection_.flush_output();
+    };
+    if (!sharded_) return connection->evalsha(script_, batch->keys, batch->args.take(), std::move(on_reply));
+    // Cluster: the keys go first in ARGV (lua/cluster_keys.lua), none in KEYS.
+    auto args = batch->args.take();
+    std::vector<std::string> argv;
+    argv.reserve(1 + batch->keys.size() + args.size());
+    argv.push_back(std::to_string(batch->keys.size()));
+    argv.insert(argv.end(), batch->keys.begin(), batch->keys.end());
+    std::move(args.begin(), args.end(), std::back_inserter(argv));
+    connection->evalsha(script_, {}, argv, std::move(on_reply));
+}
+
+void RedisLimiter::conclude(Pending& pending, const redis::RedisReply& reply, std::size_t first,
+                            const std::vector<std::string>& keys, std::size_t keys_first,
+                            std::chrono::steady_clock::time_point sent) {
+    for (std::size_t k = 0; k < pending.sent.size(); ++k) {
+        auto& slot = pending.results[pending.sent[k]];
+        const bool shadow = slot.shadow;
+        slot = decide_result(reply, first + k);
+        slot.shadow = shadow;
+    }
+    auto decision = Decision::from_results(std::move(pending.results), decide_time(reply));
+    if (remember_rejections_ && decision.outcome == Decision::Outcome::limited) {
+        std::size_t k = 0;
+        while (pending.sent[k] != *decision.limited_by) ++k;
+        remember(keys[keys_first + k], sent, decision);
+    }
+    pending.answer(std::move(decision));
+}
+
+void RedisLimiter::resend(std::shared_ptr<Pending> pending, redis::RedisConnection* to, bool asking) {
+    if (pending->answered) return;
+    if (++pending->redirections > max_redirections)
+        return pending->answer(Decision::store_failure("more than " + std::to_string(max_redirections) +
+                                                       " redis cluster redirections for slot " +
+                                                       std::to_string(pending->slot)));
+    if (to == nullptr) to = topology_.route(pending->slot);
+    if (to == nullptr)
+        return pending->answer(
+            Decision::store_failure("no redis cluster master is known for slot " + std::to_string(pending->slot)));
+    // ASKING holds for the next command on the connection only: the EVALSHA right after it.
+    if (asking) to->command({"ASKING"}, [](redis::RedisResult) {});
+    const auto sent = std::chrono::steady_clock::now();
+    to->evalsha(script_, pending->keys, pending->single_args,
+                [this, pending, sent, alive = std::weak_ptr<int>(alive_)](redis::RedisResult result) {
+                    if (alive.expired() || pending->answered) return;
+                    if (!result.ok()) {
+                        const auto& message = result.error->message;
+                        std::uint16_t slot = 0;
+                        std::string address;
+                        if (result.error->code == redis::RedisError::Code::reply_error) {
+                            // Redis refused before running anything: following it cannot double-count.
+                            if (parse_redirection(message, "MOVED", slot, address)) {
+                                topology_.moved(slot, address);
+                                return resend(pending, topology_.node(address), false);
+                            }
+                            if (parse_redirection(message, "ASK", slot, address))
+                                return resend(pending, topology_.node(address), true);
+                            if (message.starts_with("TRYAGAIN")) {
+                                // A multi-key request while its slot migrates: ask again shortly
+                                // while the deadline allows.
+                                const auto again = std::chrono::steady_clock::now() + std::chrono::milliseconds(10);
+                                if (again < pending->deadline) {
+                                    auto timer = std::make_shared<asio::steady_timer>(io_context_, again);
+                                    timer->async_wait([this, pending, timer, alive = std::weak_ptr<int>(alive_)](
+                                                          boost::system::error_code ec) {
+                                        if (ec || alive.expired()) return;
+                                        --pending->redirections;  // waiting is not a redirection
+                                        resend(pending, nullptr, false);
+                                    });
+                                    return;
+                                }
+                            }
+                            if (message.starts_with("CLUSTERDOWN")) topology_.refresh("CLUSTERDOWN");
+                        }
+                        return pending->answer(Decision::store_failure(message));
+                    }
+                    const auto& reply = result.reply;
+                    if (!is_decide_reply(reply, pending->keys.size(), true))
+                        return pending->answer(Decision::store_failure("malformed reply from the decide script"));
+                    if (decide_elsewhere(reply, 0)) return resend(pending, nullptr, false);
+                    conclude(*pending, reply, 0, pending->keys, 0, sent);
+                });
 }
 
 }  // namespace sluice::limit

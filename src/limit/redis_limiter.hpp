@@ -1,7 +1,13 @@
-// Decides a request against all limits of its route in ONE round trip on the worker's
-// Redis connection, within a deadline. Decisions asked for in the same turn of the event
-// loop go out together as one EVALSHA (lua/decide.lua decides them in order, atomically),
-// so a busy worker pays Redis's per-call cost once per batch, not once per request.
+// Decides a request against all limits of its route in ONE round trip to Redis, within a
+// deadline. Decisions asked for in the same turn of the event loop go out together as one
+// EVALSHA per Redis node (lua/decide.lua decides them in order, atomically), so a busy worker
+// pays Redis's per-call cost once per batch, not once per request.
+//
+// Where a batch goes is the topology's business (redis/topology.hpp): one server, Sentinel's
+// master, or on a cluster the master owning the request's slot (a request's keys share one
+// hash tag, so one slot). On a cluster, a request the node could not decide (its slot moved
+// or is migrating) is sent again on its own, following MOVED and ASK; nothing is resent
+// after it may have run.
 #pragma once
 
 #include <chrono>
@@ -17,23 +23,27 @@
 #include "limit/limit_key.hpp"
 #include "redis/redis_connection.hpp"
 
+namespace sluice::redis {
+class Topology;
+}
+
 namespace boost::asio {
 class io_context;
 }
 
 namespace sluice::limit {
 
-// One per worker, on the worker's io_context, next to its RedisConnection. Not thread-safe.
+// One per worker, on the worker's io_context, next to its topology. Not thread-safe.
 class RedisLimiter {
 public:
     using Callback = std::function<void(Decision)>;
 
-    // Registers the decide script on `connection`: construct before connection.start().
+    // Registers the decide script on the topology: construct before topology.start().
     // `timeout` is store.redis.timeout: the most a decision may take.
     // `remember_rejections`: answer repeated requests against a limit Redis rejected from
     // memory until its retry time (see Rejection below); off only where every decision must
     // be Redis's own (the differential test).
-    RedisLimiter(boost::asio::io_context& io_context, redis::RedisConnection& connection,
+    RedisLimiter(boost::asio::io_context& io_context, redis::Topology& topology,
                  std::string key_prefix, std::chrono::milliseconds timeout, bool remember_rejections = true);
     ~RedisLimiter();
 
@@ -61,24 +71,36 @@ private:
     void remember(const std::string& key, std::chrono::steady_clock::time_point sent, const Decision& decision);
     std::optional<Decision> remembered(const std::vector<std::optional<std::string>>& keys, const RouteLimits& route);
 
-    // The decisions asked for since the last flush; sent as one EVALSHA by flush(), which
-    // runs from the io_context once the handlers ready now have run (or at once when full).
+    // The decisions asked for since the last flush, per node; each sent as one EVALSHA by
+    // flush(), which runs from the io_context once the handlers ready now have run (or at
+    // once when one is full).
     struct Batch;
-    // `write_now`: put it on the socket at once (only from the posted flush, never from
+    Batch& batch_for(redis::RedisConnection* connection);
+    // `write_now`: put them on the sockets at once (only from the posted flush, never from
     // inside a Redis callback).
     void flush(bool write_now);
+    void send(std::shared_ptr<Batch> batch);
+    // Answers `pending` from its results in `reply` (its first key's results at `first`);
+    // `keys` holds its keys from `keys_first` on.
+    struct Pending;
+    void conclude(Pending& pending, const redis::RedisReply& reply, std::size_t first,
+                  const std::vector<std::string>& keys, std::size_t keys_first,
+                  std::chrono::steady_clock::time_point sent);
+    // Cluster: sends one request on its own, to `to` (nullptr: the slot's master now), after
+    // ASKING when `asking`.
+    void resend(std::shared_ptr<Pending> pending, redis::RedisConnection* to, bool asking);
 
     // Deadlines: every decision has the same timeout, so they expire in the order they were
     // issued. One timer waits for the oldest; answered entries are skipped when reached. No
     // timer is started or cancelled per decision.
-    struct Pending;  // one decision in flight
     struct DeadlineTimer;
     // `poll`: before answering a decision by its deadline, take in the replies already
     // on the socket (only from the timer, never from inside a Redis callback).
     void watch_deadlines(bool poll);
 
     boost::asio::io_context& io_context_;
-    redis::RedisConnection& connection_;
+    redis::Topology& topology_;
+    bool sharded_;
     redis::RedisConnection::ScriptId script_;
     std::string key_prefix_;
     std::chrono::milliseconds timeout_;
@@ -87,7 +109,7 @@ private:
     std::deque<std::pair<std::chrono::steady_clock::time_point, std::weak_ptr<Pending>>> deadlines_;
     std::unique_ptr<DeadlineTimer> deadline_timer_;
     bool deadline_timer_waiting_ = false;
-    std::shared_ptr<Batch> batch_;
+    std::vector<std::shared_ptr<Batch>> batches_;  // one per node with decisions waiting
     bool flush_posted_ = false;
     std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted handlers hold it weakly
 };

@@ -42,6 +42,16 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
     std::unordered_set<beast::tcp_stream*> connections;
     const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
+    // " (down: ADDRESS ROLE, ...)" when the store has nodes that are down.
+    std::string nodes_down() const {
+        std::string down;
+        for (const auto& n : metrics.store_nodes()) {
+            if (n.up) continue;
+            down += (down.empty() ? " (down: " : ", ") + n.address + " " + n.role;
+        }
+        return down.empty() ? down : down + ")";
+    }
+
     Answer answer(std::string_view path) const {
         Answer a;
         if (path == "/metrics") {
@@ -55,7 +65,7 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
             a.status = ready ? bhttp::status::ok : bhttp::status::service_unavailable;
             a.body = ready    ? "ready\n"
                      : !alive ? "not ready: a worker thread has stopped\n"
-                              : "not ready: the rate-limit store does not answer\n";
+                              : "not ready: the rate-limit store does not answer" + nodes_down() + "\n";
         } else if (path == "/stats") {
             a.content_type = "text/html; charset=utf-8";
             a.body = std::string(stats_page_html);

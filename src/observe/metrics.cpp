@@ -129,6 +129,23 @@ std::string prometheus_text(const Metrics& m) {
                    "# TYPE sluice_log_dropped_total counter\nsluice_log_dropped_total {}\n",
                    m.connections_active(), m.store_ready() ? 1 : 0, read(m.reloads_ok), read(m.reloads_failed),
                    m.log_dropped());
+    const auto nodes = m.store_nodes();
+    if (!nodes.empty()) {
+        std::size_t up = 0;
+        fmt::format_to(it, "# HELP sluice_store_node_up 1 when every worker talks to this store node (a sentinel: "
+                           "its last answer worked; a replica: it is in the cluster's slot map).\n"
+                           "# TYPE sluice_store_node_up gauge\n");
+        for (const auto& n : nodes) {
+            up += n.up ? 1 : 0;
+            fmt::format_to(it, "sluice_store_node_up{{address=\"{}\",role=\"{}\"}} {}\n", label(n.address), label(n.role),
+                           n.up ? 1 : 0);
+        }
+        fmt::format_to(it,
+                       "# HELP sluice_store_nodes Store nodes (Redis servers and sentinels) by state.\n"
+                       "# TYPE sluice_store_nodes gauge\nsluice_store_nodes{{state=\"up\"}} {}\n"
+                       "sluice_store_nodes{{state=\"down\"}} {}\n",
+                       up, nodes.size() - up);
+    }
     return out;
 }
 

@@ -89,6 +89,13 @@ public:
     std::function<std::uint64_t()> connections_active = [] { return std::uint64_t{0}; };
     std::function<std::uint64_t()> log_dropped = [] { return std::uint64_t{0}; };
     std::function<bool()> store_ready = [] { return true; };
+    // The store's servers (Redis nodes, sentinels); `up` when every worker talks to it.
+    struct StoreNode {
+        std::string address;
+        std::string role;
+        bool up = false;
+    };
+    std::function<std::vector<StoreNode>()> store_nodes = [] { return std::vector<StoreNode>{}; };
     // False once a worker thread has stopped while the server was not stopping: its
     // connections are no longer served (/readyz then answers 503).
     std::function<bool()> workers_alive = [] { return true; };

@@ -53,6 +53,7 @@ struct InternalCommand {
     std::string what;
     std::optional<RedisConnection::ScriptId> script;  // SCRIPT LOAD of this script
     bool last = false;                                 // its reply completes the handshake
+    bool role = false;                                 // ROLE: must say master
 };
 
 void deliver(const RedisConnection::Callback& callback, RedisResult result) {
@@ -217,7 +218,14 @@ private:
             if (request->script && is_noscript(result))
                 return self->retry_with_eval(context, std::move(request));
         }
+        std::string error = result.ok() ? std::string() : result.error->message;
         deliver(request->callback, std::move(result));
+        if (self == nullptr || error.empty()) return;
+        if (self->options_.require_master && error.starts_with("READONLY")) {
+            self->report(Trouble::not_master, error);
+            return self->drop("the server answers READONLY: it is a replica now");
+        }
+        self->report(Trouble::error_reply, error);
     }
 
     // Runs inside the EVALSHA reply callback: the script was flushed (or the server
@@ -307,6 +315,7 @@ private:
             auth.push_back(options_.password);
             steps.push_back({InternalCommand{generation_, "AUTH", {}}, std::move(auth)});
         }
+        if (options_.require_master) steps.push_back({InternalCommand{generation_, "ROLE", {}, false, true}, {"ROLE"}});
         if (options_.database != 0)
             steps.push_back({InternalCommand{generation_, "SELECT", {}},
                              {"SELECT", std::to_string(options_.database)}});
@@ -336,6 +345,18 @@ private:
         if (raw_reply == nullptr) return;  // connection lost: on_disconnect handles it
         RedisResult result = take_reply(raw_reply);
         if (!result.ok()) return self->drop(step->what + " failed: " + result.error->message);
+        if (step->role) {
+            const auto& reply = result.reply;
+            const bool master = reply.type == RedisReply::Type::array && !reply.elements.empty() &&
+                                reply.elements[0].text == "master";
+            if (!master) {
+                const std::string role = reply.type == RedisReply::Type::array && !reply.elements.empty()
+                                             ? reply.elements[0].text
+                                             : std::string("unknown");
+                self->report(Trouble::not_master, role);
+                return self->drop("it is not a master (ROLE says " + role + ")");
+            }
+        }
         if (step->script) self->scripts_[*step->script].sha = result.reply.text;
         if (step->last) self->became_ready();
     }
@@ -375,6 +396,7 @@ private:
 
     void closed(const std::string& reason) {
         const bool was_ready = std::exchange(ready_, false);
+        report(Trouble::lost, reason);
         ping_outstanding_ = false;
         connect_timer_.cancel();
         health_timer_.cancel();
@@ -461,8 +483,59 @@ private:
         if (!result.ok()) self->drop("health-check PING failed: " + result.error->message);
     }
 
+public:
+    std::string address() const { return endpoint(); }
+
+    void retarget(const std::string& host, std::uint16_t port) {
+        const bool same = options_.unix_path.empty() && options_.host == host && options_.port == port;
+        if (same && !stopped_ && (ready_ || context_ != nullptr)) return;
+        const std::string before = endpoint();
+        options_.unix_path.clear();
+        options_.host = host;
+        options_.port = port;
+        attempt_ = 0;
+        failure_logged_ = false;
+        if (stopped_) return start();
+        if (auto* context = std::exchange(context_, nullptr)) {
+            redisAsyncFree(context);
+            closed_quietly();
+            spdlog::info("redis: leaving {} for {}", before, endpoint());
+        }
+        reconnect_timer_.cancel();
+        resolver_.cancel();
+        connect();
+    }
+
+    void reconnect(const std::string& reason) {
+        if (stopped_) return;
+        if (context_ == nullptr) return;  // already reconnecting
+        drop(reason);
+    }
+
+    void on_trouble(TroubleHandler handler) { trouble_ = std::move(handler); }
+
+private:
+    // Tells the topology, from the io_context (its handler may retarget or reconnect).
+    void report(Trouble trouble, const std::string& detail) {
+        if (!trouble_) return;
+        asio::post(io_context_, [weak = weak_from_this(), trouble, detail] {
+            auto self = weak.lock();
+            if (self && !self->stopped_ && self->trouble_) self->trouble_(trouble, detail);
+        });
+    }
+
+    // The connection was closed on purpose to go elsewhere: no warning, no backoff.
+    void closed_quietly() {
+        ready_ = false;
+        ping_outstanding_ = false;
+        connect_timer_.cancel();
+        health_timer_.cancel();
+        reconnect_pending_ = false;
+    }
+
+    TroubleHandler trouble_;
     asio::io_context& io_context_;
-    const RedisConnectionOptions options_;
+    RedisConnectionOptions options_;
     std::vector<Script> scripts_;
     asio::ip::tcp::resolver resolver_;
     asio::steady_timer connect_timer_;
@@ -496,6 +569,10 @@ bool RedisConnection::ready() const { return impl_->ready(); }
 void RedisConnection::poll_replies() { impl_->poll_replies(); }
 void RedisConnection::flush_output() { impl_->flush_output(); }
 std::uint64_t RedisConnection::ready_count() const { return impl_->ready_count(); }
+std::string RedisConnection::address() const { return impl_->address(); }
+void RedisConnection::retarget(const std::string& host, std::uint16_t port) { impl_->retarget(host, port); }
+void RedisConnection::reconnect(const std::string& reason) { impl_->reconnect(reason); }
+void RedisConnection::on_trouble(TroubleHandler handler) { impl_->on_trouble(std::move(handler)); }
 
 void RedisConnection::command(const std::vector<std::string>& args, Callback callback) {
     impl_->command(args, std::move(callback));

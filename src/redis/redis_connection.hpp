@@ -33,6 +33,10 @@ struct RedisConnectionOptions {
     std::chrono::milliseconds health_interval{1000};  // PING after this long without a reply; 0: never
     std::chrono::milliseconds backoff_min{50};        // first reconnect delay ...
     std::chrono::milliseconds backoff_max{2000};      // ... doubling up to this; each jittered to [d/2, d]
+    // Sentinel mode: the handshake asks ROLE and refuses a server that is not a master, and a
+    // READONLY reply (the master was demoted under us) closes the connection: no command
+    // goes to a replica twice.
+    bool require_master = false;
 
     static RedisConnectionOptions from_config(const config::RedisConfig& config);
 };
@@ -80,6 +84,27 @@ public:
     // EVALSHA of a registered script; on NOSCRIPT, one EVAL with the source.
     void evalsha(ScriptId script, const std::vector<std::string>& keys,
                  const std::vector<std::string>& args, Callback callback);
+
+    // "host:port" or "unix:/path" of the server it connects to.
+    std::string address() const;
+    // Connects to another server from now on (Sentinel named a new master): the current
+    // connection, if any, is closed (its pending commands get connection_lost, never
+    // resent) and the new address is tried at once. Starts the connection when it was
+    // never started. A no-op when the address is the current one and it is connected.
+    void retarget(const std::string& host, std::uint16_t port);
+    // Closes the current connection (its pending commands get connection_lost) and
+    // connects again after the usual backoff.
+    void reconnect(const std::string& reason);
+
+    // What went wrong, for whoever keeps the topology (Sentinel, Cluster): called from the
+    // io_context, never from inside hiredis, after the callbacks concerned have run.
+    enum class Trouble {
+        lost,          // a ready connection closed, or a connection attempt failed
+        not_master,    // the handshake's ROLE, or a READONLY reply: the server is a replica
+        error_reply,   // a command got an error reply (the text says which)
+    };
+    using TroubleHandler = std::function<void(Trouble, const std::string& detail)>;
+    void on_trouble(TroubleHandler handler);
 
 private:
     class Impl;

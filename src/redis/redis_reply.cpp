@@ -1,5 +1,7 @@
 #include "redis/redis_reply.hpp"
 
+#include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include <hiredis/hiredis.h>
@@ -114,9 +116,68 @@ void free_reply(void* reply) { delete static_cast<OwnedReply*>(reply); }
 
 ::redisReplyObjectFunctions owned_functions{create_string, create_array, create_integer, create_nil, free_reply};
 
+// ---- plain hiredis replies, bounded ----------------------------------------------------------
+// The layout freeReplyObject expects: calloc'd redisReply, malloc'd str, calloc'd element.
+
+::redisReply* new_hiredis_reply(int type) {
+    auto* reply = static_cast<::redisReply*>(std::calloc(1, sizeof(::redisReply)));
+    if (reply != nullptr) reply->type = type;
+    return reply;
+}
+
+void* hang(const ::redisReadTask* task, ::redisReply* reply) {
+    if (reply != nullptr && task->parent != nullptr) {
+        auto* parent = static_cast<::redisReply*>(task->parent->obj);
+        parent->element[task->idx] = reply;
+    }
+    return reply;
+}
+
+void* hiredis_string(const ::redisReadTask* task, char* str, std::size_t len) {
+    auto* reply = new_hiredis_reply(task->type);
+    if (reply == nullptr) return nullptr;
+    reply->str = static_cast<char*>(std::malloc(len + 1));
+    if (reply->str == nullptr) {
+        std::free(reply);
+        return nullptr;
+    }
+    std::memcpy(reply->str, str, len);
+    reply->str[len] = '\0';
+    reply->len = len;
+    return hang(task, reply);
+}
+
+void* hiredis_array(const ::redisReadTask* task, int elements) {
+    if (elements < 0 || static_cast<std::size_t>(elements) > max_reply_elements) return nullptr;
+    auto* reply = new_hiredis_reply(REDIS_REPLY_ARRAY);
+    if (reply == nullptr) return nullptr;
+    if (elements > 0) {
+        reply->element = static_cast<::redisReply**>(std::calloc(static_cast<std::size_t>(elements), sizeof(::redisReply*)));
+        if (reply->element == nullptr) {
+            std::free(reply);
+            return nullptr;
+        }
+    }
+    reply->elements = static_cast<std::size_t>(elements);
+    return hang(task, reply);
+}
+
+void* hiredis_integer(const ::redisReadTask* task, long long integer) {
+    auto* reply = new_hiredis_reply(REDIS_REPLY_INTEGER);
+    if (reply == nullptr) return nullptr;
+    reply->integer = integer;
+    return hang(task, reply);
+}
+
+void* hiredis_nil(const ::redisReadTask* task) { return hang(task, new_hiredis_reply(REDIS_REPLY_NIL)); }
+
+::redisReplyObjectFunctions bounded_hiredis_functions{hiredis_string, hiredis_array, hiredis_integer, hiredis_nil,
+                                                      freeReplyObject};
+
 }  // namespace
 
 void build_owned_replies(::redisReader& reader) { reader.fn = &owned_functions; }
+void build_bounded_hiredis_replies(::redisReader& reader) { reader.fn = &bounded_hiredis_functions; }
 
 RedisResult take_reply(void* reply) {
     auto& root = *static_cast<OwnedReply*>(reply);

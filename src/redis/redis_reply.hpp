@@ -53,6 +53,12 @@ inline constexpr std::size_t max_reply_elements = 1 << 16;
 // with take_reply, never copy_reply; hiredis frees them after the callback as usual.
 void build_owned_replies(::redisReader& reader);
 
+// Makes `reader` build ordinary hiredis ::redisReply objects (freeReplyObject frees them, and
+// hiredis's own pub/sub handling can read them), with the same bound on array sizes as
+// build_owned_replies. For connections that SUBSCRIBE (the Sentinel watcher); read the
+// replies with copy_reply.
+void build_bounded_hiredis_replies(::redisReader& reader);
+
 // The reply of a reader set up by build_owned_replies, moved out of it; an error reply
 // becomes a RedisError with Code::reply_error.
 RedisResult take_reply(void* reply);

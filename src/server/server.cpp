@@ -1,5 +1,6 @@
 #include "server/server.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <thread>
 
@@ -45,11 +46,18 @@ std::vector<std::string> restart_only_changes(const config::Config& before, cons
     if (before.logging.access_log != after.logging.access_log) changed.push_back("logging.access_log");
     const auto& a = before.store;
     const auto& b = after.store;
-    if (a.type != b.type || a.redis.tcp.has_value() != b.redis.tcp.has_value() ||
+    auto addresses = [](const std::vector<config::Endpoint>& list) {
+        std::string text;
+        for (const auto& e : list) text += e.str() + " ";
+        return text;
+    };
+    if (a.type != b.type || a.redis.mode != b.redis.mode || a.redis.tcp.has_value() != b.redis.tcp.has_value() ||
         (a.redis.tcp && a.redis.tcp->str() != b.redis.tcp->str()) || a.redis.unix_path != b.redis.unix_path ||
         a.redis.username != b.redis.username || a.redis.password != b.redis.password ||
         a.redis.database != b.redis.database || a.redis.timeout != b.redis.timeout ||
-        a.redis.key_prefix != b.redis.key_prefix)
+        a.redis.key_prefix != b.redis.key_prefix || addresses(a.redis.sentinels) != addresses(b.redis.sentinels) ||
+        a.redis.master_name != b.redis.master_name || a.redis.sentinel_username != b.redis.sentinel_username ||
+        a.redis.sentinel_password != b.redis.sentinel_password || addresses(a.redis.nodes) != addresses(b.redis.nodes))
         changed.push_back("store (type, redis)");
     return changed;
 }
@@ -105,6 +113,29 @@ int Server::run() {
     return 0;
 }
 
+namespace {
+
+std::string store_text(const config::Config& config) {
+    const auto& store = config.store;
+    if (store.type == config::StoreType::memory) return "memory";
+    auto list = [](const std::vector<config::Endpoint>& endpoints) {
+        std::string text;
+        for (const auto& e : endpoints) text += (text.empty() ? "" : ",") + e.str();
+        return text;
+    };
+    switch (store.redis.mode) {
+    case config::RedisMode::sentinel:
+        return "redis sentinel master " + store.redis.master_name + " via " + list(store.redis.sentinels);
+    case config::RedisMode::cluster:
+        return "redis cluster via " + list(store.redis.nodes);
+    case config::RedisMode::standalone:
+        break;
+    }
+    return store.redis.tcp ? "redis " + store.redis.tcp->str() : "redis unix:" + store.redis.unix_path;
+}
+
+}  // namespace
+
 bool Server::start() {
     try {
         snapshot_ = make_snapshot(config_, metrics_);
@@ -130,6 +161,23 @@ bool Server::start() {
         for (const auto& w : workers_)
             if (!w->store_ready()) return false;
         return true;
+    };
+    metrics_.store_nodes = [this] {
+        // A node is up when every worker that knows it talks to it.
+        std::vector<observe::Metrics::StoreNode> nodes;
+        for (const auto& w : workers_) {
+            for (const auto& n : w->store_nodes()) {
+                auto it = std::find_if(nodes.begin(), nodes.end(), [&](const auto& known) {
+                    return known.address == n.address && known.role == n.role;
+                });
+                if (it == nodes.end()) {
+                    nodes.push_back({n.address, n.role, n.up});
+                } else {
+                    it->up = it->up && n.up;
+                }
+            }
+        }
+        return nodes;
     };
 
     std::vector<std::string> listening;
@@ -170,9 +218,7 @@ bool Server::start() {
     for (auto& worker : workers_) worker->accept();
     spdlog::info("sluice {} listening on {} with {} workers, {}, store {}, config {}", SLUICE_VERSION,
                  fmt::join(listening, ", "), count, admin_text,
-                 memory_limiter_ ? std::string("memory")
-                 : config_->store.redis.tcp ? "redis " + config_->store.redis.tcp->str()
-                                            : "redis unix:" + config_->store.redis.unix_path,
+                 store_text(*config_),
                  config_->source_path);
     return true;
 }

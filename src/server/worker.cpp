@@ -8,9 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "http/client_session.hpp"
-#include "limit/memory_limiter.hpp"
-#include "limit/redis_limiter.hpp"
-#include "redis/redis_connection.hpp"
+#include "limit/store.hpp"
 
 namespace sluice::server {
 
@@ -25,13 +23,7 @@ Worker::Worker(unsigned index, std::shared_ptr<const Snapshot> snapshot, std::at
       connections_(connections),
       guard_(net::make_work_guard(io_)),
       pool_(io_.get_executor()),
-      memory_limiter_(memory) {
-    if (!memory_limiter_) {
-        const auto& store = snapshot_->config->store;
-        redis_ = std::make_unique<redis::RedisConnection>(io_, redis::RedisConnectionOptions::from_config(store.redis));
-        redis_limiter_ = std::make_unique<limit::RedisLimiter>(io_, *redis_, store.redis.key_prefix, store.redis.timeout);
-    }
-}
+      store_(limit::make_store(io_, snapshot_->config->store, memory)) {}
 
 Worker::~Worker() {
     stop_now();
@@ -39,30 +31,34 @@ Worker::~Worker() {
     pool_.shut();
     acceptors_.clear();
     store_watch_.reset();
-    redis_.reset();  // answers pending decisions (shutting_down) while the limiter still exists
-    redis_limiter_.reset();
+    store_.reset();  // answers pending decisions (shutting_down)
 }
 
 void Worker::remove_session(http::ClientSession* s) {
     sessions_.erase(s);
     // The store connection stays until the last in-flight request has its decision.
-    if (stopping_ && sessions_.empty() && redis_) redis_->stop();
+    if (stopping_ && sessions_.empty()) store_->stop();
 }
 
 net::awaitable<limit::Decision> Worker::decide(const limit::RouteLimits& route, const limit::RequestKeyValues& request) {
-    if (memory_limiter_) co_return memory_limiter_->decide(route, request);
+    if (auto now = store_->decide_now(route, request)) co_return std::move(*now);
     co_return co_await net::async_initiate<decltype(net::use_awaitable), void(limit::Decision)>(
         [&](auto handler) {
             // RedisLimiter takes a copyable std::function; the coroutine's handler is move-only.
             auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-            redis_limiter_->decide(route, request, [shared](limit::Decision d) { (*shared)(std::move(d)); });
+            store_->decide(route, request, [shared](limit::Decision d) { (*shared)(std::move(d)); });
         },
         net::use_awaitable);
 }
 
-// Copies the Redis connection's state (owned by this thread) where other threads may read it.
+// Copies the store's state (owned by this thread) where other threads may read it.
 void Worker::watch_store() {
-    store_ready_ = memory_limiter_ != nullptr || (redis_ && redis_->ready());
+    store_ready_ = store_->ready();
+    {
+        auto nodes = store_->nodes();
+        std::lock_guard lock(store_nodes_mutex_);
+        store_nodes_ = std::move(nodes);
+    }
     if (!store_watch_ || stopping_) return;
     store_watch_->expires_after(std::chrono::milliseconds(50));
     store_watch_->async_wait([this](boost::system::error_code ec) {
@@ -76,7 +72,7 @@ void Worker::publish(std::shared_ptr<const Snapshot> snapshot) {
         pool_.clear();
         round_robin_.clear();
         // A remembered rejection was computed with the old limit parameters.
-        if (redis_limiter_) redis_limiter_->clear_rejections();
+        store_->reloaded();
         snapshot_ = std::move(snapshot);
     });
 }
@@ -95,10 +91,8 @@ tcp::endpoint Worker::listen(const tcp::endpoint& endpoint) {
 }
 
 void Worker::start() {
-    if (redis_) {
-        redis_->start();
-        store_watch_ = std::make_unique<net::steady_timer>(io_);
-    }
+    store_->start();
+    store_watch_ = std::make_unique<net::steady_timer>(io_);
     watch_store();
     thread_ = std::thread([this] {
         // An exception out of a handler must not end the worker and every connection on
@@ -173,9 +167,14 @@ void Worker::shutdown() {
         for (auto* s : sessions) s->stop_if_idle();
         pool_.shut();  // sessions still finishing close their upstream connections
         if (store_watch_) store_watch_->cancel();
-        if (sessions_.empty() && redis_) redis_->stop();
+        if (sessions_.empty()) store_->stop();
         guard_.reset();
     });
+}
+
+std::vector<redis::NodeState> Worker::store_nodes() const {
+    std::lock_guard lock(store_nodes_mutex_);
+    return store_nodes_;
 }
 
 void Worker::stop_now() {

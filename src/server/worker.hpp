@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "limit/decision.hpp"
 #include "limit/limit_key.hpp"
 #include "observe/limited_clients.hpp"
+#include "redis/topology.hpp"
 #include "server/snapshot.hpp"
 
 namespace sluice::http {
@@ -27,18 +29,15 @@ class ClientSession;
 }
 namespace sluice::limit {
 class MemoryLimiter;
-class RedisLimiter;
+class Store;
 }  // namespace sluice::limit
-namespace sluice::redis {
-class RedisConnection;
-}
 
 namespace sluice::server {
 
 class Worker {
 public:
     // `memory` is the process's in-memory limiter for store.type memory, else nullptr
-    // (then the worker keeps its own Redis connection).
+    // (then the worker keeps its own Redis connections).
     Worker(unsigned index, std::shared_ptr<const Snapshot> snapshot, std::atomic<std::size_t>& connections,
            limit::MemoryLimiter* memory);
     Worker(const Worker&) = delete;
@@ -76,6 +75,8 @@ public:
                                                    const limit::RequestKeyValues& request);
     // The store answers (Redis connected and ready; always true for memory). Thread-safe.
     bool store_ready() const { return store_ready_.load(std::memory_order_relaxed); }
+    // Thread-safe: the store's nodes as this worker last saw them (every 50 ms).
+    std::vector<redis::NodeState> store_nodes() const;
     // Thread-safe: clients limited this summary interval.
     observe::LimitedClients& limited_clients() { return limited_clients_; }
     std::atomic<std::size_t>& connections() { return connections_; }
@@ -96,6 +97,8 @@ private:
     std::atomic<bool> finished_{false};
     std::atomic<bool> died_{false};
     std::atomic<bool> store_ready_{false};
+    mutable std::mutex store_nodes_mutex_;
+    std::vector<redis::NodeState> store_nodes_;
     observe::LimitedClients limited_clients_;
     // One thread runs it; other threads only post to it, and the acceptors and the Redis
     // connection are set up before that thread starts: no locking of socket state needed.
@@ -103,9 +106,7 @@ private:
     boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
     std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> acceptors_;
     http::UpstreamPool pool_;
-    limit::MemoryLimiter* memory_limiter_;
-    std::unique_ptr<redis::RedisConnection> redis_;
-    std::unique_ptr<limit::RedisLimiter> redis_limiter_;
+    std::unique_ptr<limit::Store> store_;
     std::unique_ptr<boost::asio::steady_timer> store_watch_;
     std::thread thread_;
 };

@@ -80,8 +80,8 @@ TEST_CASE("loader errors: unknown keys at every level, with suggestions", "[conf
          {"2:3: unknown key 'trusted_proxy' in client_ip (did you mean 'trusted_proxies'?)"}},
         {"store:\n  typ: memory\n", {"2:3: unknown key 'typ' in store (did you mean 'type'?)"}},
         {"store:\n  redis:\n    db: 1\n",
-         {"3:5: unknown key 'db' in store.redis (known keys: address, username, password, database, timeout, "
-          "key_prefix)"}},
+         {"3:5: unknown key 'db' in store.redis (known keys: mode, address, username, password, database, timeout, "
+          "key_prefix, sentinels, master_name, sentinel_username, sentinel_password, nodes)"}},
         {"upstreams:\n  app:\n    servers: [\"h:1\"]\n    timout: 1s\n",
          {"4:5: unknown key 'timout' in upstream (did you mean 'timeout'?)"}},
         {"responses:\n  status: 429\n", {"2:3: unknown key 'status' in responses (known keys: limited_status, headers)"}},
@@ -142,6 +142,41 @@ TEST_CASE("loader errors: store", "[config][loader]") {
         {"store:\n  redis:\n    timeout: 0\n", {"3:14: 'timeout' must be greater than 0, got 0"}},
         {"store:\n  redis:\n    password:\n", {"3:5: 'password' has no value"}},
         {"store:\n  redis: \"127.0.0.1:6379\"\n", {"2:10: 'redis' must be a map, got '127.0.0.1:6379'"}},
+    });
+}
+
+TEST_CASE("loader errors: store.redis modes", "[config][loader]") {
+    check_cases({
+        {"store:\n  redis:\n    mode: replicated\n",
+         {"3:11: 'mode' must be standalone, sentinel or cluster, got 'replicated'"}},
+        {"store:\n  redis:\n    mode: sentinel\n",
+         {"3:11: mode: sentinel needs store.redis.sentinels (the sentinels to ask for the master, host:port each)",
+          "3:11: mode: sentinel needs store.redis.master_name (the name the sentinels monitor the master under)"}},
+        {"store:\n  redis:\n    mode: sentinel\n    address: \"10.0.0.1:6379\"\n    sentinels: [\"a:26379\"]\n"
+         "    master_name: m\n",
+         {"4:5: store.redis.address is only used with mode: standalone (mode is sentinel)"}},
+        {"store:\n  redis:\n    mode: sentinel\n    sentinels: []\n    master_name: m\n",
+         {"4:16: 'sentinels' must list at least one host:port"}},
+        {"store:\n  redis:\n    mode: sentinel\n    sentinels: [\"a:26379\", \"b\", \"a:26379\"]\n    master_name: m\n",
+         {"4:28: 'sentinels' entry: missing port in 'b' (expected host:port)",
+          "4:33: 'sentinels' entry: 'a:26379' is listed twice"}},
+        {"store:\n  redis:\n    mode: sentinel\n    sentinels: [\"a:26379\"]\n    master_name: \"my master\"\n",
+         {"5:18: 'master_name' must be 1 to 128 printable characters without spaces, got 'my master'"}},
+        {"store:\n  redis:\n    mode: sentinel\n    sentinels: [\"a:26379\"]\n    master_name: m\n"
+         "    sentinel_username: u\n",
+         {"6:5: store.redis.sentinel_username needs store.redis.sentinel_password"}},
+        {"store:\n  redis:\n    sentinels: [\"a:26379\"]\n    master_name: m\n",
+         {"3:5: store.redis.sentinels is only used with mode: sentinel (mode is standalone)",
+          "4:5: store.redis.master_name is only used with mode: sentinel (mode is standalone)"}},
+        {"store:\n  redis:\n    mode: cluster\n",
+         {"3:11: mode: cluster needs store.redis.nodes (seed nodes of the cluster, host:port each)"}},
+        {"store:\n  redis:\n    mode: cluster\n    nodes: [\"10.0.0.1:7000\"]\n    database: 2\n",
+         {"5:15: store.redis.database must be 0 with mode: cluster (Redis Cluster has database 0 only), got 2"}},
+        {"store:\n  redis:\n    mode: cluster\n    nodes: [\"10.0.0.1:7000\"]\n    master_name: m\n",
+         {"5:5: store.redis.master_name is only used with mode: sentinel (mode is cluster)"}},
+        {"store:\n  redis:\n    nodes: [\"10.0.0.1:7000\"]\n",
+         {"3:5: store.redis.nodes is only used with mode: cluster (mode is standalone)"}},
+        {"store:\n  redis:\n    username: u\n", {"3:5: store.redis.username needs store.redis.password"}},
     });
 }
 

@@ -229,6 +229,33 @@ TEST_CASE("loader: missing sections take the documented defaults", "[config][loa
     CHECK(config.logging.summary_interval == 10s);
 }
 
+TEST_CASE("loader: store.redis in sentinel and cluster mode", "[config][loader]") {
+    const auto sentinel = load_string("store:\n  redis:\n    mode: sentinel\n    sentinels: [\"10.0.0.1:26379\", "
+                                      "\"sentinel-b:26380\"]\n    master_name: sluice-master\n    sentinel_username: s\n"
+                                      "    sentinel_password: sp\n    password: dp\n    database: 2\n",
+                                      "s.yaml");
+    REQUIRE(sentinel.ok());
+    const auto& s = sentinel.config->store.redis;
+    CHECK(s.mode == sluice::config::RedisMode::sentinel);
+    CHECK(endpoints_of(s.sentinels) == std::vector<std::string>{"10.0.0.1:26379", "sentinel-b:26380"});
+    CHECK(s.master_name == "sluice-master");
+    CHECK(s.sentinel_username == "s");
+    CHECK(s.sentinel_password == "sp");
+    CHECK(s.password == "dp");
+    CHECK(s.database == 2);
+
+    const auto cluster = load_string("store:\n  redis:\n    mode: cluster\n    nodes: [\"127.0.0.1:7000\", "
+                                     "\"127.0.0.1:7001\"]\n    database: 0\n",
+                                     "c.yaml");
+    REQUIRE(cluster.ok());
+    CHECK(cluster.config->store.redis.mode == sluice::config::RedisMode::cluster);
+    CHECK(endpoints_of(cluster.config->store.redis.nodes) == std::vector<std::string>{"127.0.0.1:7000", "127.0.0.1:7001"});
+
+    const auto standalone = load_string("store:\n  redis:\n    mode: standalone\n", "d.yaml");
+    REQUIRE(standalone.ok());
+    CHECK(standalone.config->store.redis.mode == sluice::config::RedisMode::standalone);
+}
+
 TEST_CASE("loader: a partial section keeps the defaults of the keys it omits", "[config][loader]") {
     const auto result = load_string("server:\n  workers: 4\nstore:\n  redis: {database: 3}\nadmin:\nlogging: {}\n", "p.yaml");
     REQUIRE(result.ok());

@@ -19,6 +19,7 @@
 #include "../support/redis_server.hpp"
 #include "limit/memory_limiter.hpp"
 #include "limit/redis_limiter.hpp"
+#include "redis/topology.hpp"
 
 using namespace sluice;
 using namespace std::chrono_literals;
@@ -39,7 +40,8 @@ struct Differential {
     RedisServer server;
     boost::asio::io_context io;
     redis::RedisConnection connection{io, at_port(server.port())};
-    limit::RedisLimiter redis_limiter{io, connection, "sluice", 2s, /*remember_rejections=*/false};
+    std::unique_ptr<redis::Topology> topology = redis::topology_of(connection);
+    limit::RedisLimiter redis_limiter{io, *topology, "sluice", 2s, /*remember_rejections=*/false};
     std::int64_t memory_now = 0;
     limit::MemoryLimiter memory_limiter{"sluice", [this] { return memory_now; }};
 

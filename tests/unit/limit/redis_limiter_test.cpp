@@ -12,6 +12,7 @@
 #include "../support/limit_configs.hpp"
 #include "../support/redis_server.hpp"
 #include "limit/redis_limiter.hpp"
+#include "redis/topology.hpp"
 
 using namespace sluice;
 using namespace std::chrono_literals;
@@ -36,7 +37,7 @@ struct Fixture {
     // A long default deadline: on a loaded machine a working Redis must not turn a decision
     // into a store error. The deadline test passes a short one.
     explicit Fixture(std::uint16_t port, std::chrono::milliseconds timeout = 2s)
-        : connection(io, options_for(port)), limiter(io, connection, "sluice", timeout) {
+        : connection(io, options_for(port)), topology(redis::topology_of(connection)), limiter(io, *topology, "sluice", timeout) {
         connection.start();
     }
 
@@ -63,6 +64,7 @@ struct Fixture {
 
     boost::asio::io_context io;
     redis::RedisConnection connection;
+    std::unique_ptr<redis::Topology> topology;
     RedisLimiter limiter;
     std::vector<Decision> decisions;
 };

@@ -1,0 +1,72 @@
+#include "limit/store.hpp"
+
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+#include "config/config.hpp"
+#include "limit/memory_limiter.hpp"
+#include "limit/redis_limiter.hpp"
+
+namespace sluice::limit {
+
+namespace {
+
+class MemoryStore final : public Store {
+public:
+    MemoryStore(boost::asio::io_context& io, MemoryLimiter& limiter) : io_(io), limiter_(limiter) {}
+    void start() override {}
+    void stop() override {}
+    bool ready() const override { return true; }
+    std::optional<Decision> decide_now(const RouteLimits& route, const RequestKeyValues& request) override {
+        return limiter_.decide(route, request);
+    }
+    void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) override {
+        boost::asio::post(io_, [callback = std::move(callback), d = limiter_.decide(route, request)]() mutable {
+            callback(std::move(d));
+        });
+    }
+    std::vector<redis::NodeState> nodes() const override { return {}; }
+
+private:
+    boost::asio::io_context& io_;
+    MemoryLimiter& limiter_;
+};
+
+class RedisStore final : public Store {
+public:
+    RedisStore(boost::asio::io_context& io, const config::StoreConfig& config)
+        : topology_(redis::make_topology(io, config.redis)),
+          limiter_(std::make_unique<RedisLimiter>(io, *topology_, config.redis.key_prefix, config.redis.timeout)) {}
+
+    ~RedisStore() override {
+        // Pending decisions are answered (shutting_down) while the limiter still exists.
+        topology_->stop();
+        topology_.reset();
+        limiter_.reset();
+    }
+
+    void start() override { topology_->start(); }
+    void stop() override { topology_->stop(); }
+    bool ready() const override { return topology_->ready(); }
+    void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) override {
+        limiter_->decide(route, request, std::move(callback));
+    }
+    void reloaded() override { limiter_->clear_rejections(); }
+    std::vector<redis::NodeState> nodes() const override { return topology_->nodes(); }
+
+private:
+    std::unique_ptr<redis::Topology> topology_;
+    std::unique_ptr<RedisLimiter> limiter_;
+};
+
+}  // namespace
+
+std::unique_ptr<Store> make_store(boost::asio::io_context& io, const config::StoreConfig& config,
+                                  MemoryLimiter* memory) {
+    if (memory != nullptr) return std::make_unique<MemoryStore>(io, *memory);
+    return std::make_unique<RedisStore>(io, config);
+}
+
+}  // namespace sluice::limit

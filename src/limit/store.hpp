@@ -1,0 +1,55 @@
+// The rate-limit store a worker decides against: Redis in any topology (standalone, Sentinel,
+// Cluster) or the process's memory. The worker only sees this interface.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "limit/decision.hpp"
+#include "limit/limit_key.hpp"
+#include "redis/topology.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+namespace sluice::config {
+struct StoreConfig;
+}
+
+namespace sluice::limit {
+
+class MemoryLimiter;
+
+// One per worker, on the worker's io_context. Not thread-safe.
+class Store {
+public:
+    using Callback = std::function<void(Decision)>;
+    virtual ~Store() = default;
+
+    virtual void start() = 0;
+    // Closes the store's connections; decisions still pending are answered (store_error).
+    virtual void stop() = 0;
+    // Decisions can be made now (every node needed is connected).
+    virtual bool ready() const = 0;
+    // The memory store decides at once: the decision. The others: nullopt, then decide().
+    virtual std::optional<Decision> decide_now(const RouteLimits& route, const RequestKeyValues& request) {
+        (void)route;
+        (void)request;
+        return std::nullopt;
+    }
+    // The callback runs exactly once, on the io_context, never inside this call (see
+    // RedisLimiter::decide).
+    virtual void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) = 0;
+    // The configuration was reloaded: a limit's parameters may have changed.
+    virtual void reloaded() {}
+    virtual std::vector<redis::NodeState> nodes() const = 0;
+};
+
+// `memory`: the process's shared limiter for store.type memory (nullptr for redis).
+std::unique_ptr<Store> make_store(boost::asio::io_context& io_context, const config::StoreConfig& config,
+                                  MemoryLimiter* memory);
+
+}  // namespace sluice::limit

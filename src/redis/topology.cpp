@@ -1,0 +1,191 @@
+// Standalone and Sentinel topologies (one data connection each), the slot hash, and the
+// choice of topology. The cluster topology is in cluster_topology.cpp.
+#include "redis/topology.hpp"
+
+#include <charconv>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <spdlog/spdlog.h>
+
+#include "config/config.hpp"
+#include "config/endpoint.hpp"
+#include "redis/cluster_topology.hpp"
+#include "redis/sentinel_watcher.hpp"
+
+namespace sluice::redis {
+
+namespace {
+
+// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis Cluster uses it.
+std::uint16_t crc16(std::string_view data) {
+    std::uint16_t crc = 0;
+    for (unsigned char byte : data) {
+        crc ^= static_cast<std::uint16_t>(byte) << 8;
+        for (int bit = 0; bit < 8; ++bit)
+            crc = (crc & 0x8000) ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021) : static_cast<std::uint16_t>(crc << 1);
+    }
+    return crc;
+}
+
+}  // namespace
+
+std::uint16_t key_slot(std::string_view key) {
+    const auto open = key.find('{');
+    if (open != std::string_view::npos) {
+        const auto close = key.find('}', open + 1);
+        if (close != std::string_view::npos && close != open + 1) key = key.substr(open + 1, close - open - 1);
+    }
+    return crc16(key) & 16383;
+}
+
+bool split_address(std::string_view address, std::string& host, std::uint16_t& port) {
+    const auto colon = address.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) return false;
+    std::string_view host_part = address.substr(0, colon);
+    const std::string_view port_part = address.substr(colon + 1);
+    if (host_part.size() >= 2 && host_part.front() == '[' && host_part.back() == ']')
+        host_part = host_part.substr(1, host_part.size() - 2);
+    if (host_part.empty() || host_part.size() > 253) return false;
+    unsigned value = 0;
+    const auto [end, ec] = std::from_chars(port_part.data(), port_part.data() + port_part.size(), value);
+    if (port_part.empty() || ec != std::errc{} || end != port_part.data() + port_part.size() || value == 0 ||
+        value > 65535)
+        return false;
+    const std::string candidate(host_part);
+    boost::system::error_code bad;
+    boost::asio::ip::make_address(candidate, bad);
+    if (bad && !config::is_valid_host_name(candidate)) return false;
+    host = candidate;
+    port = static_cast<std::uint16_t>(value);
+    return true;
+}
+
+namespace {
+
+// One server through one connection: standalone mode owns it (start and stop it), a
+// borrowed one is the caller's.
+class OneServer final : public Topology {
+public:
+    OneServer(boost::asio::io_context& io, const config::RedisConfig& config)
+        : owned_(std::make_unique<RedisConnection>(io, RedisConnectionOptions::from_config(config))),
+          connection_(*owned_) {}
+    explicit OneServer(RedisConnection& borrowed) : connection_(borrowed) {}
+
+    RedisConnection::ScriptId add_script(const std::string& source) override { return connection_.add_script(source); }
+    void start() override {
+        if (owned_) connection_.start();
+    }
+    void stop() override {
+        if (owned_) connection_.stop();
+    }
+    bool ready() const override { return connection_.ready(); }
+    std::vector<NodeState> nodes() const override { return {{connection_.address(), "standalone", connection_.ready()}}; }
+    bool sharded() const override { return false; }
+    RedisConnection* route(std::uint16_t) override { return &connection_; }
+    void poll_replies() override { connection_.poll_replies(); }
+
+private:
+    std::unique_ptr<RedisConnection> owned_;
+    RedisConnection& connection_;
+};
+
+RedisConnectionOptions sentinel_data_options(const config::RedisConfig& config) {
+    auto options = RedisConnectionOptions::from_config(config);
+    options.host.clear();  // unknown until a sentinel names the master
+    options.unix_path.clear();
+    options.require_master = true;
+    return options;
+}
+
+SentinelOptions sentinel_options(const config::RedisConfig& config) {
+    SentinelOptions options;
+    for (const auto& s : config.sentinels) options.sentinels.push_back({s.host, s.port});
+    options.master_name = config.master_name;
+    options.username = config.sentinel_username;
+    options.password = config.sentinel_password;
+    return options;
+}
+
+// store.redis.mode sentinel: the data connection goes wherever the sentinels say the master
+// is, and refuses to stay on a server that is not a master.
+class SentinelTopology final : public Topology {
+public:
+    SentinelTopology(boost::asio::io_context& io, const config::RedisConfig& config)
+        : master_name_(config.master_name),
+          connection_(io, sentinel_data_options(config)),
+          watcher_(io, sentinel_options(config),
+                   [this](const std::string& host, std::uint16_t port, const std::string& source) {
+                       on_master(host, port, source);
+                   }) {
+        connection_.on_trouble([this](RedisConnection::Trouble trouble, const std::string& detail) {
+            switch (trouble) {
+            case RedisConnection::Trouble::lost:
+                if (known_) watcher_.reask("the connection to the master was lost: " + detail);
+                break;
+            case RedisConnection::Trouble::not_master:
+                watcher_.reask(connection_.address() + " is not a master (" + detail + ")");
+                break;
+            case RedisConnection::Trouble::error_reply:
+                if (detail.starts_with("LOADING") || detail.starts_with("MASTERDOWN"))
+                    watcher_.reask(connection_.address() + " answered " + detail.substr(0, 60));
+                break;
+            }
+        });
+    }
+
+    RedisConnection::ScriptId add_script(const std::string& source) override { return connection_.add_script(source); }
+    void start() override { watcher_.start(); }
+    void stop() override {
+        watcher_.stop();
+        connection_.stop();
+    }
+    bool ready() const override { return connection_.ready(); }
+    std::vector<NodeState> nodes() const override {
+        std::vector<NodeState> nodes;
+        if (known_) nodes.push_back({connection_.address(), "master", connection_.ready()});
+        for (const auto& s : watcher_.sentinels()) nodes.push_back({s.address, "sentinel", s.up});
+        return nodes;
+    }
+    bool sharded() const override { return false; }
+    RedisConnection* route(std::uint16_t) override { return &connection_; }
+    void poll_replies() override { connection_.poll_replies(); }
+
+private:
+    void on_master(const std::string& host, std::uint16_t port, const std::string& source) {
+        const std::string address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                                    std::to_string(port);
+        if (!known_ || address != master_) {
+            spdlog::info("redis sentinel: master {} is {} ({}{})", master_name_, address, source,
+                         known_ ? ", was " + master_ : std::string());
+            master_ = address;
+            known_ = true;
+        }
+        connection_.retarget(host, port);
+    }
+
+    std::string master_name_;
+    std::string master_;
+    bool known_ = false;
+    RedisConnection connection_;
+    SentinelWatcher watcher_;
+};
+
+}  // namespace
+
+std::unique_ptr<Topology> make_topology(boost::asio::io_context& io, const config::RedisConfig& config) {
+    switch (config.mode) {
+    case config::RedisMode::sentinel:
+        return std::make_unique<SentinelTopology>(io, config);
+    case config::RedisMode::cluster:
+        return make_cluster_topology(io, config);
+    case config::RedisMode::standalone:
+        break;
+    }
+    return std::make_unique<OneServer>(io, config);
+}
+
+std::unique_ptr<Topology> topology_of(RedisConnection& connection) { return std::make_unique<OneServer>(connection); }
+
+}  // namespace sluice::redis
