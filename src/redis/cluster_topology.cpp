@@ -16,85 +16,12 @@ namespace asio = boost::asio;
 
 namespace {
 
-constexpr std::size_t slot_count = 16384;
+constexpr std::size_t slot_count = cluster_slots;
 // Nodes a slot map may name at most: far above real clusters, low enough that a hostile
 // reply cannot make a worker open thousands of connections.
 constexpr std::size_t max_nodes = 512;
 
-std::string join_address(const std::string& host, std::uint16_t port) {
-    return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
-bool read_node(const RedisReply& node, const std::string& asked, std::string& address) {
-    if (node.type != RedisReply::Type::array || node.elements.size() < 2) return false;
-    const auto& host = node.elements[0];
-    const auto& port = node.elements[1];
-    if (host.type != RedisReply::Type::string || port.type != RedisReply::Type::integer) return false;
-    if (port.integer < 1 || port.integer > 65535) return false;
-    std::string h;
-    std::uint16_t p = 0;
-    if (host.text.empty() || host.text == "?") {
-        // "the node that answered" (cluster-announce-hostname unknown): its host, this port.
-        std::uint16_t asked_port = 0;
-        if (!split_address(asked, h, asked_port)) return false;
-    } else {
-        h = host.text;
-    }
-    if (!split_address(join_address(h, static_cast<std::uint16_t>(port.integer)), h, p)) return false;
-    address = join_address(h, p);
-    return true;
-}
-
 }  // namespace
-
-bool parse_cluster_slots(const RedisReply& reply, const std::string& asked, std::vector<SlotRange>& ranges,
-                         std::string& error) {
-    ranges.clear();
-    if (reply.type != RedisReply::Type::array) {
-        error = "the reply is not an array";
-        return false;
-    }
-    if (reply.elements.size() > slot_count) {
-        error = "more ranges than slots";
-        return false;
-    }
-    std::array<bool, slot_count> seen{};
-    for (std::size_t i = 0; i < reply.elements.size(); ++i) {
-        const auto& entry = reply.elements[i];
-        const std::string where = "range " + std::to_string(i + 1);
-        if (entry.type != RedisReply::Type::array || entry.elements.size() < 3 ||
-            entry.elements[0].type != RedisReply::Type::integer || entry.elements[1].type != RedisReply::Type::integer) {
-            error = where + " is not [first, last, master, replicas...]";
-            return false;
-        }
-        const auto first = entry.elements[0].integer;
-        const auto last = entry.elements[1].integer;
-        if (first < 0 || last < first || last >= static_cast<std::int64_t>(slot_count)) {
-            error = where + " has slots outside 0..16383";
-            return false;
-        }
-        SlotRange range;
-        range.first = static_cast<std::uint16_t>(first);
-        range.last = static_cast<std::uint16_t>(last);
-        if (!read_node(entry.elements[2], asked, range.master)) {
-            error = where + " names no valid master";
-            return false;
-        }
-        for (std::size_t r = 3; r < entry.elements.size(); ++r) {
-            std::string replica;
-            if (read_node(entry.elements[r], asked, replica)) range.replicas.push_back(std::move(replica));
-        }
-        for (auto s = first; s <= last; ++s) {
-            if (seen[static_cast<std::size_t>(s)]) {
-                error = "slot " + std::to_string(s) + " is in two ranges";
-                return false;
-            }
-            seen[static_cast<std::size_t>(s)] = true;
-        }
-        ranges.push_back(std::move(range));
-    }
-    return true;
-}
 
 namespace {
 
@@ -352,10 +279,12 @@ private:
             std::size_t e = s;
             while (e + 1 < slot_count && slots_[e + 1] == slots_[s] && next[e + 1] == next[s] && slots_[e + 1] != next[e + 1])
                 ++e;
+            const std::string range = s == e ? "slot " + std::to_string(s)
+                                             : "slots " + std::to_string(s) + "-" + std::to_string(e);
             if (first_map_)
-                spdlog::info("redis cluster: slots {}-{} on {} (map from {})", s, e, name(next[s]), asked);
+                spdlog::info("redis cluster: {} on {} (map from {})", range, name(next[s]), asked);
             else
-                spdlog::warn("redis cluster: slots {}-{} moved from {} to {} (map from {})", s, e, name(slots_[s]),
+                spdlog::warn("redis cluster: {} moved from {} to {} (map from {})", range, name(slots_[s]),
                              name(next[s]), asked);
             s = e + 1;
         }

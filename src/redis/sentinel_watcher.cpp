@@ -1,9 +1,7 @@
 #include "redis/sentinel_watcher.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <random>
-#include <sstream>
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
@@ -14,44 +12,13 @@
 #include <hiredis/async.h>
 #include <spdlog/spdlog.h>
 
-#include "config/endpoint.hpp"
 #include "redis/redis_adapter.hpp"
 #include "redis/redis_reply.hpp"
+#include "redis/topology_parse.hpp"
 
 namespace sluice::redis {
 
 namespace asio = boost::asio;
-
-bool parse_port(const std::string& text, std::uint16_t& port) {
-    if (text.empty() || text.size() > 5) return false;
-    unsigned value = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc{} || end != text.data() + text.size() || value == 0 || value > 65535) return false;
-    port = static_cast<std::uint16_t>(value);
-    return true;
-}
-
-namespace {
-
-// An address a sentinel gave: an IP address or a host name, nothing else.
-bool acceptable_host(const std::string& host) {
-    boost::system::error_code ec;
-    asio::ip::make_address(host, ec);
-    return !ec || config::is_valid_host_name(host);
-}
-
-}  // namespace
-
-bool parse_switch_master(const std::string& message, const std::string& master_name, SwitchMaster& out) {
-    std::istringstream words(message);
-    std::string name, old_host, old_port, new_host, new_port, extra;
-    if (!(words >> name >> old_host >> old_port >> new_host >> new_port) || (words >> extra)) return false;
-    if (name != master_name || !acceptable_host(new_host)) return false;
-    std::uint16_t port = 0;
-    if (!parse_port(new_port, port)) return false;
-    out = SwitchMaster{new_host, port};
-    return true;
-}
 
 namespace {
 
@@ -74,7 +41,8 @@ public:
           requery_timer_(io),
           retry_timer_(io),
           random_(std::random_device{}()),
-          up_(options_.sentinels.size(), false) {}
+          up_(options_.sentinels.size(), false),
+          tried_(options_.sentinels.size(), false) {}
 
     ~Impl() { stop(); }
 
@@ -106,7 +74,7 @@ public:
     std::vector<SentinelState> sentinels() const {
         std::vector<SentinelState> states;
         for (std::size_t i = 0; i < options_.sentinels.size(); ++i)
-            states.push_back({address_of(i), up_[i]});
+            if (tried_[i]) states.push_back({address_of(i), up_[i]});
         return states;
     }
 
@@ -248,6 +216,7 @@ private:
         attempt_ = 0;
         failure_logged_ = false;
         up_[current_] = true;
+        tried_[current_] = true;
         connect_timer_.cancel();
         tell(host, port, source);
         // Ask again later through the next sentinel, whatever happens meanwhile.
@@ -295,6 +264,7 @@ private:
     void failed(const std::string& reason) {
         close();
         up_[current_] = false;
+        tried_[current_] = true;
         if (!failure_logged_)
             spdlog::warn("redis sentinel {}: {}", address_of(current_), reason);
         else
@@ -325,6 +295,7 @@ private:
     asio::steady_timer retry_timer_;
     std::minstd_rand random_;
     std::vector<bool> up_;
+    std::vector<bool> tried_;  // asked at least once (a sentinel never asked is not listed)
     ::redisAsyncContext* context_ = nullptr;
     std::size_t current_ = 0;
     std::uint64_t generation_ = 0;

@@ -54,21 +54,12 @@ public:
         std::string address;  // host:port as configured
         bool up = false;      // the last attempt to use it worked
     };
+    // The sentinels asked so far (each is asked in turn, one every requery_interval).
     std::vector<SentinelState> sentinels() const;
 
 private:
     class Impl;
     std::shared_ptr<Impl> impl_;
 };
-
-// "host:port:..." pieces of a `+switch-master` message ("name oldip oldport newip newport"):
-// the new address when the message is about `master_name`. Pure, for tests and fuzzing.
-struct SwitchMaster {
-    std::string host;
-    std::uint16_t port = 0;
-};
-bool parse_switch_master(const std::string& message, const std::string& master_name, SwitchMaster& out);
-// A port as Redis writes it: 1..65535 in decimal digits only.
-bool parse_port(const std::string& text, std::uint16_t& port);
 
 }  // namespace sluice::redis

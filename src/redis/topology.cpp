@@ -2,65 +2,16 @@
 // choice of topology. The cluster topology is in cluster_topology.cpp.
 #include "redis/topology.hpp"
 
-#include <charconv>
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/address.hpp>
 #include <spdlog/spdlog.h>
 
 #include "config/config.hpp"
-#include "config/endpoint.hpp"
 #include "redis/cluster_topology.hpp"
 #include "redis/sentinel_watcher.hpp"
 
 namespace sluice::redis {
-
-namespace {
-
-// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis Cluster uses it.
-std::uint16_t crc16(std::string_view data) {
-    std::uint16_t crc = 0;
-    for (unsigned char byte : data) {
-        crc ^= static_cast<std::uint16_t>(byte) << 8;
-        for (int bit = 0; bit < 8; ++bit)
-            crc = (crc & 0x8000) ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021) : static_cast<std::uint16_t>(crc << 1);
-    }
-    return crc;
-}
-
-}  // namespace
-
-std::uint16_t key_slot(std::string_view key) {
-    const auto open = key.find('{');
-    if (open != std::string_view::npos) {
-        const auto close = key.find('}', open + 1);
-        if (close != std::string_view::npos && close != open + 1) key = key.substr(open + 1, close - open - 1);
-    }
-    return crc16(key) & 16383;
-}
-
-bool split_address(std::string_view address, std::string& host, std::uint16_t& port) {
-    const auto colon = address.rfind(':');
-    if (colon == std::string_view::npos || colon == 0) return false;
-    std::string_view host_part = address.substr(0, colon);
-    const std::string_view port_part = address.substr(colon + 1);
-    if (host_part.size() >= 2 && host_part.front() == '[' && host_part.back() == ']')
-        host_part = host_part.substr(1, host_part.size() - 2);
-    if (host_part.empty() || host_part.size() > 253) return false;
-    unsigned value = 0;
-    const auto [end, ec] = std::from_chars(port_part.data(), port_part.data() + port_part.size(), value);
-    if (port_part.empty() || ec != std::errc{} || end != port_part.data() + port_part.size() || value == 0 ||
-        value > 65535)
-        return false;
-    const std::string candidate(host_part);
-    boost::system::error_code bad;
-    boost::asio::ip::make_address(candidate, bad);
-    if (bad && !config::is_valid_host_name(candidate)) return false;
-    host = candidate;
-    port = static_cast<std::uint16_t>(value);
-    return true;
-}
 
 namespace {
 

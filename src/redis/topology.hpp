@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "redis/redis_connection.hpp"
+#include "redis/topology_parse.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -65,13 +66,5 @@ std::unique_ptr<Topology> topology_of(RedisConnection& connection);
 
 // The topology store.redis describes (mode standalone, sentinel or cluster).
 std::unique_ptr<Topology> make_topology(boost::asio::io_context& io_context, const config::RedisConfig& config);
-
-// The Redis Cluster hash slot of a key: CRC16 (XMODEM) of the key, or of the text between
-// the first '{' and the next '}' when that is not empty, modulo 16384.
-std::uint16_t key_slot(std::string_view key);
-
-// "host:port" (a name, an IPv4 address, or an IPv6 address in brackets or not, as Redis
-// writes them in MOVED, ASK and CLUSTER SLOTS): false when it is not one.
-bool split_address(std::string_view address, std::string& host, std::uint16_t& port);
 
 }  // namespace sluice::redis
