@@ -107,6 +107,9 @@ public:
         if (n == nullptr) return;
         slot &= slot_count - 1;
         if (slots_[slot] != n->index) {
+            spdlog::warn("redis cluster: slot {} moved from {} to {} (MOVED reply)", slot,
+                         slots_[slot] < 0 ? std::string("nobody") : nodes_[static_cast<std::size_t>(slots_[slot])]->address,
+                         n->address);
             slots_[slot] = n->index;
             n->owns_slots = true;
         }

@@ -1,7 +1,13 @@
-// Finds a master through Redis Sentinel and follows it: asks one sentinel at a time
-// (`SENTINEL get-master-addr-by-name`), stays subscribed to its `+switch-master` channel, and
-// asks again (the next sentinel in turn) when told to, when the sentinel goes away, and every
-// `requery_interval` as a safety net against a sentinel that went silent.
+// Finds a master through Redis Sentinel and follows it.
+//
+// - Asking: one sentinel at a time answers `SENTINEL get-master-addr-by-name` (the next one
+//   in turn when it does not), at start, when told to (the data node answered READONLY or
+//   LOADING, or dropped), and every `requery_interval` as a safety net.
+// - Listening: a subscription to every sentinel, for the failover as it happens. The leader
+//   of a failover announces the replica it promotes (`+failover-state-send-slaveof-noone`)
+//   before the old master is told anything: from then on the old master still takes writes
+//   but they are lost, so decisions stop going there at once; `+switch-master` (from any
+//   sentinel) ends it; `-failover-abort-*` calls it off.
 #pragma once
 
 #include <chrono>
@@ -32,29 +38,41 @@ struct SentinelOptions {
     std::chrono::milliseconds backoff_max{2000};
 };
 
+// What the sentinels said.
+struct SentinelNews {
+    enum class Kind {
+        master,     // a sentinel answered the question: the master is host:port
+        switched,   // +switch-master: the failover is over, the master is host:port
+        promoting,  // a failover is promoting the replica at host:port
+        aborted,    // the failover was called off (host/port empty)
+    };
+    Kind kind = Kind::master;
+    std::string host;
+    std::uint16_t port = 0;
+    std::string source;  // for the log: which sentinel, which message
+};
+
 // Not thread-safe: everything happens on the io_context's thread.
 class SentinelWatcher {
 public:
-    // Called with the master's address each time a sentinel names it (the same address
-    // again too: the receiver ignores what it already has), from the io_context.
-    using MasterHandler = std::function<void(const std::string& host, std::uint16_t port, const std::string& source)>;
+    // Called from the io_context (never inside hiredis), for every piece of news; the same
+    // master again too: the receiver ignores what it already has.
+    using NewsHandler = std::function<void(const SentinelNews&)>;
 
-    SentinelWatcher(boost::asio::io_context& io_context, SentinelOptions options, MasterHandler on_master);
+    SentinelWatcher(boost::asio::io_context& io_context, SentinelOptions options, NewsHandler on_news);
     ~SentinelWatcher();
     SentinelWatcher(const SentinelWatcher&) = delete;
     SentinelWatcher& operator=(const SentinelWatcher&) = delete;
 
     void start();
     void stop();
-    // Asks again, now, through the next sentinel (the data node answered READONLY or
-    // LOADING, or its connection dropped). At most one re-ask is under way at a time.
+    // Asks again, now, through the next sentinel. At most one question is under way.
     void reask(const std::string& why);
 
     struct SentinelState {
         std::string address;  // host:port as configured
-        bool up = false;      // the last attempt to use it worked
+        bool up = false;      // its subscription is up
     };
-    // The sentinels asked so far (each is asked in turn, one every requery_interval).
     std::vector<SentinelState> sentinels() const;
 
 private:

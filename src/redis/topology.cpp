@@ -60,17 +60,19 @@ SentinelOptions sentinel_options(const config::RedisConfig& config) {
 }
 
 // store.redis.mode sentinel: the data connection goes wherever the sentinels say the master
-// is, and refuses to stay on a server that is not a master.
+// is, and refuses to stay on a server that is not a master. During a failover it moves to the
+// replica being promoted as soon as the leading sentinel names it: the old master would still
+// take writes, but they would be lost.
 class SentinelTopology final : public Topology {
 public:
     SentinelTopology(boost::asio::io_context& io, const config::RedisConfig& config)
         : master_name_(config.master_name),
           connection_(io, sentinel_data_options(config)),
-          watcher_(io, sentinel_options(config),
-                   [this](const std::string& host, std::uint16_t port, const std::string& source) {
-                       on_master(host, port, source);
-                   }) {
+          watcher_(io, sentinel_options(config), [this](const SentinelNews& news) { on_news(news); }) {
         connection_.on_trouble([this](RedisConnection::Trouble trouble, const std::string& detail) {
+            // The replica being promoted may not be a master yet: the connection retries it
+            // on its own; only a failover that takes too long is asked about again.
+            if (promoting()) return;
             switch (trouble) {
             case RedisConnection::Trouble::lost:
                 if (known_) watcher_.reask("the connection to the master was lost: " + detail);
@@ -104,21 +106,50 @@ public:
     void poll_replies() override { connection_.poll_replies(); }
 
 private:
-    void on_master(const std::string& host, std::uint16_t port, const std::string& source) {
-        const std::string address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                                    std::to_string(port);
-        if (!known_ || address != master_) {
-            spdlog::info("redis sentinel: master {} is {} ({}{})", master_name_, address, source,
-                         known_ ? ", was " + master_ : std::string());
-            master_ = address;
-            known_ = true;
+    // How long a promotion may take before the sentinels are asked again.
+    static constexpr std::chrono::seconds promotion_time{10};
+
+    bool promoting() const { return promoting_ && std::chrono::steady_clock::now() < promoting_until_; }
+
+    void on_news(const SentinelNews& news) {
+        const std::string address = join_address(news.host, news.port);
+        switch (news.kind) {
+        case SentinelNews::Kind::aborted:
+            if (!promoting_) return;
+            promoting_ = false;
+            spdlog::warn("redis sentinel: the failover of {} was called off ({}); asking again", master_name_,
+                         news.source);
+            return watcher_.reask("failover called off");
+        case SentinelNews::Kind::promoting:
+            if (promoting_ && address == master_) return;
+            spdlog::warn("redis sentinel: failover of {}: {} is being promoted ({}); decisions wait for it and "
+                         "follow on_error meanwhile{}",
+                         master_name_, address, news.source, known_ ? "; leaving " + master_ : std::string());
+            promoting_ = true;
+            promoting_until_ = std::chrono::steady_clock::now() + promotion_time;
+            break;
+        case SentinelNews::Kind::master:
+            // During a promotion the sentinels still name the old master until it is over.
+            if (promoting() && address != master_) return;
+            promoting_ = false;
+            break;
+        case SentinelNews::Kind::switched:
+            promoting_ = false;
+            break;
         }
-        connection_.retarget(host, port);
+        if (!known_ || address != master_)
+            spdlog::info("redis sentinel: master {} is {} ({}{})", master_name_, address, news.source,
+                         known_ ? ", was " + master_ : std::string());
+        master_ = address;
+        known_ = true;
+        connection_.retarget(news.host, news.port);
     }
 
     std::string master_name_;
     std::string master_;
     bool known_ = false;
+    bool promoting_ = false;
+    std::chrono::steady_clock::time_point promoting_until_{};
     RedisConnection connection_;
     SentinelWatcher watcher_;
 };

@@ -161,4 +161,30 @@ bool parse_switch_master(const std::string& message, const std::string& master_n
     return true;
 }
 
+namespace {
+
+std::vector<std::string> words_of(const std::string& message, std::size_t most) {
+    std::vector<std::string> words;
+    std::istringstream in(message);
+    std::string word;
+    while (words.size() <= most && in >> word) words.push_back(word);
+    return words;
+}
+
+}  // namespace
+
+bool parse_promoted_replica(const std::string& message, const std::string& master_name, SwitchMaster& out) {
+    const auto w = words_of(message, 8);
+    if (w.size() != 8 || w[0] != "slave" || w[4] != "@" || w[5] != master_name) return false;
+    std::uint16_t port = 0;
+    if (!acceptable_host(w[2]) || !parse_port(w[3], port)) return false;
+    out = SwitchMaster{w[2], port};
+    return true;
+}
+
+bool is_about_master(const std::string& message, const std::string& master_name) {
+    const auto w = words_of(message, 5);
+    return w.size() >= 4 && w[0] == "master" && w[1] == master_name;
+}
+
 }  // namespace sluice::redis

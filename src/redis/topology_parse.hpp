@@ -49,5 +49,10 @@ struct SwitchMaster {
     std::uint16_t port = 0;
 };
 bool parse_switch_master(const std::string& message, const std::string& master_name, SwitchMaster& out);
+// A failover event about a replica of `master_name` ("slave IP:PORT IP PORT @ NAME MIP MPORT",
+// sentinel's "%@" of a replica): the replica's address.
+bool parse_promoted_replica(const std::string& message, const std::string& master_name, SwitchMaster& out);
+// A failover event about the master itself ("master NAME IP PORT ..."): whether it is ours.
+bool is_about_master(const std::string& message, const std::string& master_name);
 
 }  // namespace sluice::redis

@@ -27,6 +27,10 @@ void check_strings(const RedisReply& reply, int depth) {
         if (sluice::redis::parse_switch_master(reply.text, "mm", to)) {
             if (to.port == 0 || !sluice::redis::acceptable_host(to.host)) std::abort();
         }
+        if (sluice::redis::parse_promoted_replica(reply.text, "mm", to)) {
+            if (to.port == 0 || !sluice::redis::acceptable_host(to.host)) std::abort();
+        }
+        (void)sluice::redis::is_about_master(reply.text, "mm");
         std::string host;
         std::uint16_t port = 0;
         if (sluice::redis::split_address(reply.text, host, port)) {

@@ -20,9 +20,17 @@ LIMIT = 100
 
 
 class AccuracyTest(SluiceTestCase):
+    def store(self):
+        """The `store` section both instances share (test_redis_cluster runs this test
+        against a Redis Cluster by overriding it)."""
+        self.redis = self.start_redis()
+        # A generous deadline: this is about exactness; a store error would forward
+        # a request Redis did not count (and is asserted absent).
+        return redis_store(self.redis, timeout="2s")
+
     def setUp(self):
         self.up = self.start_upstream(respond(200, b"ok"))
-        self.redis = self.start_redis()
+        store = self.store()
         routes = [
             limited_route("sw", [sliding_window("minute", LIMIT, "1m", key=[])]),
             # 1 token an hour: nothing measurable refills during the test.
@@ -31,13 +39,14 @@ class AccuracyTest(SluiceTestCase):
         self.instances = []
         for _ in range(INSTANCES):
             port = free_port()
-            # A generous deadline: this is about exactness; a store error would forward
-            # a request Redis did not count (and is asserted absent).
             s = self.start_sluice(proxy_config(
                 port, {"app": self.up.address}, routes, server={"workers": WORKERS},
-                extra={"store": redis_store(self.redis, timeout="2s")}))
-            s.wait_store_connected(WORKERS)
+                extra={"store": store}))
+            s.wait_store_connected(self.connections_per_instance())
             self.instances.append(s)
+
+    def connections_per_instance(self):
+        return WORKERS
 
     def hammer(self, prefix):
         """CONNECTIONS threads, alternating between the instances, each sending
@@ -78,7 +87,7 @@ class AccuracyTest(SluiceTestCase):
         requests = CONNECTIONS * PER_CONNECTION
         upstream = sum(1 for r in self.up.requests if r.target.startswith(prefix + "/"))
         per_instance = ", ".join(f"instance {i + 1}: {c[200]}" for i, c in enumerate(results))
-        print(f"\n    accuracy {algorithm} ({detail}): limit={LIMIT} instances={INSTANCES} "
+        print(f"\n    accuracy {algorithm} ({detail}{self.where()}): limit={LIMIT} instances={INSTANCES} "
               f"workers_each={WORKERS} connections={CONNECTIONS} requests={requests} "
               f"admitted={total[200]} ({per_instance}) limited={total[429]} "
               f"upstream_saw={upstream} in {took:.2f}s")
@@ -96,6 +105,9 @@ class AccuracyTest(SluiceTestCase):
         entries = wait_until(logged, 5.0, message=f"{requests} access lines")
         decisions = collections.Counter(e["decision"] for e in entries)
         self.assertEqual(decisions, {"allowed": LIMIT, "limited": requests - LIMIT})
+
+    def where(self):
+        return ""
 
     def test_sliding_window_exact_across_two_instances(self):
         self.check("/sw", "sliding_window", "limit 100, window 1m")

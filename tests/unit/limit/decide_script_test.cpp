@@ -40,7 +40,10 @@ struct DecideReply {
 
 struct Script {
     SyncRedis& redis;
-    std::string sha = redis.text({"SCRIPT", "LOAD", limit::decide_script_source()});
+    // The Redis Cluster variant: a batch's keys go in ARGV (lua/cluster_keys.lua); on a
+    // server without cluster mode every key is local, so it decides as the other does.
+    bool cluster = false;
+    std::string sha = redis.text({"SCRIPT", "LOAD", limit::decide_script_source(cluster)});
 
     // One call deciding each request (the limits of one route) in turn.
     redis::RedisResult raw_batch(const std::vector<std::vector<ScriptLimit>>& requests) {
@@ -56,7 +59,13 @@ struct Script {
             builder.end_request();
         }
         const auto argv = builder.take();
-        std::vector<std::string> args{"EVALSHA", sha, std::to_string(keys.size())};
+        std::vector<std::string> args{"EVALSHA", sha};
+        if (cluster) {
+            args.push_back("0");
+            args.push_back(std::to_string(keys.size()));
+        } else {
+            args.push_back(std::to_string(keys.size()));
+        }
         args.insert(args.end(), keys.begin(), keys.end());
         args.insert(args.end(), argv.begin(), argv.end());
         return redis.run(args);
@@ -70,7 +79,7 @@ struct Script {
         if (!result.ok()) FAIL("script error: " << result.error->message);
         std::size_t total = 0;
         for (const auto& limits : requests) total += limits.size();
-        REQUIRE(limit::is_decide_reply(result.reply, total));
+        REQUIRE(limit::is_decide_reply(result.reply, total, cluster));
         std::vector<DecideReply> out;
         std::size_t index = 0;
         for (const auto& limits : requests) {
@@ -637,4 +646,64 @@ TEST_CASE("decide script: reading the reply", "[lua]") {
     string.type = RedisReply::Type::string;
     string.text = "1 1 4 0 250";
     CHECK_FALSE(limit::is_decide_reply(string, 1));
+}
+
+TEST_CASE("decide script, cluster variant: keys in ARGV decide exactly as keys in KEYS", "[lua][redis][cluster]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script plain{redis};
+    Script cluster{redis, true};
+    REQUIRE(plain.sha != cluster.sha);
+    // The same requests on two sets of keys, one through each variant, batch by batch.
+    for (int round = 0; round < 4; ++round) {
+        std::vector<std::vector<ScriptLimit>> a, b;
+        for (int r = 0; r < 6; ++r) {
+            const std::string client = std::to_string(r % 3);
+            a.push_back({bucket("{p" + client + "}:b", 3'600'000'000, 5), window("{p" + client + "}:w", 7, 3'600'000'000)});
+            b.push_back({bucket("{c" + client + "}:b", 3'600'000'000, 5), window("{c" + client + "}:w", 7, 3'600'000'000)});
+        }
+        const auto x = plain.batch(a);
+        const auto y = cluster.batch(b);
+        REQUIRE(x.size() == y.size());
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            for (std::size_t l = 0; l < 2; ++l) {
+                CAPTURE(round, i, l);
+                CHECK(x[i].results[l].allowed == y[i].results[l].allowed);
+                CHECK(x[i].results[l].remaining == y[i].results[l].remaining);
+            }
+        }
+    }
+    // Without cluster mode every key is local: nothing is "elsewhere".
+    const auto local = cluster.raw_batch({{bucket("{e}:b", 1000, 1)}, {window("{f}:w", 1, 1000)}});
+    REQUIRE(local.ok());
+    REQUIRE(limit::is_decide_reply(local.reply, 2, true));
+    CHECK_FALSE(limit::decide_elsewhere(local.reply, 0));
+    CHECK_FALSE(limit::decide_elsewhere(local.reply, 1));
+    // A request sent on its own keeps its keys in KEYS (Redis checks their slot).
+    const auto single = redis.run({"EVALSHA", cluster.sha, "1", "{s}:b", "1", "1", "token_bucket", "0", "1000000", "2", "1"});
+    REQUIRE(single.ok());
+    REQUIRE(limit::is_decide_reply(single.reply, 1, true));
+    CHECK(limit::decide_result(single.reply, 0).remaining == 1);
+    // Malformed key counts are refused before anything runs.
+    for (const std::string bad : {"x", "-1", "1.5", "9"}) {
+        const auto r = redis.run({"EVALSHA", cluster.sha, "0", bad, "{s}:b", "1", "1", "token_bucket", "0", "1000000", "2", "1"});
+        REQUIRE_FALSE(r.ok());
+        CHECK(r.error->message.find("argument 1 is not a number of keys") != std::string::npos);
+    }
+}
+
+TEST_CASE("decide replies: 2 (elsewhere) is only read from the cluster variant", "[lua][cluster]") {
+    redis::RedisReply reply;
+    reply.type = redis::RedisReply::Type::array;
+    for (std::int64_t v : {1'000'000, 2, 0, 0, 0}) {
+        redis::RedisReply e;
+        e.type = redis::RedisReply::Type::integer;
+        e.integer = v;
+        reply.elements.push_back(e);
+    }
+    CHECK_FALSE(limit::is_decide_reply(reply, 1));
+    REQUIRE(limit::is_decide_reply(reply, 1, true));
+    CHECK(limit::decide_elsewhere(reply, 0));
+    reply.elements[1].integer = 3;
+    CHECK_FALSE(limit::is_decide_reply(reply, 1, true));
 }

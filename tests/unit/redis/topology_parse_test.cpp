@@ -143,6 +143,17 @@ TEST_CASE("parse_switch_master takes the new address of our master only", "[redi
     CHECK_FALSE(redis::parse_switch_master("mm 127.0.0.1 7101 127.0.0.1 99999", "mm", to));
     CHECK_FALSE(redis::parse_switch_master("mm 127.0.0.1 7101 bad_host! 7102", "mm", to));
     CHECK_FALSE(redis::parse_switch_master("", "mm", to));
+    REQUIRE(redis::parse_promoted_replica("slave 127.0.0.1:7102 127.0.0.1 7102 @ mm 127.0.0.1 7101", "mm", to));
+    CHECK(to.host == "127.0.0.1");
+    CHECK(to.port == 7102);
+    CHECK_FALSE(redis::parse_promoted_replica("slave 127.0.0.1:7102 127.0.0.1 7102 @ other 127.0.0.1 7101", "mm", to));
+    CHECK_FALSE(redis::parse_promoted_replica("master mm 127.0.0.1 7101", "mm", to));
+    CHECK_FALSE(redis::parse_promoted_replica("slave 127.0.0.1:7102 127.0.0.1 0 @ mm 127.0.0.1 7101", "mm", to));
+    CHECK_FALSE(redis::parse_promoted_replica("slave 127.0.0.1:7102 127.0.0.1 7102 @ mm 127.0.0.1 7101 x", "mm", to));
+    CHECK(redis::is_about_master("master mm 127.0.0.1 7101", "mm"));
+    CHECK(redis::is_about_master("master mm 127.0.0.1 7101 12", "mm"));
+    CHECK_FALSE(redis::is_about_master("master other 127.0.0.1 7101", "mm"));
+    CHECK_FALSE(redis::is_about_master("slave 127.0.0.1:7102 127.0.0.1 7102 @ mm 127.0.0.1 7101", "mm"));
     std::uint16_t port = 0;
     CHECK(redis::parse_port("6379", port));
     CHECK(port == 6379);

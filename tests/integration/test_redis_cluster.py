@@ -1,0 +1,284 @@
+"""store.redis.mode cluster: a real Redis Cluster of 3 masters and 3 replicas
+(`redis-server --cluster-enabled yes`, `redis-cli --cluster create`), sluice with 2 workers.
+
+- Exact counts with many keys spread over every master, from two sluice instances.
+- A slot migrated by hand (CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE) while
+  its key is being hammered: the bucket holds exactly the decisions Redis made, before,
+  during (ASK) and after (MOVED) the move.
+- A master killed: its replica takes over, keys on the other masters never stop being
+  decided, keys of the dead master's slots follow on_error until then; lost counts printed.
+- The accuracy test (test_accuracy: 2 instances, 50 connections, one key) against the cluster.
+"""
+
+import collections
+import re
+import threading
+import time
+import unittest
+
+import test_accuracy
+from admin_api import admin_request, wait_admin
+from harness import (SluiceTestCase, free_port, limited_route, proxy_config, respond,
+                     token_bucket, wait_until)
+from redis_setups import RedisClusterSetup
+
+WORKERS = 2
+BURST = 50000  # 1 token an hour: nothing measurable refills during a test
+
+
+def cluster_store(cluster, timeout="2s", on_error="allow"):
+    return {"type": "redis", "on_error": on_error,
+            "redis": {"mode": "cluster", "nodes": list(cluster.seeds), "timeout": timeout}}
+
+
+def evalsha_calls(server):
+    stats = server.command("INFO", "commandstats")
+    m = re.search(r"cmdstat_evalsha:calls=(\d+)", stats)
+    return int(m.group(1)) if m else 0
+
+
+class ClusterTestCase(SluiceTestCase):
+    def start_cluster(self, extra_args=()):
+        self.cluster = RedisClusterSetup(masters=3, replicas_per_master=1, extra_args=extra_args)
+        self.addCleanup(self._finish_cluster)
+        self.cluster.start()
+        return self.cluster
+
+    def _finish_cluster(self):
+        if self._failed():
+            import sys
+            sys.stderr.write(self.cluster.log_text()[-6000:])
+        self.cluster.cleanup()
+
+    def start_proxy(self, routes, *, on_error="allow", admin=False):
+        port = free_port()
+        extra = {"store": cluster_store(self.cluster, on_error=on_error)}
+        if admin:
+            self.admin = free_port()
+            extra["admin"] = {"listen": f"127.0.0.1:{self.admin}"}
+        s = self.start_sluice(proxy_config(port, {"app": self.up.address}, routes,
+                                           server={"workers": WORKERS}, extra=extra))
+        s.wait_store_connected(WORKERS * len(self.cluster.seeds))
+        if admin:
+            wait_admin(self.admin)
+        return s
+
+    def decisions(self, instances, prefix=""):
+        return collections.Counter(e["decision"] for s in instances for e in s.access_entries()
+                                   if e["target"].startswith(prefix))
+
+
+class ClusterExactTest(ClusterTestCase):
+    def setUp(self):
+        self.start_cluster()
+        self.up = self.start_upstream(respond(200, b"ok"))
+
+    def test_many_keys_over_every_master_are_counted_exactly_from_two_instances(self):
+        routes = [limited_route("u", [token_bucket("b", 1, "1h", 5, key=["header:X-User"])])]
+        instances = [self.start_proxy(routes, admin=(i == 0)) for i in range(2)]
+        users = [f"user{n}" for n in range(60)]
+        # Every master owns some of the users' slots.
+        owners = {self.cluster.node_for_slot(self.cluster.key_slot(f"u:{u}")).port for u in users}
+        self.assertEqual(len(owners), 3, "the users' keys should spread over all 3 masters")
+
+        results = collections.defaultdict(collections.Counter)
+        errors = []
+        lock = threading.Lock()
+
+        def run(k):
+            try:
+                c = self.client(instances[k % 2].port, timeout=10)
+                for i in range(8):
+                    for u in users[k % 6::6]:
+                        r = c.request("GET", f"/u/{k}/{i}", [("X-User", u)])
+                        with lock:
+                            results[u][r.status] += 1
+            except Exception as e:
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(errors, [])
+        # Each user sent 16 requests (two clients of 8) and got exactly its burst of 5.
+        for u in users:
+            self.assertEqual(results[u], {200: 5, 429: 11}, f"{u}: {results[u]}")
+        total = sum(sum(c.values()) for c in results.values())
+        decisions = wait_until(lambda: (lambda d: d if sum(d.values()) >= total else None)(
+            self.decisions(instances, "/u/")), 10.0, message=f"{total} access lines")
+        self.assertEqual(decisions, {"allowed": 5 * len(users), "limited": 11 * len(users)})
+        for master in self.cluster.masters():
+            self.assertGreater(evalsha_calls(master), 0, f"master {master.port} decided nothing")
+        status, _, body = admin_request(self.admin, "/metrics")
+        metrics = body.decode()
+        self.assertIn('sluice_store_nodes{state="down"} 0', metrics)
+        self.assertEqual(len(re.findall(r'sluice_store_node_up\{address="[^"]+",role="master"\} 1', metrics)), 3,
+                         metrics)
+        status, _, body = admin_request(self.admin, "/readyz")
+        self.assertEqual(status, 200, body)
+        print(f"\n    cluster exact: users={len(users)} requests={total} over 3 masters: exact")
+
+    def test_a_slot_migrated_under_load_keeps_the_count_exact(self):
+        routes = [limited_route("m", [token_bucket("b", 1, "1h", BURST, key=["header:X-User"])])]
+        s = self.start_proxy(routes)
+        user = "mover"
+        slot = self.cluster.key_slot(f"m:{user}")
+        source = self.cluster.node_for_slot(slot)
+        target = next(m for m in self.cluster.masters() if m.port != source.port)
+        statuses = collections.Counter()
+        errors = []
+        stop = threading.Event()
+        lock = threading.Lock()
+
+        def run(k):
+            try:
+                c = self.client(s.port, timeout=10)
+                i = 0
+                while not stop.is_set():
+                    r = c.request("GET", f"/m/{k}/{i}", [("X-User", user)])
+                    i += 1
+                    with lock:
+                        statuses[r.status] += 1
+            except Exception as e:
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(0.7)
+            handle = self.cluster.begin_migration(slot, target)
+            time.sleep(0.7)   # IMPORTING/MIGRATING, the key still on the source
+            self.cluster.move_keys(handle)
+            time.sleep(0.7)   # the key on the target: ASK
+            self.cluster.finish_migration(handle)
+            time.sleep(0.7)   # MOVED, then the new map
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(20)
+        self.assertEqual(errors, [])
+        self.assertEqual(set(statuses), {200}, statuses)
+        self.assertEqual(self.cluster.node_for_slot(slot).port, target.port)
+        c = self.client(s.port)
+        r = c.request("GET", "/m/final", [("X-User", user)])
+        remaining = int(re.search(r";r=(\d+)", r.header("ratelimit")).group(1))
+        total = sum(statuses.values()) + 1
+        decisions = wait_until(lambda: (lambda d: d if sum(d.values()) >= total else None)(
+            self.decisions([s], "/m/")), 10.0, message=f"{total} access lines")
+        allowed = decisions["allowed"]
+        print(f"\n    cluster slot {slot} migrated {source.port} -> {target.port} under load: "
+              f"requests={total} decided_by_redis={allowed} "
+              f"store_errors={decisions['store_error_allowed']} remaining={remaining}")
+        self.assertEqual(remaining, BURST - allowed, "the bucket must hold exactly the decisions Redis made")
+        self.assertEqual(set(decisions) - {"allowed", "store_error_allowed"}, set(), decisions)
+        self.assertGreater(allowed, total * 0.9, f"too many store errors: {decisions}")
+        moved = rf"redis cluster: slot {slot} moved from 127\.0\.0\.1:{source.port} to 127\.0\.0\.1:{target.port}"
+        self.assertTrue(re.search(moved, s.log_text()), f"no log line like {moved!r}")
+
+
+class ClusterFailoverTest(ClusterTestCase):
+    """With cluster-require-full-coverage no, as an operator who wants the other masters to
+    keep serving while one fails over sets it (the default, yes, makes every node answer
+    CLUSTERDOWN until the replica takes over: then every decision follows on_error)."""
+
+    def setUp(self):
+        self.start_cluster(["--cluster-require-full-coverage", "no"])
+        self.up = self.start_upstream(respond(200, b"ok"))
+
+    def test_a_killed_master_is_replaced_by_its_replica(self):
+        routes = [limited_route("f", [token_bucket("b", 1, "1h", BURST, key=["header:X-User"])])]
+        s = self.start_proxy(routes, admin=True)
+        masters = self.cluster.masters()
+        victim = masters[0]
+        # One user on the victim's slots, one elsewhere.
+        users = [f"f{n}" for n in range(200)]
+        on_victim = next(u for u in users
+                         if self.cluster.node_for_slot(self.cluster.key_slot(f"f:{u}")).port == victim.port)
+        elsewhere = next(u for u in users
+                         if self.cluster.node_for_slot(self.cluster.key_slot(f"f:{u}")).port != victim.port)
+        c = self.client(s.port)
+        for u in (on_victim, elsewhere):
+            for _ in range(20):
+                self.assertEqual(c.request("GET", "/f/warm", [("X-User", u)]).status, 200)
+
+        statuses = collections.Counter()
+        headers_seen = collections.Counter()
+        errors = []
+        stop = threading.Event()
+        lock = threading.Lock()
+
+        def run(k, user):
+            try:
+                cc = self.client(s.port, timeout=10)
+                i = 0
+                while not stop.is_set():
+                    r = cc.request("GET", f"/f/{user}/{k}/{i}", [("X-User", user)])
+                    i += 1
+                    with lock:
+                        statuses[(user, r.status)] += 1
+                        headers_seen[(user, r.header("ratelimit") is not None)] += 1
+            except Exception as e:
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=run, args=(k, u)) for k in range(2) for u in (on_victim, elsewhere)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(0.5)
+            killed_at = time.monotonic()
+            new_master = self.cluster.kill_master(victim)
+            promoted = time.monotonic() - killed_at
+            # Decided by Redis again within a few seconds of the promotion.
+            def decided():
+                r = self.client(s.port).request("GET", "/f/resume", [("X-User", on_victim)])
+                return r.header("ratelimit") is not None
+            wait_until(decided, 10.0, interval=0.05, message="decisions on the promoted replica")
+            resumed = time.monotonic() - killed_at
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(20)
+        self.assertEqual(errors, [])
+        self.assertEqual({st for (_, st) in statuses}, {200}, statuses)
+        self.assertEqual(headers_seen[(elsewhere, False)], 0,
+                         "keys on the live masters must be decided by Redis throughout")
+        # Lost counts: what the victim's bucket says against the decisions Redis made for it.
+        r = self.client(s.port).request("GET", "/f/final", [("X-User", on_victim)])
+        remaining = int(re.search(r";r=(\d+)", r.header("ratelimit")).group(1))
+        allowed = sum(1 for e in s.access_entries()
+                      if e["decision"] == "allowed" and (e["target"].startswith(f"/f/{on_victim}/")
+                                                         or e["target"] in ("/f/resume", "/f/final")))
+        allowed += 20  # the warm-up
+        lost = remaining - (BURST - allowed)
+        print(f"\n    cluster master {victim.port} killed: replica {new_master.port} promoted after "
+              f"{promoted:.2f}s, decisions resumed after {resumed:.2f}s, lost_counts={lost}, "
+              f"responses without a decision on the victim's key={headers_seen[(on_victim, False)]}")
+        self.assertGreaterEqual(lost, 0)
+        moved = rf"moved from 127\.0\.0\.1:{victim.port} to 127\.0\.0\.1:{new_master.port}"
+        self.assertTrue(re.search(moved, s.log_text()), f"no log line like {moved!r}")
+
+
+class ClusterAccuracyTest(test_accuracy.AccuracyTest):
+    """test_accuracy's exactness test (2 instances, 50 connections, one key) on the cluster."""
+
+    def store(self):
+        self.cluster = RedisClusterSetup(masters=3, replicas_per_master=1)
+        self.addCleanup(self.cluster.cleanup)
+        self.cluster.start()
+        return cluster_store(self.cluster)
+
+    def connections_per_instance(self):
+        return WORKERS * len(self.cluster.seeds)
+
+    def where(self):
+        return ", Redis Cluster of 3 masters"
+
+
+del test_accuracy  # its own tests run from test_accuracy.py, not again from here
+
+if __name__ == "__main__":
+    unittest.main()
