@@ -45,6 +45,22 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 -- The algorithms by name, each built when a call first names it: creating an algorithm's
 -- functions is part of every call's cost, and most batches use one algorithm only.
+-- On a cluster (cluster_keys.lua sets `cluster`), a key this node does not serve now (its slot
+-- moved, or is migrating and the key has left) fails when it is read: redis.pcall answers an
+-- error ("... non local key ..." or "... cluster is down ..."). The algorithms read every key
+-- of a request before they write anything for it, and hand such an error to `read_failed`,
+-- which raises NOT_HERE: the request is then answered "elsewhere" and the proxy sends it
+-- again on its own. Any other error (a key of another type) is the algorithm's to handle.
+local NOT_HERE = {}
+local find = string.find
+local function read_failed(reply)
+  if not cluster then return end
+  local message = reply.err or ''
+  if find(message, 'non local key', 1, true) or find(message, 'cluster is down', 1, true) then
+    error(NOT_HERE)
+  end
+end
+
 local makers = { token_bucket = token_bucket_algorithm, sliding_window = sliding_window_algorithm }
 local algorithms = {}
 local function algorithm_named(name)
@@ -52,13 +68,13 @@ local function algorithm_named(name)
   if algorithm == nil then
     local make = makers[name]
     if make == nil then return nil end
-    algorithm = make()
+    algorithm = make(read_failed)
     algorithms[name] = algorithm
   end
   return algorithm
 end
--- ARGV, KEYS (locals: a global is a table lookup on every use) and `foreign` (the keys this
--- node cannot serve now, nil when none) come from standalone_keys.lua or cluster_keys.lua.
+-- ARGV, KEYS (locals: a global is a table lookup on every use) and `cluster` come from
+-- standalone_keys.lua or cluster_keys.lua.
 local nargs = #ARGV
 local ceil = math.ceil
 
@@ -127,27 +143,10 @@ local token_bucket, sliding_window = algorithms.token_bucket, algorithms.sliding
 if token_bucket and sliding_window then
   other[token_bucket], other[sliding_window] = sliding_window, token_bucket
 end
--- A request with a key this node cannot serve is not decided here: four zeros per limit, the
--- first one 2 ("elsewhere"); nothing is read or written for it.
-local function elsewhere(k, n)
-  if not foreign then return false end
-  for i = k + 1, k + n do
-    if foreign[KEYS[i]] then return true end
-  end
-  return false
-end
-
 local k = 0  -- keys used by the requests before this one
 local checks = {}  -- per limit of the request: its check
-for r = first, nargs do
-  local plan = plans[ARGV[r]]
-  local n = plan.n
-  if elsewhere(k, n) then
-    for _ = 1, n do
-      reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 2, 0, 0, 0
-      m = m + 4
-    end
-  elseif plan.alone then
+local function decide_request(plan, n)
+  if plan.alone then
     local key = KEYS[k + 1]
     local hand = other[plan[1].algorithm]
     if hand then hand.release(key) end
@@ -169,6 +168,27 @@ for r = first, nargs do
       if consumed then algorithm.commit(c) end
       put(c.allowed, algorithm.report(c, consumed))
     end
+  end
+end
+
+for r = first, nargs do
+  local plan = plans[ARGV[r]]
+  local n = plan.n
+  if cluster then
+    -- A request with a key this node cannot serve is not decided here: four zeros per limit,
+    -- the first one 2 ("elsewhere"); nothing was written for it.
+    local before = m
+    local ok, err = pcall(decide_request, plan, n)
+    if not ok then
+      if err ~= NOT_HERE then error(err, 0) end
+      m = before
+      for _ = 1, n do
+        reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 2, 0, 0, 0
+        m = m + 4
+      end
+    end
+  else
+    decide_request(plan, n)
   end
   k = k + n
 end

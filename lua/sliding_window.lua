@@ -13,7 +13,8 @@
 -- nothing); the set never holds more than `limit` members after a write. The key expires
 -- when its newest member leaves the window. A key of another type (the limit's algorithm
 -- changed on reload) reads as empty and is replaced when written.
-local function sliding_window_algorithm()
+-- `read_failed(error)`: as for token_bucket_algorithm.
+local function sliding_window_algorithm(read_failed)
   local sliding_window = {}
 
   local format = string.format
@@ -41,6 +42,7 @@ local function sliding_window_algorithm()
       write(key, e)  -- the window changed on reload within this call: count afresh
     end
     local count = redis.pcall('ZCOUNT', key, '(' .. format('%d', now - window), '+inf')
+    if type(count) == 'table' then read_failed(count) end
     local foreign = type(count) ~= 'number'
     if foreign then count = 0 end
     e = { now = now, window = window, count = count, held = count, foreign = foreign, adds = {} }

@@ -3,4 +3,4 @@
 -- Part of the decide script, between the algorithms and decide.lua (limit/decide_script.cpp
 -- joins them). The keys are the call's KEYS; every one of them is on this server.
 local ARGV, KEYS = ARGV, KEYS
-local foreign = nil
+local cluster = false

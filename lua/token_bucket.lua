@@ -13,7 +13,9 @@
 -- The key expires when the bucket would be full, so an expired key and a full bucket are
 -- the same state. A key of another type (the limit's algorithm changed on reload) reads as
 -- a full bucket and is replaced when written.
-local function token_bucket_algorithm()
+-- `read_failed(error)` is called when reading a key answers an error (decide.lua: it raises
+-- when the key lives on another cluster node).
+local function token_bucket_algorithm(read_failed)
   local token_bucket = {}
 
   local floor = math.floor
@@ -30,7 +32,12 @@ local function token_bucket_algorithm()
   local function read(key, now, interval, burst)
     local tat = known[key]
     if tat == nil then
-      tat = tonumber(redis.pcall('GET', key))
+      local value = redis.pcall('GET', key)
+      if type(value) == 'table' then
+        read_failed(value)
+        value = nil  -- another type: a full bucket
+      end
+      tat = tonumber(value)
       if not tat or tat < 0 then tat = false end  -- (negative: not ours; and the sign is taken)
       known[key] = tat
     end

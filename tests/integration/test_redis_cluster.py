@@ -37,6 +37,11 @@ def evalsha_calls(server):
     return int(m.group(1)) if m else 0
 
 
+def asking_calls(server):
+    m = re.search(r"cmdstat_asking:calls=(\d+)", server.command("INFO", "commandstats"))
+    return int(m.group(1)) if m else 0
+
+
 class ClusterTestCase(SluiceTestCase):
     def start_cluster(self, extra_args=()):
         self.cluster = RedisClusterSetup(masters=3, replicas_per_master=1, extra_args=extra_args)
@@ -171,8 +176,11 @@ class ClusterExactTest(ClusterTestCase):
         allowed = decisions["allowed"]
         print(f"\n    cluster slot {slot} migrated {source.port} -> {target.port} under load: "
               f"requests={total} decided_by_redis={allowed} "
-              f"store_errors={decisions['store_error_allowed']} remaining={remaining}")
+              f"store_errors={decisions['store_error_allowed']} remaining={remaining} "
+              f"asking_calls_on_target={asking_calls(target)}")
         self.assertEqual(remaining, BURST - allowed, "the bucket must hold exactly the decisions Redis made")
+        # The half-migrated state was really met: requests went to the target after ASKING.
+        self.assertGreater(asking_calls(target), 0, "no request followed an ASK redirection")
         self.assertEqual(set(decisions) - {"allowed", "store_error_allowed"}, set(), decisions)
         self.assertGreater(allowed, total * 0.9, f"too many store errors: {decisions}")
         moved = rf"redis cluster: slot {slot} moved from 127\.0\.0\.1:{source.port} to 127\.0\.0\.1:{target.port}"
