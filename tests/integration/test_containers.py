@@ -25,6 +25,9 @@ from harness import (LOOPBACK, SluiceTestCase, free_port, proxy_config, run_cli,
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 COMPOSE_FILE = "docker-compose.yml"
 DOCKER_CONFIG = "conf/sluice.docker.yaml"
+CLUSTER_COMPOSE_FILE = "docker-compose.cluster.yml"
+CLUSTER_DOCKER_CONFIG = "conf/sluice.cluster.docker.yaml"
+CLUSTER_NODES = [f"redis-{n}" for n in range(1, 7)]
 EXAMPLE_CONFIG = "conf/sluice.yaml"
 UNIT_FILE = "conf/sluice.service"
 HEALTHCHECK_SCRIPT = "scripts/container_healthcheck.sh"
@@ -246,6 +249,96 @@ class ComposeTest(unittest.TestCase):
                 if m:
                     self.assertTrue(os.path.isfile(m.group(1)),
                                     f"{service}: bind mount source {m.group(1)} is not a file")
+
+
+# ---------------------------------------------------------------------------------------
+# docker-compose.cluster.yml: sluice against a Redis Cluster of 3 masters and 3 replicas
+
+class ClusterComposeTest(ComposeTest):
+
+    def compose(self, *args):
+        exe = required_tool(self, "docker-compose", "docker-compose")
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("COMPOSE_", "DOCKER_"))}
+        return subprocess.run([exe, "-f", CLUSTER_COMPOSE_FILE, *args], cwd=REPO, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=120)
+
+    def test_config_is_valid(self):
+        r = self.compose("config", "-q")
+        self.assertEqual(r.returncode, 0,
+                         f"docker-compose -f {CLUSTER_COMPOSE_FILE} config -q failed:\n{r.stderr}")
+
+    def test_three_services(self):  # the inherited name; here: six nodes, the init, backend, sluice
+        r = self.compose("config", "--services")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(set(r.stdout.split()),
+                         set(CLUSTER_NODES) | {"redis-cluster-init", "backend", "sluice"})
+
+    def test_sluice_waits_for_healthy_redis_and_backend(self):
+        text = self.config_text()
+        depends = "\n".join(yaml_block(text, "services", "sluice", "depends_on"))
+        self.assertEqual(yaml_scalar(yaml_block(depends, "redis-cluster-init"), "condition"),
+                         "service_completed_successfully", "sluice starts once the cluster is made")
+        self.assertEqual(yaml_scalar(yaml_block(depends, "backend"), "condition"), "service_healthy")
+        init = "\n".join(yaml_block(text, "services", "redis-cluster-init", "depends_on"))
+        for node in CLUSTER_NODES:
+            self.assertEqual(yaml_scalar(yaml_block(init, node), "condition"), "service_healthy",
+                             f"the init must wait for {node}")
+
+    def test_every_service_has_a_healthcheck(self):
+        text = self.config_text()
+        for service in CLUSTER_NODES + ["backend", "sluice"]:
+            check = yaml_block(text, "services", service, "healthcheck")
+            self.assertTrue(yaml_block("\n".join(check), "test"), f"{service} has no healthcheck: {check}")
+
+    def test_nodes_run_in_cluster_mode_and_the_init_makes_three_masters_with_replicas(self):
+        text = self.config_text()
+        for node in CLUSTER_NODES:
+            words = [line.strip().removeprefix("- ").strip("'\"") for line in
+                     yaml_block(text, "services", node, "command")]
+            self.assertIn("--cluster-enabled", words, node)
+            self.assertEqual(words[words.index("--cluster-enabled") + 1], "yes", node)
+            self.assertIn("image: redis:7", "\n".join(yaml_block(text, "services", node)))
+        init = read(CLUSTER_COMPOSE_FILE)
+        self.assertIn("--cluster create", init)
+        self.assertIn("--cluster-replicas 1", init)
+        self.assertIn("cluster_state:ok", init, "the init must be idempotent and wait for a healthy cluster")
+
+    def test_sluice_build_ports_config_and_stop(self):
+        sluice = yaml_block(self.config_text(), "services", "sluice")
+        volumes = "\n".join(yaml_block("\n".join(sluice), "volumes"))
+        self.assertRegex(volumes, re.escape(os.path.join(REPO, CLUSTER_DOCKER_CONFIG))
+                         + r":/etc/sluice/sluice\.yaml:ro")
+        ports = "\n".join(yaml_block("\n".join(sluice), "ports"))
+        self.assertRegex(ports, r"127\.0\.0\.1:9901:9901")
+        self.assertGreater(seconds(yaml_scalar(sluice, "stop_grace_period")),
+                           shutdown_timeout_of(CLUSTER_DOCKER_CONFIG))
+
+    def test_backend_runs_the_demo_backend(self):
+        backend = "\n".join(yaml_block(self.config_text(), "services", "backend"))
+        self.assertIn("/app/demo_backend.py", backend)
+
+    def test_bind_mount_sources_are_files_in_the_repository(self):
+        text = self.config_text()
+        for service in ["backend", "sluice"]:
+            for line in yaml_block(text, "services", service, "volumes"):
+                m = re.match(r"\s*- (/[^:]+):", line)
+                if m:
+                    self.assertTrue(os.path.isfile(m.group(1)), f"{service}: {m.group(1)} is not a file")
+
+    def test_its_config_is_checked_and_names_every_node(self):
+        r = run_cli(["--check", "-c", os.path.join(REPO, CLUSTER_DOCKER_CONFIG)])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        text = read(CLUSTER_DOCKER_CONFIG)
+        self.assertRegex(text, r"(?m)^    mode: cluster")
+        for node in CLUSTER_NODES:
+            self.assertIn(f'"{node}:6379"', text)
+
+        def routes(rel):
+            t = read(rel)
+            return without_comments(t[t.index("\nroutes:"):t.index("\nresponses:")])
+        self.assertEqual(routes(CLUSTER_DOCKER_CONFIG), routes(EXAMPLE_CONFIG))
 
 
 # ---------------------------------------------------------------------------------------

@@ -341,3 +341,70 @@ TEST_CASE("redis connection: flush_output and poll_replies work without the even
     CHECK(run_until(io, [&] { return later.done(); }));
     CHECK(later.results.size() == 1);
 }
+
+TEST_CASE("redis connection: require_master refuses a replica and leaves one that is demoted", "[redis][sentinel]") {
+    RedisServer server;
+    boost::asio::io_context io;
+    auto options = options_for(server);
+    options.require_master = true;
+    std::vector<std::pair<RedisConnection::Trouble, std::string>> troubles;
+
+    SECTION("a replica never becomes ready, and says why") {
+        SyncRedis admin(server.port());
+        admin.must({"REPLICAOF", "127.0.0.1", "1"});  // a replica (of nothing that answers)
+        RedisConnection connection(io, options);
+        connection.on_trouble([&](RedisConnection::Trouble t, const std::string& d) { troubles.emplace_back(t, d); });
+        connection.start();
+        REQUIRE(run_until(io, [&] {
+            for (const auto& t : troubles)
+                if (t.first == RedisConnection::Trouble::not_master) return true;
+            return false;
+        }));
+        CHECK_FALSE(connection.ready());
+        // Once it is a master again, the connection takes it (it kept trying).
+        admin.must({"REPLICAOF", "NO", "ONE"});
+        REQUIRE(run_until(io, [&] { return connection.ready(); }));
+    }
+
+    SECTION("READONLY closes the connection: nothing more goes to a demoted master") {
+        RedisConnection connection(io, options);
+        connection.on_trouble([&](RedisConnection::Trouble t, const std::string& d) { troubles.emplace_back(t, d); });
+        start_and_wait_ready(io, connection);
+        SyncRedis admin(server.port());
+        admin.must({"REPLICAOF", "127.0.0.1", "1"});
+        Calls write;
+        connection.command({"SET", "k", "v"}, write.callback());
+        REQUIRE(run_until(io, [&] { return write.done(); }));
+        REQUIRE_FALSE(write.results[0].ok());
+        CHECK(write.results[0].error->message.rfind("READONLY", 0) == 0);
+        REQUIRE(run_until(io, [&] { return !troubles.empty() && !connection.ready(); }));
+        CHECK(troubles.front().first == RedisConnection::Trouble::not_master);
+        Calls after;
+        connection.command({"GET", "k"}, after.callback());
+        REQUIRE(run_until(io, [&] { return after.done(); }));
+        REQUIRE_FALSE(after.results[0].ok());
+        CHECK(after.results[0].error->code == RedisError::Code::not_connected);
+        admin.must({"REPLICAOF", "NO", "ONE"});
+    }
+}
+
+TEST_CASE("redis connection: retarget moves to another server at once", "[redis][sentinel]") {
+    RedisServer a;
+    RedisServer b;
+    boost::asio::io_context io;
+    RedisConnection connection(io, options_for(a));
+    start_and_wait_ready(io, connection);
+    CHECK(connection.address() == "127.0.0.1:" + std::to_string(a.port()));
+    Calls pending;
+    connection.command({"PING"}, pending.callback());  // queued, not answered before the move
+    connection.retarget("127.0.0.1", b.port());
+    REQUIRE(run_until(io, [&] { return pending.done(); }));
+    REQUIRE_FALSE(pending.results[0].ok());
+    CHECK(pending.results[0].error->code == RedisError::Code::connection_lost);  // never resent
+    REQUIRE(run_until(io, [&] { return connection.ready(); }));
+    CHECK(connection.address() == "127.0.0.1:" + std::to_string(b.port()));
+    Calls set;
+    connection.command({"SET", "where", "b"}, set.callback());
+    REQUIRE(run_until(io, [&] { return set.done(); }));
+    CHECK(SyncRedis(b.port()).text({"GET", "where"}) == "b");
+}
