@@ -147,4 +147,43 @@ std::int64_t SyncRedis::integer(const std::vector<std::string>& args) {
 
 std::string SyncRedis::text(const std::vector<std::string>& args) { return must(args).text; }
 
+RedisCluster::RedisCluster(int masters) {
+    std::vector<std::uint16_t> bus;
+    for (int i = 0; i < masters; ++i) {
+        bus.push_back(free_loopback_port());
+        nodes_.push_back(std::make_unique<RedisServer>(std::vector<std::string>{
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+            // The bus port is port + 10000 unless told, and free ports can be above 55535.
+            "--cluster-port", std::to_string(bus.back())}));
+    }
+    const int per = 16384 / masters;
+    for (int i = 0; i < masters; ++i) {
+        SyncRedis node(nodes_[i]->port());
+        const int last = i == masters - 1 ? 16383 : (i + 1) * per - 1;
+        node.must({"CLUSTER", "ADDSLOTSRANGE", std::to_string(i * per), std::to_string(last)});
+        node.must({"CLUSTER", "SET-CONFIG-EPOCH", std::to_string(i + 1)});
+        if (i > 0)
+            node.must({"CLUSTER", "MEET", "127.0.0.1", std::to_string(nodes_[0]->port()), std::to_string(bus[0])});
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (const auto& n : nodes_) {
+        SyncRedis node(n->port());
+        while (true) {
+            const auto info = node.text({"CLUSTER", "INFO"});
+            const auto slots = node.must({"CLUSTER", "SLOTS"});
+            if (info.find("cluster_state:ok") != std::string::npos &&
+                slots.elements.size() == static_cast<std::size_t>(masters))
+                break;
+            if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("the test cluster did not form");
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+}
+
+std::vector<std::uint16_t> RedisCluster::ports() const {
+    std::vector<std::uint16_t> ports;
+    for (const auto& n : nodes_) ports.push_back(n->port());
+    return ports;
+}
+
 }  // namespace sluice::test

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,18 @@ public:
 
 private:
     ::redisContext* context_ = nullptr;
+};
+
+// A Redis Cluster of `masters` masters without replicas, the slots split evenly (CLUSTER
+// ADDSLOTSRANGE, then MEET): ready, every node saying cluster_state:ok and knowing every
+// master, when the constructor returns.
+class RedisCluster {
+public:
+    explicit RedisCluster(int masters);
+    std::vector<std::uint16_t> ports() const;
+
+private:
+    std::vector<std::unique_ptr<RedisServer>> nodes_;
 };
 
 }  // namespace sluice::test
