@@ -110,6 +110,7 @@ private:
     std::unique_ptr<DeadlineTimer> deadline_timer_;
     bool deadline_timer_waiting_ = false;
     std::vector<std::shared_ptr<Batch>> batches_;  // one per node with decisions waiting
+    std::unordered_map<redis::RedisConnection*, int> in_flight_;  // calls sent, not yet answered
     bool flush_posted_ = false;
     std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted handlers hold it weakly
 };

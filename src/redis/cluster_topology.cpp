@@ -143,14 +143,16 @@ public:
                 if (alive.expired()) return;
                 refreshing_ = false;
                 if (!result.ok()) {
-                    spdlog::warn("redis cluster: CLUSTER SLOTS on {} failed: {}", address, result.error->message);
+                    warn_throttled(fmt::format("redis cluster: CLUSTER SLOTS on {} failed: {}", address,
+                                               result.error->message));
                     return schedule_refresh(std::chrono::milliseconds(100), why);
                 }
                 std::vector<SlotRange> ranges;
                 std::string error;
                 if (!parse_cluster_slots(result.reply, address, ranges, error)) {
-                    spdlog::warn("redis cluster: {} answered CLUSTER SLOTS with something else than a slot map: {}",
-                                 address, error);
+                    warn_throttled(fmt::format(
+                        "redis cluster: {} answered CLUSTER SLOTS with something else than a slot map: {}", address,
+                        error));
                     return schedule_refresh(std::chrono::milliseconds(100), why);
                 }
                 apply(ranges, address);
@@ -171,6 +173,18 @@ private:
         bool owns_slots = false;
         bool seed = false;
     };
+
+    // A node that keeps failing the slot map is asked again every 100 ms: say it once every
+    // 10 s, not every time.
+    void warn_throttled(const std::string& text) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_warning_ >= std::chrono::seconds(10)) {
+            last_warning_ = now;
+            spdlog::warn("{}", text);
+        } else {
+            spdlog::debug("{}", text);
+        }
+    }
 
     Node* node_at(const std::string& address) {
         for (auto& n : nodes_)
@@ -303,6 +317,7 @@ private:
     asio::steady_timer refresh_timer_;
     asio::steady_timer periodic_timer_;
     std::chrono::steady_clock::time_point last_refresh_{};
+    std::chrono::steady_clock::time_point last_warning_{};
     std::size_t next_ask_ = 0;
     bool started_ = false;
     bool refreshing_ = false;

@@ -210,7 +210,8 @@ private:
                                failure(RedisError::Code::shutting_down, "redis connection stopped"));
             return deliver(request->callback,
                            failure(RedisError::Code::connection_lost,
-                                   context->err ? context->errstr : "redis connection closed"));
+                                   context->err ? connection_error(context->err, context->errstr)
+                                               : std::string("redis connection closed")));
         }
         RedisResult result = take_reply(raw_reply);
         if (self != nullptr) {
@@ -380,7 +381,7 @@ private:
         auto* self = static_cast<Impl*>(context->data);
         if (self == nullptr || self->context_ != context) return;  // we closed it ourselves
         self->context_ = nullptr;
-        self->closed(context->err ? context->errstr : "closed");
+        self->closed(context->err ? connection_error(context->err, context->errstr) : std::string("closed"));
     }
 
     // Closes the current connection on purpose (failed handshake, timeout, dead health

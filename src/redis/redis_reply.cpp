@@ -186,6 +186,13 @@ RedisResult take_reply(void* reply) {
     return {std::nullopt, std::move(root.value)};
 }
 
+std::string connection_error(int err, const char* errstr) {
+    if (err == REDIS_ERR_OOM)
+        return "the server sent a reply sluice refuses (an array of more than " + std::to_string(max_reply_elements) +
+               " elements), or memory ran out";
+    return errstr;
+}
+
 RedisResult copy_reply(const ::redisReply& reply) {
     if (reply.type == REDIS_REPLY_ERROR)
         return {RedisError{RedisError::Code::reply_error, std::string(reply.str, reply.len)}, {}};

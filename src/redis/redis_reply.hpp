@@ -59,6 +59,10 @@ void build_owned_replies(::redisReader& reader);
 // replies with copy_reply.
 void build_bounded_hiredis_replies(::redisReader& reader);
 
+// hiredis's error text for a connection, said so that an operator can act on it: a reader
+// that refused an oversized reply reports "Out of memory".
+std::string connection_error(int err, const char* errstr);
+
 // The reply of a reader set up by build_owned_replies, moved out of it; an error reply
 // becomes a RedisError with Code::reply_error.
 RedisResult take_reply(void* reply);

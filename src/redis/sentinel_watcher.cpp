@@ -191,7 +191,7 @@ private:
         auto* self = owner(context);
         if (self == nullptr) return;
         self->context_ = nullptr;
-        self->fail(context->err ? context->errstr : "closed the connection");
+        self->fail(context->err ? connection_error(context->err, context->errstr) : std::string("closed the connection"));
     }
 
     // From inside a callback of this connection: close it (hiredis frees it after), report.
@@ -241,7 +241,7 @@ public:
           ask_timer_(io),
           random_(std::random_device{}()) {
         for (std::size_t i = 0; i < options_.sentinels.size(); ++i) {
-            listeners_.push_back(Listener{nullptr, std::make_unique<asio::steady_timer>(io), 0, false});
+            listeners_.push_back(Listener{nullptr, std::make_unique<asio::steady_timer>(io), 0, false, {}});
         }
     }
 
@@ -288,6 +288,7 @@ private:
         std::unique_ptr<asio::steady_timer> timer;
         unsigned attempt = 0;
         bool up = false;
+        std::chrono::steady_clock::time_point up_since{};
     };
 
     std::chrono::milliseconds backoff(unsigned attempt) {
@@ -366,15 +367,20 @@ private:
         Link::Handlers handlers;
         handlers.subscribed = [this, i] {
             listeners_[i].up = true;
-            listeners_[i].attempt = 0;
+            listeners_[i].up_since = std::chrono::steady_clock::now();
         };
         handlers.message = [this, i](const std::string& channel, const std::string& payload) {
             message(i, channel, payload);
         };
         handlers.failed = [this, i](const std::string& reason) {
             auto& l = listeners_[i];
-            if (l.up || l.attempt == 0)
+            // A subscription that held a while starts the backoff afresh; one that fails at
+            // once (a sentinel sending junk) backs off like a refused connection, quietly.
+            if (l.up && std::chrono::steady_clock::now() - l.up_since > std::chrono::seconds(5)) l.attempt = 0;
+            if (l.attempt == 0)
                 spdlog::warn("redis sentinel {}: subscription lost: {}", address_of(options_.sentinels[i]), reason);
+            else
+                spdlog::debug("redis sentinel {}: subscription lost: {}", address_of(options_.sentinels[i]), reason);
             l.up = false;
             l.link.reset();
             after(*l.timer, backoff(l.attempt++), [i](Impl& self) { self.listen(i); });

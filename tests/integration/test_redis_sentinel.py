@@ -231,5 +231,122 @@ class SentinelTest(SluiceTestCase):
         return body.decode()
 
 
+class FakeSentinel:
+    """A hostile or broken "sentinel" on a free port: answers get-master-addr-by-name with
+    `answer` (raw RESP bytes) and, once subscribed, sends `messages` (raw RESP bytes each),
+    then keeps the connection open. Counts the connections it got."""
+
+    def __init__(self, answer, messages=()):
+        import socket as socketlib
+        self.answer = answer
+        self.messages = list(messages)
+        self.connections = 0
+        self.sock = socketlib.socket()
+        self.sock.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.stopped = False
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        data = b""
+        try:
+            conn.settimeout(30)
+            while not self.stopped:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+                if b"get-master-addr-by-name" in data:
+                    data = b""
+                    conn.sendall(self.answer)
+                if b"SUBSCRIBE" in data:
+                    data = b""
+                    conn.sendall(b"*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n")
+                    for m in self.messages:
+                        conn.sendall(m)
+                        time.sleep(0.05)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def stop(self):
+        self.stopped = True
+        self.sock.close()
+
+
+def message(channel, payload):
+    c, p = channel.encode(), payload.encode()
+    return b"*3\r\n$7\r\nmessage\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(c), c, len(p), p)
+
+
+class HostileSentinelTest(SluiceTestCase):
+    """Sentinels that answer nonsense: sluice ignores it, logs it, asks another, and keeps
+    deciding on the real master. Whatever a sentinel sends, it must not crash or move
+    sluice to an address that is not one."""
+
+    def test_garbage_from_sentinels_is_refused_and_the_good_one_is_followed(self):
+        master = self.start_redis()
+        up = self.start_upstream(respond(200, b"ok"))
+        real = f"*2\r\n$9\r\n127.0.0.1\r\n${len(str(master.port))}\r\n{master.port}\r\n".encode()
+        fakes = [
+            FakeSentinel(b"*2\r\n$8\r\nbad host\r\n$4\r\n6379\r\n"),                # not a host
+            FakeSentinel(b"*2\r\n$9\r\n127.0.0.1\r\n$1\r\n0\r\n"),                   # port 0
+            FakeSentinel(b"*20000000\r\n"),                                                 # a huge array
+            FakeSentinel(b"$-1\r\n"),                                                       # unknown master
+            FakeSentinel(b"-ERR no such command\r\n"),
+            FakeSentinel(real, messages=[
+                message("+switch-master", "other-master 127.0.0.1 1 127.0.0.1 2"),     # not ours
+                message("+switch-master", "sluice-master 127.0.0.1 1 127.0.0.1 99999"),  # bad port
+                message("+switch-master", "sluice-master 127.0.0.1 1 bad_host! 6380"),
+                message("+failover-state-send-slaveof-noone", "slave x x x @ sluice-master"),
+                message("-failover-abort-no-good-slave", "master"),
+                b"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n*99999999\r\n",  # nested junk
+            ]),
+        ]
+        for f in fakes:
+            self.addCleanup(f.stop)
+        port = free_port()
+        store = {"type": "redis", "on_error": "deny",
+                 "redis": {"mode": "sentinel", "sentinels": [f.address for f in fakes],
+                           "master_name": "sluice-master", "timeout": "2s"}}
+        s = self.start_sluice(proxy_config(port, {"app": up.address},
+                                           [limited_route("tb", [token_bucket("b", 1, "1h", 1000, key=[])],
+                                                          path_prefix="/")],
+                                           extra={"store": store}))
+        s.wait_store_connected(2, timeout=15)
+        c = self.client(port)
+        for i in range(20):
+            r = c.request("GET", f"/x/{i}")
+            self.assertEqual(r.status, 200, r.body[:200])
+            self.assertIsNotNone(r.header("ratelimit"), "decided by the master the good sentinel named")
+        time.sleep(1.0)  # the junk messages arrive; nothing may change
+        for i in range(10):
+            r = c.request("GET", f"/y/{i}")
+            self.assertEqual(r.status, 200)
+            self.assertIsNotNone(r.header("ratelimit"))
+        self.assertTrue(s.running(), "sluice must survive whatever sentinels send")
+        log = s.log_text()
+        self.assertIn("is not a host and a port", log)
+        self.assertIn("does not know a master named sluice-master", log)
+        self.assertNotRegex(log, r"master sluice-master is (?!127\.0\.0\.1:%d)" % master.port)
+
+
 if __name__ == "__main__":
     unittest.main()
