@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import (LOOPBACK, RedisError, RedisServer, WaitTimeout, free_port, wait_until)
+from harness import (LOOPBACK, RedisClient, RedisError, RedisServer, WaitTimeout, free_port, wait_until)
 
 POLL = 0.03
 
@@ -43,8 +43,9 @@ def _role(server):
 class _Sentinel:
     """One `redis-server CONF --sentinel`; it rewrites its config file, so it has its own."""
 
-    def __init__(self, master_name, master_port, quorum, down_after_ms, failover_timeout_ms):
+    def __init__(self, master_name, master_port, quorum, down_after_ms, failover_timeout_ms, password=None):
         self.port = free_port()
+        self.password = password
         self.workdir = tempfile.mkdtemp(prefix="sluice-sentinel-")
         self.conf = os.path.join(self.workdir, "sentinel.conf")
         self.log_path = os.path.join(self.workdir, "sentinel.log")
@@ -54,6 +55,9 @@ class _Sentinel:
                     f"sentinel down-after-milliseconds {master_name} {down_after_ms}\n"
                     f"sentinel failover-timeout {master_name} {failover_timeout_ms}\n"
                     f"sentinel parallel-syncs {master_name} 1\n")
+            if password:
+                # Clients (sluice) and the other sentinels must AUTH.
+                f.write(f"requirepass {password}\nsentinel sentinel-pass {password}\n")
         self.proc = None
 
     @property
@@ -67,7 +71,10 @@ class _Sentinel:
         return self
 
     def command(self, *args, timeout=2):
-        return RedisServer.command(self, *args, timeout=timeout)
+        with RedisClient(self.port, timeout=timeout) as client:
+            if self.password:
+                client.command("AUTH", self.password)
+            return client.command(*args)
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
@@ -94,7 +101,9 @@ class _Sentinel:
 
 
 class SentinelSetup:
-    def __init__(self, master_name="sluice-master", down_after_ms=1000, failover_timeout_ms=5000):
+    def __init__(self, master_name="sluice-master", down_after_ms=1000, failover_timeout_ms=5000,
+                 sentinel_password=None):
+        self.sentinel_password = sentinel_password
         self.master_name = master_name
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
@@ -118,7 +127,7 @@ class SentinelSetup:
                        timeout, POLL, "the replica in sync")
             for _ in range(3):
                 self.sentinels.append(_Sentinel(self.master_name, master.port, 2, self.down_after_ms,
-                                                self.failover_timeout_ms).start())
+                                                self.failover_timeout_ms, self.sentinel_password).start())
 
             def settled():
                 for s in self.sentinels:

@@ -231,6 +231,40 @@ class SentinelTest(SluiceTestCase):
         return body.decode()
 
 
+class SentinelAuthTest(SluiceTestCase):
+    """sentinel_password: sentinels that require AUTH (requirepass) answer sluice only with it."""
+
+    def start(self, password):
+        setup = SentinelSetup(sentinel_password="s3cret")
+        self.addCleanup(setup.cleanup)
+        setup.start()
+        up = self.start_upstream(respond(200, b"ok"))
+        port = free_port()
+        redis = {"mode": "sentinel", "sentinels": setup.sentinel_addresses, "master_name": setup.master_name,
+                 "timeout": "2s"}
+        if password is not None:
+            redis["sentinel_password"] = password
+        s = self.start_sluice(proxy_config(port, {"app": up.address},
+                                           [limited_route("tb", [token_bucket("b", 1, "1h", 100, key=[])],
+                                                          path_prefix="/")],
+                                           extra={"store": {"type": "redis", "on_error": "deny", "redis": redis}}))
+        return setup, s, port
+
+    def test_with_the_password_the_master_is_found(self):
+        setup, s, port = self.start("s3cret")
+        s.wait_store_connected(2, timeout=10)
+        r = self.client(port).request("GET", "/a")
+        self.assertEqual(r.status, 200)
+        self.assertIsNotNone(r.header("ratelimit"))
+
+    def test_without_it_every_sentinel_refuses_and_decisions_follow_on_error(self):
+        setup, s, port = self.start(None)
+        s.wait_log(r"redis sentinel 127\.0\.0\.1:\d+: SENTINEL get-master-addr-by-name failed: NOAUTH", timeout=10)
+        r = self.client(port).request("GET", "/a")
+        self.assert_problem(r, 503)
+        self.assertNotIn("redis: connected to", s.log_text())
+
+
 class FakeSentinel:
     """A hostile or broken "sentinel" on a free port: answers get-master-addr-by-name with
     `answer` (raw RESP bytes) and, once subscribed, sends `messages` (raw RESP bytes each),
