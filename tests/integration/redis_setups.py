@@ -59,6 +59,7 @@ class _Sentinel:
                 # Clients (sluice) and the other sentinels must AUTH.
                 f.write(f"requirepass {password}\nsentinel sentinel-pass {password}\n")
         self.proc = None
+        self._log = None
 
     @property
     def address(self):
@@ -76,28 +77,13 @@ class _Sentinel:
                 client.command("AUTH", self.password)
             return client.command(*args)
 
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if getattr(self, "_log", None):
-            self._log.close()
-
-    def log_text(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def cleanup(self):
-        self.stop()
-        if not os.environ.get("SLUICE_KEEP_TMP"):
-            shutil.rmtree(self.workdir, ignore_errors=True)
+    # Stopping, the log and the clean-up are a redis-server's (same attributes: proc, _log,
+    # log_path, workdir).
+    stop = RedisServer.stop
+    kill = RedisServer.kill
+    _close_log = RedisServer._close_log
+    log_text = RedisServer.log_text
+    cleanup = RedisServer.cleanup
 
 
 class SentinelSetup:

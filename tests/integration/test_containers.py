@@ -163,12 +163,13 @@ def without_comments(text):
 # docker-compose.yml
 
 class ComposeTest(unittest.TestCase):
+    FILE = COMPOSE_FILE
 
     def compose(self, *args):
         exe = required_tool(self, "docker-compose", "docker-compose")
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("COMPOSE_", "DOCKER_"))}
-        return subprocess.run([exe, "-f", COMPOSE_FILE, *args], cwd=REPO, env=env,
+        return subprocess.run([exe, "-f", self.FILE, *args], cwd=REPO, env=env,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=120)
 
@@ -255,14 +256,7 @@ class ComposeTest(unittest.TestCase):
 # docker-compose.cluster.yml: sluice against a Redis Cluster of 3 masters and 3 replicas
 
 class ClusterComposeTest(ComposeTest):
-
-    def compose(self, *args):
-        exe = required_tool(self, "docker-compose", "docker-compose")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("COMPOSE_", "DOCKER_"))}
-        return subprocess.run([exe, "-f", CLUSTER_COMPOSE_FILE, *args], cwd=REPO, env=env,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=120)
+    FILE = CLUSTER_COMPOSE_FILE
 
     def test_config_is_valid(self):
         r = self.compose("config", "-q")
