@@ -42,6 +42,46 @@ def asking_calls(server):
     return int(m.group(1)) if m else 0
 
 
+class Load:
+    """Keep-alive clients, one per entry of `users`, each sending GET PREFIX/USER/K/I with
+    `X-User: USER` until the block ends. Counts (user, status) and (user, decided), decided
+    meaning a RateLimit header came (Redis decided, not the on_error policy)."""
+
+    def __init__(self, test, port, prefix, users):
+        self.test, self.port, self.prefix, self.users = test, port, prefix, users
+        self.statuses = collections.Counter()
+        self.decided = collections.Counter()
+        self.errors = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(k, u)) for k, u in enumerate(users)]
+
+    def run(self, k, user):
+        try:
+            c = self.test.client(self.port, timeout=10)
+            i = 0
+            while not self.stop.is_set():
+                r = c.request("GET", f"{self.prefix}/{user}/{k}/{i}", [("X-User", user)])
+                i += 1
+                with self.lock:
+                    self.statuses[(user, r.status)] += 1
+                    self.decided[(user, r.header("ratelimit") is not None)] += 1
+        except Exception as e:  # reported when the block ends
+            self.errors.append(f"client {k}: {e!r}")
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(20)
+        self.test.assertEqual(self.errors, [])
+        return False
+
+
 class ClusterTestCase(SluiceTestCase):
     def start_cluster(self, extra_args=()):
         self.cluster = RedisClusterSetup(masters=3, replicas_per_master=1, extra_args=extra_args)
@@ -132,27 +172,7 @@ class ClusterExactTest(ClusterTestCase):
         slot = self.cluster.key_slot(f"m:{user}")
         source = self.cluster.node_for_slot(slot)
         target = next(m for m in self.cluster.masters() if m.port != source.port)
-        statuses = collections.Counter()
-        errors = []
-        stop = threading.Event()
-        lock = threading.Lock()
-
-        def run(k):
-            try:
-                c = self.client(s.port, timeout=10)
-                i = 0
-                while not stop.is_set():
-                    r = c.request("GET", f"/m/{k}/{i}", [("X-User", user)])
-                    i += 1
-                    with lock:
-                        statuses[r.status] += 1
-            except Exception as e:
-                errors.append(repr(e))
-
-        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        try:
+        with Load(self, s.port, "/m", [user] * 4) as load:
             time.sleep(0.7)
             handle = self.cluster.begin_migration(slot, target)
             time.sleep(0.7)   # IMPORTING/MIGRATING, the key still on the source
@@ -160,11 +180,7 @@ class ClusterExactTest(ClusterTestCase):
             time.sleep(0.7)   # the key on the target: ASK
             self.cluster.finish_migration(handle)
             time.sleep(0.7)   # MOVED, then the new map
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(20)
-        self.assertEqual(errors, [])
+        statuses = collections.Counter({st: n for (_, st), n in load.statuses.items()})
         self.assertEqual(set(statuses), {200}, statuses)
         self.assertEqual(self.cluster.node_for_slot(slot).port, target.port)
         c = self.client(s.port)
@@ -212,33 +228,12 @@ class ClusterFailoverTest(ClusterTestCase):
             for _ in range(20):
                 self.assertEqual(c.request("GET", "/f/warm", [("X-User", u)]).status, 200)
 
-        statuses = collections.Counter()
-        headers_seen = collections.Counter()
-        errors = []
-        stop = threading.Event()
-        lock = threading.Lock()
-
-        def run(k, user):
-            try:
-                cc = self.client(s.port, timeout=10)
-                i = 0
-                while not stop.is_set():
-                    r = cc.request("GET", f"/f/{user}/{k}/{i}", [("X-User", user)])
-                    i += 1
-                    with lock:
-                        statuses[(user, r.status)] += 1
-                        headers_seen[(user, r.header("ratelimit") is not None)] += 1
-            except Exception as e:
-                errors.append(repr(e))
-
-        threads = [threading.Thread(target=run, args=(k, u)) for k in range(2) for u in (on_victim, elsewhere)]
-        for t in threads:
-            t.start()
-        try:
+        with Load(self, s.port, "/f", [on_victim, elsewhere] * 2) as load:
             time.sleep(0.5)
             killed_at = time.monotonic()
             new_master = self.cluster.kill_master(victim)
             promoted = time.monotonic() - killed_at
+
             # Decided by Redis again within a few seconds of the promotion.
             def decided():
                 r = self.client(s.port).request("GET", "/f/resume", [("X-User", on_victim)])
@@ -246,13 +241,8 @@ class ClusterFailoverTest(ClusterTestCase):
             wait_until(decided, 10.0, interval=0.05, message="decisions on the promoted replica")
             resumed = time.monotonic() - killed_at
             time.sleep(0.5)
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(20)
-        self.assertEqual(errors, [])
-        self.assertEqual({st for (_, st) in statuses}, {200}, statuses)
-        self.assertEqual(headers_seen[(elsewhere, False)], 0,
+        self.assertEqual({st for (_, st) in load.statuses}, {200}, load.statuses)
+        self.assertEqual(load.decided[(elsewhere, False)], 0,
                          "keys on the live masters must be decided by Redis throughout")
         # Lost counts: what the victim's bucket says against the decisions Redis made for it.
         r = self.client(s.port).request("GET", "/f/final", [("X-User", on_victim)])
@@ -264,7 +254,7 @@ class ClusterFailoverTest(ClusterTestCase):
         lost = remaining - (BURST - allowed)
         print(f"\n    cluster master {victim.port} killed: replica {new_master.port} promoted after "
               f"{promoted:.2f}s, decisions resumed after {resumed:.2f}s, lost_counts={lost}, "
-              f"responses without a decision on the victim's key={headers_seen[(on_victim, False)]}")
+              f"responses without a decision on the victim's key={load.decided[(on_victim, False)]}")
         self.assertGreaterEqual(lost, 0)
         moved = rf"moved from 127\.0\.0\.1:{victim.port} to 127\.0\.0\.1:{new_master.port}"
         self.assertTrue(re.search(moved, s.log_text()), f"no log line like {moved!r}")
