@@ -203,6 +203,64 @@ class ClusterExactTest(ClusterTestCase):
         self.assertTrue(re.search(moved, s.log_text()), f"no log line like {moved!r}")
 
 
+class ClusterTryAgainTest(ClusterTestCase):
+    def setUp(self):
+        self.start_cluster()
+        self.up = self.start_upstream(respond(200, b"ok"))
+
+    def test_a_request_whose_keys_are_split_by_a_migration_waits_for_them_to_meet(self):
+        # Two limits, so two keys in one slot. With one of them migrated and the other not,
+        # the source answers TRYAGAIN (nothing ran); sluice asks again every 10 ms within
+        # the deadline, and once the second key has moved the request goes to the target
+        # (ASK). Counted exactly throughout.
+        routes = [limited_route("t", [token_bucket("a", 1, "1h", BURST, key=["header:X-User"]),
+                                      token_bucket("b", 1, "1h", BURST, key=["header:X-User"])])]
+        s = self.start_proxy(routes)
+        user = "split"
+        slot = self.cluster.key_slot(f"t:{user}")
+        source = self.cluster.node_for_slot(slot)
+        target = next(m for m in self.cluster.masters() if m.port != source.port)
+        c = self.client(s.port)
+        for i in range(10):
+            self.assertEqual(c.request("GET", f"/t/warm/{i}", [("X-User", user)]).status, 200)
+        keys = sorted(source.command("CLUSTER", "GETKEYSINSLOT", slot, 10))
+        self.assertEqual(len(keys), 2, keys)
+        handle = self.cluster.begin_migration(slot, target)
+        source.command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", keys[0])
+        before = tryagain_errors(source)
+        with Load(self, s.port, "/t", [user] * 2) as load:
+            time.sleep(0.3)  # requests meet TRYAGAIN; each waits up to the 2 s deadline
+            source.command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", keys[1])
+            time.sleep(0.5)  # both keys on the target: ASK
+            self.cluster.finish_migration(handle)
+            time.sleep(0.3)
+        tried_again = tryagain_errors(source) - before
+        self.assertGreater(tried_again, 0, "no request met TRYAGAIN")
+        r = c.request("GET", "/t/final", [("X-User", user)])
+        state = ratelimit_states(r)
+        total = sum(load.statuses.values()) + 11
+        decisions = wait_until(lambda: (lambda d: d if sum(d.values()) >= total else None)(
+            self.decisions([s], "/t/")), 10.0, message=f"{total} access lines")
+        allowed = decisions["allowed"]
+        print(f"\n    cluster TRYAGAIN: requests={total} decided_by_redis={allowed} "
+              f"store_errors={decisions['store_error_allowed']} tryagain_replies={tried_again} remaining={state}")
+        self.assertEqual(set(decisions) - {"allowed", "store_error_allowed"}, set(), decisions)
+        # The limit the header reports counts every decision Redis made, and nothing else;
+        # the other one, with the same parameters, holds the same state on the target.
+        self.assertEqual(state[0], BURST - allowed)
+        self.assertEqual(target.command("GET", keys[0]), target.command("GET", keys[1]))
+
+
+def tryagain_errors(server):
+    m = re.search(r"errorstat_TRYAGAIN:count=(\d+)", server.command("INFO", "errorstats"))
+    return int(m.group(1)) if m else 0
+
+
+def ratelimit_states(resp):
+    """The remaining count of every limit in the response's RateLimit header(s)."""
+    return [int(x) for x in re.findall(r";r=(\d+)", ",".join(resp.header_values("ratelimit")))]
+
+
 class ClusterFailoverTest(ClusterTestCase):
     """With cluster-require-full-coverage no, as an operator who wants the other masters to
     keep serving while one fails over sets it (the default, yes, makes every node answer
