@@ -7,6 +7,7 @@ packages=(
   build-essential cmake make pkg-config ccache
   libboost1.81-dev libhiredis-dev libyaml-cpp-dev libspdlog-dev catch2
   redis-server python3 curl
+  python3-websockets       # tests/integration/test_websocket.py: a real WebSocket client and server
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer targets with ASan + UBSan
   chromium                 # tests/integration/test_stats_page.py: the /stats page in a real browser
   docker-compose systemd   # tests/integration/test_containers.py: `docker-compose config`,

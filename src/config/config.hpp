@@ -32,6 +32,7 @@ struct ServerConfig {
     std::size_t max_header_bytes = 16384;
     std::uint64_t max_body_bytes = 10485760;
     Duration shutdown_timeout = 30s;
+    Duration tunnel_idle_timeout = 1h;  // a WebSocket tunnel with no byte either way is closed
 };
 
 struct AdminConfig {

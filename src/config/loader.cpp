@@ -30,7 +30,8 @@ using Keys = std::vector<std::string_view>;
 
 const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "responses", "logging"};
 const Keys server_keys{"listen",           "workers",        "max_connections", "header_timeout",
-                       "idle_timeout",     "max_header_bytes", "max_body_bytes", "shutdown_timeout"};
+                       "idle_timeout",     "max_header_bytes", "max_body_bytes", "shutdown_timeout",
+                       "tunnel_idle_timeout"};
 const Keys admin_keys{"listen"};
 const Keys client_ip_keys{"trusted_proxies"};
 const Keys store_keys{"type", "redis", "on_error"};
@@ -399,6 +400,8 @@ void ConfigReader::read_server(const Field& field) {
         assign(server.max_header_bytes, integer(*f, min_header_bytes, max_header_bytes));
     if (const Field* f = section.find("max_body_bytes")) assign(server.max_body_bytes, integer(*f, 0, no_maximum));
     if (const Field* f = section.find("shutdown_timeout")) assign(server.shutdown_timeout, duration(*f, false));
+    if (const Field* f = section.find("tunnel_idle_timeout"))
+        assign(server.tunnel_idle_timeout, duration(*f, false));
 }
 
 void ConfigReader::read_listen(const Field& field) {

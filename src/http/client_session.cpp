@@ -12,6 +12,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -177,6 +178,12 @@ private:
                                std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
                                const limit::HeaderList* headers = nullptr, bool name_route_and_limit = false);
     net::awaitable<bool> drain_body(const config::ServerConfig& server);
+    // After the upstream's 101 to a WebSocket handshake: the 101 to the client, then bytes
+    // both ways until both sides are done, either fails, or nothing moved for
+    // server.tunnel_idle_timeout. The connection closes after it.
+    net::awaitable<bool> tunnel(const config::Config& cfg, const server::Snapshot& snap,
+                                std::unique_ptr<UpstreamConnection> conn, bhttp::response_header<>& res,
+                                const limit::HeaderList& rate_headers, observe::AccessRecord& rec);
     // Answers a request whose body failed (malformed, too large, timed out: `ec`) and ends
     // the connection; false.
     net::awaitable<bool> refuse_request_body(const config::ServerConfig& server, boost::system::error_code ec,
@@ -680,6 +687,124 @@ net::awaitable<Session::UpstreamHead> Session::read_upstream_head(UpstreamConnec
     }
 }
 
+namespace {
+
+// Connection names `upgrade` (in any of its values).
+bool connection_upgrade(const bhttp::fields& fields) {
+    bool found = false;
+    for (const auto& f : fields)
+        if (f.name() == bhttp::field::connection && has_token(sv(f.value()), "upgrade")) found = true;
+    return found;
+}
+
+// One Upgrade field whose value is `websocket`.
+bool upgrade_is_websocket(const bhttp::fields& fields) {
+    std::size_t count = 0;
+    bool websocket = false;
+    for (const auto& f : fields) {
+        if (f.name() != bhttp::field::upgrade) continue;
+        ++count;
+        websocket = beast::iequals(f.value(), "websocket");
+    }
+    return count == 1 && websocket;
+}
+
+// A WebSocket opening handshake (RFC 6455 4.1): GET, HTTP/1.1, Connection: upgrade,
+// Upgrade: websocket. Other upgrades (h2c, TLS/1.0, ...) are not relayed: their Upgrade is
+// dropped as hop-by-hop and the request goes on as plain HTTP/1.1.
+bool is_websocket_handshake(const bhttp::request_header<>& req) {
+    return req.version() == 11 && req.method() == bhttp::verb::get && connection_upgrade(req) &&
+           upgrade_is_websocket(req);
+}
+
+// One direction of a tunnel: what `from` sends goes to `to` until `from` ends (then `to`
+// is told no more comes) or either fails (then both are shut, so the other direction ends
+// too). The buffer lives on the coroutine frame: 16 KB per direction.
+net::awaitable<void> relay_one_way(tcp::socket& from, tcp::socket& to, std::uint64_t& bytes,
+                                   std::chrono::steady_clock::time_point& last) {
+    std::array<char, 16384> buffer;
+    for (;;) {
+        auto [ec, n] = co_await from.async_read_some(net::buffer(buffer), nothrow);
+        boost::system::error_code ignored;
+        if (ec) {
+            if (ec == net::error::eof) {
+                to.shutdown(tcp::socket::shutdown_send, ignored);
+            } else {
+                from.shutdown(tcp::socket::shutdown_both, ignored);
+                to.shutdown(tcp::socket::shutdown_both, ignored);
+            }
+            co_return;
+        }
+        last = std::chrono::steady_clock::now();
+        auto [wec, wn] = co_await net::async_write(to, net::buffer(buffer.data(), n), nothrow);
+        if (wec) {
+            from.shutdown(tcp::socket::shutdown_both, ignored);
+            to.shutdown(tcp::socket::shutdown_both, ignored);
+            co_return;
+        }
+        bytes += n;
+        last = std::chrono::steady_clock::now();
+    }
+}
+
+// Ends when nothing moved for `idle`.
+net::awaitable<void> watch_idle(std::chrono::steady_clock::time_point& last, std::chrono::milliseconds idle) {
+    net::steady_timer timer(co_await net::this_coro::executor);
+    for (;;) {
+        timer.expires_at(last + idle);
+        co_await timer.async_wait(nothrow);
+        if (std::chrono::steady_clock::now() >= last + idle) co_return;
+    }
+}
+
+}  // namespace
+
+net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Snapshot& snap,
+                                     std::unique_ptr<UpstreamConnection> conn, bhttp::response_header<>& res,
+                                     const limit::HeaderList& rate_headers, observe::AccessRecord& rec) {
+    using namespace net::experimental::awaitable_operators;
+    strip_hop_by_hop(res);
+    strip_framing(res);
+    append_via(res, res.version());
+    res.set(bhttp::field::connection, "upgrade");
+    res.set(bhttp::field::upgrade, "websocket");
+    for (const auto& [name, value] : rate_headers) res.set(name, value);
+    head_.clear();
+    write_response_head(11, 101, sv(res.reason()), res, head_);
+    rec.status = 101;
+    rec.forwarded = true;
+    auto& upstream = conn->stream.socket();
+    std::uint64_t up = 0, down = conn->buffer.size();
+    const auto opened = std::chrono::steady_clock::now();
+
+    // The 101 and whatever the upstream sent right after it; then whatever the client sent
+    // right after its handshake.
+    const std::array<net::const_buffer, 2> first{net::buffer(head_), conn->buffer.data()};
+    arm(cfg.server.idle_timeout);
+    auto [wec, wn] = co_await net::async_write(socket_, first, nothrow);
+    disarm();
+    if (wec || timed_out_) co_return false;
+    conn->buffer.consume(conn->buffer.size());
+    if (buffer_.size() > 0) {
+        auto [uec, un] = co_await net::async_write(upstream, buffer_.data(), nothrow);
+        if (uec) co_return false;
+        up += buffer_.size();
+        buffer_.consume(buffer_.size());
+    }
+
+    ++snap.metrics->tunnels_active;
+    auto last = std::chrono::steady_clock::now();
+    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.server.tunnel_idle_timeout);
+    co_await ((relay_one_way(socket_, upstream, up, last) && relay_one_way(upstream, socket_, down, last)) ||
+              watch_idle(last, idle));
+    --snap.metrics->tunnels_active;
+    rec.tunnel_up = up;
+    rec.tunnel_down = down;
+    rec.bytes_sent = down;
+    rec.tunnel_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - opened).count();
+    co_return false;
+}
+
 net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config::RouteConfig& route,
                                       RequestParser& parser, bool keep_alive, const limit::HeaderList& rate_headers,
                                       observe::AccessRecord& rec) {
@@ -700,6 +825,8 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     // The request as the upstream gets it: our own framing, never the client's.
     const bool has_body = !request_body_.done();
     const bool chunked_out = request_body_.mode() == BodyReader::Mode::chunked;
+    // A WebSocket handshake keeps its upgrade (RFC 6455 handshakes carry no body).
+    const bool websocket = !has_body && is_websocket_handshake(req);
     bool peer_trusted = false;
     if (!cfg.client_ip.trusted_proxies.empty()) {
         auto peer = sluice::net::IpAddress::parse(peer_ip_);
@@ -707,6 +834,10 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     }
     strip_hop_by_hop(req.base());
     strip_framing(req.base());
+    if (websocket) {
+        req.set(bhttp::field::connection, "upgrade");
+        req.set(bhttp::field::upgrade, "websocket");
+    }
     // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
     // upstream's name, as nginx sends its proxy_host.
     if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, upstream_cfg.name);
@@ -804,7 +935,10 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             auto status = res_parser->get().result_int();
             if (status >= 200) break;
             if (status == 101) {
-                invalid = "upstream switched protocols, which sluice does not relay";
+                auto& switched = res_parser->get();
+                if (websocket && connection_upgrade(switched) && upgrade_is_websocket(switched)) break;  // the tunnel
+                invalid = websocket ? "upstream switched protocols but not to websocket"
+                                    : "upstream switched protocols, which sluice does not relay";
                 break;
             }
             if (interim >= max_interim_responses) {
@@ -847,6 +981,10 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     // The response as the client gets it.
     auto& res = res_parser->get();
     const unsigned status = res.result_int();
+    if (status == 101) {
+        snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
+        co_return co_await tunnel(cfg, snap, std::move(conn), res.base(), rate_headers, rec);
+    }
     const auto framing = check_response_framing(res.base(), res.version(), status, is_head);
     if (!framing.ok()) {
         spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);

@@ -15,9 +15,13 @@ std::string_view or_dash(std::string_view s) { return s.empty() ? std::string_vi
 std::string format_access_text(const AccessRecord& r) {
     std::string remaining = r.remaining ? std::to_string(*r.remaining) : "-";
     std::string upstream = r.upstream_ms ? fmt::format("{:.1f}", *r.upstream_ms) : "-";
-    return fmt::format("{} \"{} {} HTTP/{}.{}\" {} {} route={} limit={} decision={} remaining={} upstream_ms={} total_ms={:.1f}",
-                       r.client_ip, r.method, r.target, r.version / 10, r.version % 10, r.status, r.bytes_sent,
-                       or_dash(r.route), or_dash(r.limit), r.decision, remaining, upstream, r.total_ms);
+    auto line = fmt::format("{} \"{} {} HTTP/{}.{}\" {} {} route={} limit={} decision={} remaining={} upstream_ms={} total_ms={:.1f}",
+                            r.client_ip, r.method, r.target, r.version / 10, r.version % 10, r.status, r.bytes_sent,
+                            or_dash(r.route), or_dash(r.limit), r.decision, remaining, upstream, r.total_ms);
+    if (r.tunnel_up)
+        line += fmt::format(" tunnel_up={} tunnel_down={} tunnel_ms={:.1f}", *r.tunnel_up, r.tunnel_down.value_or(0),
+                            r.tunnel_ms);
+    return line;
 }
 
 std::string format_access_json(const AccessRecord& r) {
@@ -38,6 +42,11 @@ std::string format_access_json(const AccessRecord& r) {
     field("remaining", r.remaining ? std::to_string(*r.remaining) : "null");
     field("upstream_ms", r.upstream_ms ? fmt::format("{:.1f}", *r.upstream_ms) : "null");
     field("total_ms", fmt::format("{:.1f}", r.total_ms));
+    if (r.tunnel_up) {
+        field("tunnel_up", std::to_string(*r.tunnel_up));
+        field("tunnel_down", std::to_string(r.tunnel_down.value_or(0)));
+        field("tunnel_ms", fmt::format("{:.1f}", r.tunnel_ms));
+    }
     out += '}';
     return out;
 }

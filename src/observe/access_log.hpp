@@ -23,6 +23,10 @@ struct AccessRecord {
     std::optional<double> upstream_ms;
     double total_ms = 0;
     bool forwarded = false;  // the request reached an upstream (not logged: for the counters)
+    // A WebSocket tunnel (status 101): bytes relayed each way and how long it was open.
+    std::optional<std::uint64_t> tunnel_up;    // client to upstream
+    std::optional<std::uint64_t> tunnel_down;  // upstream to client
+    double tunnel_ms = 0;
 };
 
 std::string format_access_text(const AccessRecord& r);

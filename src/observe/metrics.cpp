@@ -120,6 +120,8 @@ std::string prometheus_text(const Metrics& m) {
     fmt::format_to(it,
                    "# HELP sluice_connections_active Client connections open now.\n"
                    "# TYPE sluice_connections_active gauge\nsluice_connections_active {}\n"
+                   "# HELP sluice_tunnels_active WebSocket tunnels open now.\n"
+                   "# TYPE sluice_tunnels_active gauge\nsluice_tunnels_active {}\n"
                    "# HELP sluice_store_up 1 when the rate-limit store answers.\n"
                    "# TYPE sluice_store_up gauge\nsluice_store_up {}\n"
                    "# HELP sluice_reloads_total Configuration reloads, by result.\n"
@@ -127,7 +129,8 @@ std::string prometheus_text(const Metrics& m) {
                    "sluice_reloads_total{{result=\"ok\"}} {}\nsluice_reloads_total{{result=\"failed\"}} {}\n"
                    "# HELP sluice_log_dropped_total Log lines dropped because the log queue was full.\n"
                    "# TYPE sluice_log_dropped_total counter\nsluice_log_dropped_total {}\n",
-                   m.connections_active(), m.store_ready() ? 1 : 0, read(m.reloads_ok), read(m.reloads_failed),
+                   m.connections_active(), m.tunnels_active.load(), m.store_ready() ? 1 : 0, read(m.reloads_ok),
+                   read(m.reloads_failed),
                    m.log_dropped());
     const auto nodes = m.store_nodes();
     if (!nodes.empty()) {

@@ -82,6 +82,7 @@ public:
     void for_each_route(const std::function<void(const RouteMetrics&)>& f) const;
 
     Counter store_errors{0};
+    std::atomic<std::int64_t> tunnels_active{0};  // WebSocket tunnels open now
     Counter reloads_ok{0};
     Counter reloads_failed{0};
     Histogram store_latency;

@@ -132,6 +132,7 @@ TEST_CASE("loader errors: server, admin, client_ip", "[config][loader]") {
 
 TEST_CASE("loader errors: store", "[config][loader]") {
     check_cases({
+        {"server:\n  tunnel_idle_timeout: 0\n", {"2:24: 'tunnel_idle_timeout' must be greater than 0, got 0"}},
         {"store:\n  type: redsi\n", {"2:9: 'type' must be redis or memory, got 'redsi'"}},
         {"store:\n  on_error: maybe\n", {"2:13: 'on_error' must be allow or deny, got 'maybe'"}},
         {"store:\n  redis:\n    address: \"unix:redis.sock\"\n",

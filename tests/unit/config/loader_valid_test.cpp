@@ -207,6 +207,7 @@ TEST_CASE("loader: missing sections take the documented defaults", "[config][loa
     CHECK(config.server.max_header_bytes == 16384);
     CHECK(config.server.max_body_bytes == 10485760);
     CHECK(config.server.shutdown_timeout == 30s);
+    CHECK(config.server.tunnel_idle_timeout == 1h);
     REQUIRE(config.admin.listen);
     CHECK(config.admin.listen->str() == "127.0.0.1:9901");
     CHECK(config.client_ip.trusted_proxies.empty());

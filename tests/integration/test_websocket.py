@@ -1,0 +1,200 @@
+"""WebSocket through sluice, with a real client and server (Debian's python3-websockets):
+echo of text, binary and a 1 MB message, ping/pong, close from either side, the route's
+limit applied to handshakes (the 11th of a burst of 10 gets 429), an upstream refusing the
+handshake (403 relayed), the access line of a closed tunnel, the open-tunnels gauge, and
+server.tunnel_idle_timeout.
+"""
+
+import asyncio
+import http
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import unittest
+
+sys.path.append("/usr/lib/python3/dist-packages")  # Debian's python3-websockets
+import websockets  # noqa: E402
+
+from admin_api import admin_request, wait_admin  # noqa: E402
+from harness import (SluiceTestCase, free_port, limited_route, proxy_config, token_bucket,  # noqa: E402
+                     wait_until)
+
+
+class EchoServer:
+    """A websockets server in its own thread: /echo echoes every message, /bye answers the
+    first message with "bye" and closes (code 4000), /forbidden refuses with 403."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.ready.wait(10)
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    async def _handler(self, ws, path):
+        if path.endswith("/bye"):
+            await ws.recv()
+            await ws.send("bye")
+            await ws.close(code=4000, reason="server says bye")
+            return
+        async for message in ws:
+            await ws.send(message)
+
+    async def _process_request(self, path, headers):
+        if path.endswith("/forbidden"):
+            return http.HTTPStatus.FORBIDDEN, [("Content-Type", "text/plain")], b"no websocket for you\n"
+        return None
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+
+        async def main():
+            self.server = await websockets.serve(self._handler, "127.0.0.1", self.port,
+                                                 process_request=self._process_request, max_size=None)
+            self.ready.set()
+            await self.server.wait_closed()
+        self.loop.run_until_complete(main())
+
+    def stop(self):
+        def close():
+            self.server.close()
+        self.loop.call_soon_threadsafe(close)
+        self.thread.join(10)
+
+
+def run(coroutine):
+    return asyncio.new_event_loop().run_until_complete(coroutine)
+
+
+class WebSocketTest(SluiceTestCase):
+    def setUp(self):
+        self.upstream = EchoServer()
+        self.addCleanup(self.upstream.stop)
+
+    def start_proxy(self, limits=None, server=None):
+        self.port = free_port()
+        self.admin = free_port()
+        routes = [limited_route("ws", limits or [], path_prefix="/ws")]
+        self.sluice = self.start_sluice(proxy_config(
+            self.port, {"app": self.upstream.address}, routes, server=server,
+            extra={"store": {"type": "memory"}, "admin": {"listen": f"127.0.0.1:{self.admin}"}}))
+        wait_admin(self.admin)
+
+    def url(self, path):
+        return f"ws://127.0.0.1:{self.port}{path}"
+
+    def metric(self, name):
+        _, _, body = admin_request(self.admin, "/metrics")
+        m = re.search(rf"(?m)^{name} (\d+)$", body.decode())
+        return int(m.group(1)) if m else None
+
+    def test_echo_large_message_ping_and_client_close(self):
+        self.start_proxy()
+        big = os.urandom(1 << 20)  # 1 MiB that permessage-deflate cannot shrink
+
+        async def session():
+            async with websockets.connect(self.url("/ws/echo"), max_size=None) as ws:
+                await ws.send("hello through sluice")
+                self.assertEqual(await ws.recv(), "hello through sluice")
+                await ws.send(b"\x00\x01binary")
+                self.assertEqual(await ws.recv(), b"\x00\x01binary")
+                await ws.send(big)
+                self.assertEqual(await ws.recv(), big)
+                pong = await ws.ping(b"are you there")
+                await asyncio.wait_for(pong, 5)
+                self.assertEqual(self.metric("sluice_tunnels_active"), 1)
+        run(session())
+        entry = self.sluice.wait_access(status="101")
+        self.assertIn("tunnel_up=", entry["line"])
+        up = int(re.search(r"tunnel_up=(\d+)", entry["line"]).group(1))
+        down = int(re.search(r"tunnel_down=(\d+)", entry["line"]).group(1))
+        self.assertGreater(up, len(big))    # the message and its framing (masked, client to server)
+        self.assertGreater(down, len(big))
+        wait_until(lambda: self.metric("sluice_tunnels_active") == 0, 5, message="the tunnel gauge back to 0")
+
+    def test_close_from_the_server_reaches_the_client(self):
+        self.start_proxy()
+
+        async def session():
+            async with websockets.connect(self.url("/ws/bye")) as ws:
+                await ws.send("hi")
+                self.assertEqual(await ws.recv(), "bye")
+                with self.assertRaises(websockets.ConnectionClosed) as closed:
+                    await ws.recv()
+                self.assertEqual(closed.exception.code, 4000)
+                self.assertEqual(closed.exception.reason, "server says bye")
+        run(session())
+        self.sluice.wait_access(status="101")
+
+    def test_handshakes_count_against_the_route_limit(self):
+        self.start_proxy(limits=[token_bucket("handshakes", 1, "1h", 10, key=[])])
+
+        async def burst():
+            statuses = []
+            for _ in range(11):
+                try:
+                    async with websockets.connect(self.url("/ws/echo")) as ws:
+                        await ws.send("x")
+                        await ws.recv()
+                        statuses.append(101)
+                except websockets.InvalidStatusCode as e:
+                    statuses.append(e.status_code)
+            return statuses
+        statuses = run(burst())
+        self.assertEqual(statuses, [101] * 10 + [429])
+
+    def test_an_upstream_refusing_the_handshake_is_relayed(self):
+        self.start_proxy()
+
+        async def refused():
+            with self.assertRaises(websockets.InvalidStatusCode) as e:
+                async with websockets.connect(self.url("/ws/forbidden")):
+                    pass
+            return e.exception.status_code
+        self.assertEqual(run(refused()), 403)
+        self.sluice.wait_access(status="403")
+
+    def test_an_idle_tunnel_is_closed_after_tunnel_idle_timeout(self):
+        self.start_proxy(server={"tunnel_idle_timeout": "1s"})
+
+        async def idle():
+            async with websockets.connect(self.url("/ws/echo"), ping_interval=None) as ws:
+                await ws.send("one")
+                await ws.recv()
+                started = time.monotonic()
+                with self.assertRaises(websockets.ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 10)
+                return time.monotonic() - started
+        took = run(idle())
+        self.assertGreater(took, 0.8)
+        self.assertLess(took, 5)
+
+
+    def test_sigterm_gives_an_open_tunnel_shutdown_timeout_then_closes_it(self):
+        self.start_proxy(server={"shutdown_timeout": "1s"})
+
+        async def open_tunnel_then_stop():
+            async with websockets.connect(self.url("/ws/echo"), ping_interval=None) as ws:
+                await ws.send("before")
+                self.assertEqual(await ws.recv(), "before")
+                started = time.monotonic()
+                self.sluice.send_signal(signal.SIGTERM)
+                await ws.send("during the grace period")
+                self.assertEqual(await ws.recv(), "during the grace period")
+                with self.assertRaises(websockets.ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 10)
+                return time.monotonic() - started
+        took = run(open_tunnel_then_stop())
+        self.assertLess(took, 5)
+        self.assertEqual(self.sluice.wait(10), 0)
+
+if __name__ == "__main__":
+    unittest.main()
