@@ -276,6 +276,32 @@ class SmugglingTest(SluiceTestCase):
                     self.expect_own_answer(self.client(self.port), f"/fresh-{i}")
                     self.expect_own_answer(self.client(self.port), f"/fresh-head-{i}", method="HEAD")
 
+    def test_a_websocket_handshake_switched_to_anything_else_is_a_502(self):
+        # Only a 101 that switches to websocket opens a tunnel, and only for a handshake.
+        self.up.answers["/ws-h2c"] = [b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"]
+        self.up.answers["/ws-no-upgrade"] = [b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n"]
+        self.up.answers["/ws-two"] = [b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                      b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n"]
+        handshake = (b"Host: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        for target in ("/ws-h2c", "/ws-no-upgrade", "/ws-two"):
+            with self.subTest(target):
+                c = self.client(self.port)
+                c.send(b"GET " + target.encode() + b" HTTP/1.1\r\n" + handshake)
+                r = c.read_response()
+                self.assertEqual(r.status, 502, f"{r} {r.body[:200]!r}")
+                self.expect_own_answer(self.client(self.port), f"/after{target}")
+        # An h2c upgrade request is forwarded as plain HTTP/1.1, without its Upgrade.
+        self.up.reset_records()
+        c = self.client(self.port)
+        c.send(b"GET /h2c HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+               b"HTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n")
+        r = c.read_response()
+        self.assertEqual(r.status, 200)
+        seen = self.up.requests[-1][1].lower()
+        self.assertNotIn(b"upgrade", seen)
+        self.assertNotIn(b"http2-settings", seen)
+
     def test_body_bytes_a_server_sends_late_after_a_head_answer_reach_nobody(self):
         # The bytes arrive after the head was relayed, while the connection sits in the pool.
         self.up.answers.update(BAD_UPSTREAM)
