@@ -5,7 +5,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake make pkg-config ccache
-  libboost1.81-dev libhiredis-dev libyaml-cpp-dev libspdlog-dev catch2
+  libboost1.81-dev libhiredis-dev libyaml-cpp-dev libspdlog-dev libssl-dev catch2
+  openssl                  # tests: throwaway CAs and certificates for the TLS tests
   redis-server python3 curl
   python3-websockets       # tests/integration/test_websocket.py: a real WebSocket client and server
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer targets with ASan + UBSan

@@ -23,8 +23,31 @@ struct Endpoint {
     std::string str() const;  // "127.0.0.1:8080", "[::1]:8080"
 };
 
+enum class TlsVersion { tls1_2, tls1_3 };
+
+// A certificate chain and its key, as PEM read from the files when the configuration was
+// loaded (a reload reads them again).
+struct TlsCertificate {
+    std::string cert_file;  // as resolved (relative paths are relative to the config file)
+    std::string key_file;
+    std::string cert_pem;
+    std::string key_pem;
+    std::vector<std::string> names;  // DNS names of the certificate, lower-case (for SNI)
+};
+
+struct ListenerTls {
+    std::vector<TlsCertificate> certificates;  // the first is the default; the others by SNI
+    TlsVersion min_version = TlsVersion::tls1_2;
+    Duration handshake_timeout = 10s;
+};
+
+// One `server.listen` entry: an address, and TLS when the entry has `tls`.
+struct Listener : Endpoint {
+    std::optional<ListenerTls> tls;
+};
+
 struct ServerConfig {
-    std::vector<Endpoint> listen{{"0.0.0.0", 8080}};
+    std::vector<Listener> listen{Listener{Endpoint{"0.0.0.0", 8080}, std::nullopt}};
     unsigned workers = 0;  // 0 = one per CPU core
     std::size_t max_connections = 10000;
     Duration header_timeout = 10s;
@@ -71,9 +94,20 @@ struct StoreConfig {
     OnError on_error = OnError::allow;
 };
 
+// HTTPS to an upstream's servers.
+struct UpstreamTls {
+    bool system_ca = true;       // ca: system (the distribution's bundle)
+    std::string ca_file;         // else these certificates only
+    std::string ca_pem;
+    std::string server_name;     // SNI and the name checked; "" = each server's host
+    bool verify = true;          // false: any certificate is accepted (logged at start)
+    std::optional<TlsCertificate> client;  // mTLS: the certificate sluice presents
+};
+
 struct UpstreamConfig {
     std::string name;
     std::vector<Endpoint> servers;
+    std::optional<UpstreamTls> tls;
     Duration connect_timeout = 2s;
     Duration timeout = 30s;
     std::size_t max_idle = 64;

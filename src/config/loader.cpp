@@ -7,11 +7,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -22,6 +24,7 @@
 #include "config/route_checks.hpp"
 #include "config/spelling_suggestion.hpp"
 #include "config/value_syntax.hpp"
+#include "tls/pem.hpp"
 
 namespace sluice::config {
 namespace {
@@ -32,13 +35,17 @@ const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", 
 const Keys server_keys{"listen",           "workers",        "max_connections", "header_timeout",
                        "idle_timeout",     "max_header_bytes", "max_body_bytes", "shutdown_timeout",
                        "tunnel_idle_timeout"};
+const Keys listener_keys{"address", "tls"};
+const Keys listener_tls_keys{"cert", "key", "certificates", "min_version", "handshake_timeout"};
+const Keys certificate_keys{"cert", "key"};
+const Keys upstream_tls_keys{"ca", "server_name", "verify", "cert", "key"};
 const Keys admin_keys{"listen"};
 const Keys client_ip_keys{"trusted_proxies"};
 const Keys store_keys{"type", "redis", "on_error"};
 const Keys redis_keys{"mode",       "address",     "username",          "password",          "database",
                       "timeout",    "key_prefix",  "sentinels",         "master_name",       "sentinel_username",
                       "sentinel_password", "nodes"};
-const Keys upstream_keys{"servers", "connect_timeout", "timeout", "max_idle"};
+const Keys upstream_keys{"servers", "connect_timeout", "timeout", "max_idle", "tls"};
 const Keys route_keys{"name", "match", "upstream", "on_error", "limits"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
 const Keys limit_keys{"name", "algorithm", "rate", "per", "burst", "limit", "window", "key", "shadow"};
@@ -58,6 +65,7 @@ constexpr double max_refill_us = 10.0 * 365 * 86'400 * 1e6;   // burst * per / r
 constexpr std::int64_t max_workers = 1024;
 constexpr std::int64_t min_header_bytes = 1024;
 constexpr std::int64_t max_header_bytes = 1024 * 1024;
+constexpr std::size_t max_pem_bytes = 1024 * 1024;  // a certificate, key or CA file
 
 template <class T>
 using Choices = std::vector<std::pair<std::string_view, T>>;
@@ -211,6 +219,12 @@ private:
 
     void read_server(const Field& field);
     void read_listen(const Field& field);
+    std::optional<Listener> read_listener(const Field& item);
+    std::optional<ListenerTls> read_listener_tls(const Field& field);
+    // `cert` and `key` of `section` (both required unless `optional` and both absent).
+    std::optional<TlsCertificate> read_certificate(const Section& section, const Field& owner, bool optional);
+    std::optional<UpstreamTls> read_upstream_tls(const Field& field);
+    std::string file_path(const std::string& written) const;
     void read_admin(const Field& field);
     void read_client_ip(const Field& field);
     void read_store(const Field& field);
@@ -406,12 +420,197 @@ void ConfigReader::read_server(const Field& field) {
 
 void ConfigReader::read_listen(const Field& field) {
     if (!expect_list(field)) return;
-    std::vector<Endpoint> listen;
+    std::vector<Listener> listen;
     for (const Field& item : items_of(field))
-        if (auto address = endpoint(item, true)) listen.push_back(*address);
+        if (auto listener = read_listener(item)) listen.push_back(std::move(*listener));
     if (field.empty() || field.value.size() == 0)
         diagnostics_.error(field.at, field.label() + " needs at least one address");
     config_.server.listen = std::move(listen);
+}
+
+// "host:port", or {address: "host:port", tls: {...}}.
+std::optional<Listener> ConfigReader::read_listener(const Field& item) {
+    if (!item.value.IsMap()) {
+        auto address = endpoint(item, true);
+        if (!address) return std::nullopt;
+        return Listener{*address, std::nullopt};
+    }
+    const Section section(item, "in a 'listen' entry", listener_keys, diagnostics_);
+    Listener listener;
+    bool ok = true;
+    if (const Field* f = section.find("address")) {
+        auto address = endpoint(*f, true);
+        ok = address.has_value();
+        if (address) static_cast<Endpoint&>(listener) = *address;
+    } else {
+        diagnostics_.error(item.at, "a 'listen' entry written as a map needs an 'address'");
+        ok = false;
+    }
+    if (const Field* f = section.find("tls")) {
+        listener.tls = read_listener_tls(*f);
+        ok = ok && listener.tls.has_value();
+    }
+    if (!ok) return std::nullopt;
+    return listener;
+}
+
+std::string ConfigReader::file_path(const std::string& written) const {
+    if (written.empty() || written.front() == '/') return written;
+    const auto slash = config_.source_path.rfind('/');
+    if (slash == std::string::npos) return written;
+    return config_.source_path.substr(0, slash + 1) + written;
+}
+
+std::optional<TlsCertificate> ConfigReader::read_certificate(const Section& section, const Field& owner,
+                                                             bool optional) {
+    const Field* cert_field = section.find("cert");
+    const Field* key_field = section.find("key");
+    if (!cert_field && !key_field && optional) return std::nullopt;
+    if (!cert_field || !key_field) {
+        diagnostics_.error(owner.at, owner.label() + " needs both 'cert' (PEM certificate chain) and 'key' (PEM "
+                                                     "private key)");
+        return std::nullopt;
+    }
+    const auto cert_path = text(*cert_field);
+    const auto key_path = text(*key_field);
+    if (!cert_path || !key_path) return std::nullopt;
+    TlsCertificate certificate;
+    certificate.cert_file = file_path(*cert_path);
+    certificate.key_file = file_path(*key_path);
+    bool ok = true;
+    std::string error;
+    certificate.cert_pem = tls::read_small_file(certificate.cert_file, max_pem_bytes, error);
+    if (!error.empty()) {
+        diagnostics_.error(cert_field->at, "'cert': " + error);
+        ok = false;
+    }
+    error.clear();
+    certificate.key_pem = tls::read_small_file(certificate.key_file, max_pem_bytes, error);
+    if (!error.empty()) {
+        diagnostics_.error(key_field->at, "'key': " + error);
+        ok = false;
+    }
+    if (!ok) return std::nullopt;
+    tls::CertificateInfo info;
+    error = tls::check_certificate_pair(certificate.cert_pem, certificate.key_pem, info);
+    if (!error.empty()) {
+        diagnostics_.error(cert_field->at, "'cert' " + quoted(*cert_path) + " with 'key' " + quoted(*key_path) +
+                                               ": " + error);
+        return std::nullopt;
+    }
+    const auto now = std::time(nullptr);
+    auto date = [](std::time_t t) {
+        char text[32];
+        std::tm tm{};
+        gmtime_r(&t, &tm);
+        std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S UTC", &tm);
+        return std::string(text);
+    };
+    if (info.not_after != 0 && info.not_after < now)
+        diagnostics_.warning(cert_field->at, "certificate " + quoted(*cert_path) + " expired on " + date(info.not_after));
+    else if (info.not_before > now)
+        diagnostics_.warning(cert_field->at, "certificate " + quoted(*cert_path) + " is not valid before " +
+                                                 date(info.not_before));
+    certificate.names = std::move(info.names);
+    return certificate;
+}
+
+std::optional<ListenerTls> ConfigReader::read_listener_tls(const Field& field) {
+    if (field.empty() || !field.value.IsMap()) {
+        diagnostics_.error(field.at, field.label() + " must be a map with 'cert' and 'key', got " +
+                                         description_of(field.value));
+        return std::nullopt;
+    }
+    const Section section(field, "in 'tls'", listener_tls_keys, diagnostics_);
+    ListenerTls tls;
+    bool ok = true;
+    const Field* list = section.find("certificates");
+    if (list && (section.find("cert") || section.find("key"))) {
+        diagnostics_.error(list->key_at, "'tls' takes either 'cert' and 'key' or 'certificates', not both");
+        ok = false;
+    } else if (list) {
+        if (!expect_list(*list)) return std::nullopt;
+        if (list->empty() || list->value.size() == 0) {
+            diagnostics_.error(list->at, "'certificates' needs at least one entry");
+            ok = false;
+        }
+        for (const Field& item : items_of(*list)) {
+            if (!item.value.IsMap()) {
+                diagnostics_.error(item.at, "a 'certificates' entry must be a map with 'cert' and 'key', got " +
+                                                description_of(item.value));
+                ok = false;
+                continue;
+            }
+            const Section entry(item, "in a 'certificates' entry", certificate_keys, diagnostics_);
+            auto certificate = read_certificate(entry, item, false);
+            if (certificate)
+                tls.certificates.push_back(std::move(*certificate));
+            else
+                ok = false;
+        }
+    } else if (auto certificate = read_certificate(section, field, false)) {
+        tls.certificates.push_back(std::move(*certificate));
+    } else {
+        ok = false;
+    }
+    if (const Field* f = section.find("min_version"))
+        assign(tls.min_version, choice(*f, Choices<TlsVersion>{{"1.2", TlsVersion::tls1_2}, {"1.3", TlsVersion::tls1_3}}));
+    if (const Field* f = section.find("handshake_timeout")) assign(tls.handshake_timeout, duration(*f, false));
+    if (!ok) return std::nullopt;
+    return tls;
+}
+
+std::optional<UpstreamTls> ConfigReader::read_upstream_tls(const Field& field) {
+    if (!field.empty() && !field.value.IsMap()) {
+        diagnostics_.error(field.at, field.label() + " must be a map, got " + description_of(field.value));
+        return std::nullopt;
+    }
+    const Section section(field, "in an upstream's 'tls'", upstream_tls_keys, diagnostics_);
+    UpstreamTls tls;
+    bool ok = true;
+    if (const Field* f = section.find("ca")) {
+        const auto written = text(*f);
+        if (!written || written->empty()) {
+            if (written) diagnostics_.error(f->at, "'ca' must be system or a PEM file of certificates to trust");
+            ok = false;
+        } else if (*written != "system") {
+            tls.system_ca = false;
+            tls.ca_file = file_path(*written);
+            std::string error;
+            tls.ca_pem = tls::read_small_file(tls.ca_file, max_pem_bytes, error);
+            std::size_t count = 0;
+            if (error.empty()) error = tls::check_ca_bundle(tls.ca_pem, count);
+            if (!error.empty()) {
+                diagnostics_.error(f->at, "'ca' " + quoted(*written) + ": " + error);
+                ok = false;
+            }
+        }
+    }
+    if (const Field* f = section.find("server_name")) {
+        const auto written = text(*f);
+        const bool valid = written && !written->empty() && written->size() <= 253 &&
+                           std::all_of(written->begin(), written->end(), [](unsigned char c) {
+                               return std::isalnum(c) || c == '-' || c == '.' || c == '_';
+                           });
+        if (written && !valid)
+            diagnostics_.error(f->at, "'server_name' must be a host name (letters, digits, '-', '.', '_'), got " +
+                                          quoted(*written));
+        if (valid) {
+            tls.server_name = *written;
+            std::transform(tls.server_name.begin(), tls.server_name.end(), tls.server_name.begin(),
+                           [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        } else {
+            ok = false;
+        }
+    }
+    if (const Field* f = section.find("verify")) assign(tls.verify, boolean(*f));
+    const bool wants_client = section.find("cert") || section.find("key");
+    if (wants_client) {
+        tls.client = read_certificate(section, field, true);
+        ok = ok && tls.client.has_value();
+    }
+    if (!ok) return std::nullopt;
+    return tls;
 }
 
 void ConfigReader::read_admin(const Field& field) {
@@ -580,6 +779,7 @@ void ConfigReader::read_upstream(const Field& field) {
         if (const Field* f = section.find("connect_timeout")) assign(upstream.connect_timeout, duration(*f, false));
         if (const Field* f = section.find("timeout")) assign(upstream.timeout, duration(*f, false));
         if (const Field* f = section.find("max_idle")) assign(upstream.max_idle, integer(*f, 0, no_maximum));
+        if (const Field* f = section.find("tls")) upstream.tls = read_upstream_tls(*f);
         if (!section.find("servers")) diagnostics_.error(field.key_at, "upstream " + quoted(field.key) + " has no servers");
     }
     config_.upstreams.push_back(std::move(upstream));

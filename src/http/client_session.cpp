@@ -13,11 +13,14 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include "http/body_reader.hpp"
@@ -25,11 +28,14 @@
 #include "http/header_rules.hpp"
 #include "http/problem.hpp"
 #include "http/request_target.hpp"
+#include "http/stream.hpp"
+#include "http/upstream_connection.hpp"
 #include "http/route_match.hpp"
 #include "limit/client_ip.hpp"
 #include "limit/rate_limit_headers.hpp"
 #include "observe/access_log.hpp"
 #include "server/worker.hpp"
+#include "tls/context.hpp"
 
 namespace sluice::http {
 
@@ -117,6 +123,60 @@ void count_decision(const server::Snapshot& snap, std::size_t route_index, const
     if (decision.shadow_limited()) observe::add(route.shadow_limited);
 }
 
+// Why a client's handshake failed, for sluice_tls_handshake_failures_total{reason}.
+observe::TlsFailure classify_tls_failure(const boost::system::error_code& ec) {
+    using observe::TlsFailure;
+    if (ec == net::ssl::error::stream_truncated || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::broken_pipe)
+        return TlsFailure::closed;
+    if (ec.category() != net::error::get_ssl_category()) return TlsFailure::other;
+    switch (ERR_GET_REASON(static_cast<unsigned long>(ec.value()))) {
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST:
+        return TlsFailure::plain_http;
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_UNKNOWN_PROTOCOL:
+    case SSL_R_TLSV1_ALERT_PROTOCOL_VERSION:
+        return TlsFailure::protocol_version;
+    case SSL_R_NO_SHARED_CIPHER:
+    case SSL_R_NO_SHARED_GROUPS:
+    case SSL_R_NO_SUITABLE_SIGNATURE_ALGORITHM:
+        return TlsFailure::no_shared_cipher;
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
+    case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+    case SSL_R_TLSV1_ALERT_ACCESS_DENIED:
+    case SSL_R_TLSV1_ALERT_DECRYPT_ERROR:
+        return TlsFailure::certificate_rejected;
+    default:
+        return TlsFailure::other;
+    }
+}
+
+// Failed handshakes are counted every one; logged at most once per 10 s per worker, with
+// the number not logged, so that a scan or a flood does not flood the log.
+void warn_tls_failure(std::string_view peer, observe::TlsFailure reason, const std::string& detail) {
+    thread_local Clock::time_point last{};
+    thread_local std::uint64_t suppressed = 0;
+    const auto now = Clock::now();
+    if (last != Clock::time_point{} && now - last < std::chrono::seconds(10)) {
+        ++suppressed;
+        return;
+    }
+    last = now;
+    const auto name = observe::tls_failure_names[static_cast<std::size_t>(reason)];
+    if (suppressed == 0)
+        spdlog::warn("TLS handshake from {} failed: {} ({})", peer, name, detail);
+    else
+        spdlog::warn("TLS handshake from {} failed: {} ({}); {} other failed handshakes not logged since the "
+                     "last one (sluice_tls_handshake_failures_total counts them all)",
+                     peer, name, detail, suppressed);
+    suppressed = 0;
+}
+
 bool is_connection_lost(const boost::system::error_code& ec) {
     return ec == net::error::eof || ec == bhttp::error::end_of_stream || ec == net::error::connection_reset ||
            ec == net::error::broken_pipe || ec == bhttp::error::partial_message;
@@ -124,12 +184,15 @@ bool is_connection_lost(const boost::system::error_code& ec) {
 
 class Session final : public ClientSession, public std::enable_shared_from_this<Session> {
 public:
-    Session(server::Worker& worker, tcp::socket socket)
-        : worker_(worker), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+    Session(server::Worker& worker, tcp::socket socket, std::shared_ptr<tls::ServerContext> tls)
+        : worker_(worker),
+          tls_(std::move(tls)),
+          stream_(tls_ ? Stream(std::move(socket), tls_->context()) : Stream(std::move(socket))),
+          timer_(stream_.get_executor()) {
         boost::system::error_code ec;
-        auto peer = socket_.remote_endpoint(ec);
+        auto peer = stream_.socket().remote_endpoint(ec);
         peer_ip_ = ec ? "-" : peer.address().to_string();
-        socket_.set_option(tcp::no_delay(true), ec);
+        stream_.socket().set_option(tcp::no_delay(true), ec);
     }
 
     ~Session() override { worker_.connections().fetch_sub(1); }
@@ -139,7 +202,7 @@ public:
     void stop_if_idle() override {
         if (idle_) {
             boost::system::error_code ec;
-            socket_.cancel(ec);
+            stream_.socket().cancel(ec);
         }
     }
 
@@ -190,13 +253,16 @@ private:
                                              observe::AccessRecord& rec);
     // The next decoded bytes of a body into `out`: first what `in` holds, then what `socket`
     // sends. Without `may_wait`, only what `in` holds (n may then be 0 with the body unfinished).
-    net::awaitable<BodyRead> read_body(BodyReader& reader, beast::flat_buffer& in, tcp::socket& socket,
+    net::awaitable<BodyRead> read_body(BodyReader& reader, beast::flat_buffer& in, Stream& stream,
                                        std::span<char> out, bool upstream_side, config::Duration timeout,
                                        bool may_wait);
     // Reads one response head before `deadline` (a trickling upstream does not extend it).
     net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, ResponseParser& parser,
                                                     Clock::time_point deadline);
     net::awaitable<void> close_gracefully();
+    // The server side of a TLS handshake; false (counted and, a few times a minute, logged)
+    // when it fails or does not finish within the listener's handshake_timeout.
+    net::awaitable<bool> tls_handshake();
 
     // Deadlines: one timer per connection for both sides. On expiry the pending operation
     // is cancelled and timed_out_ (client side) or upstream_timed_out_ (upstream side)
@@ -247,7 +313,7 @@ private:
             if (now >= self->deadline_) {
                 self->deadline_ = Clock::time_point::max();
                 self->timed_out_ = true;
-                self->socket_.cancel(ignored);
+                self->stream_.socket().cancel(ignored);
             }
             if (now >= self->upstream_deadline_) {
                 self->upstream_deadline_ = Clock::time_point::max();
@@ -259,7 +325,8 @@ private:
     }
 
     server::Worker& worker_;
-    tcp::socket socket_;
+    std::shared_ptr<tls::ServerContext> tls_;  // the listener's, as when the connection came; null: plain
+    Stream stream_;
     net::steady_timer timer_;
     Clock::time_point deadline_ = Clock::time_point::max();  // of the current operation
     Clock::time_point timer_expiry_{};                        // what timer_ waits for
@@ -282,6 +349,13 @@ private:
 net::awaitable<void> Session::run() {
     worker_.add_session(this);
     bool first = true;
+    if (tls_ && !co_await tls_handshake()) {
+        boost::system::error_code ec;
+        stream_.socket().close(ec);
+        stop_timer();
+        worker_.remove_session(this);
+        co_return;
+    }
     try {
         while (true) {
             if (!co_await serve_one(first)) break;
@@ -297,19 +371,56 @@ net::awaitable<void> Session::run() {
 
 net::awaitable<void> Session::close_gracefully() {
     boost::system::error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (stream_.is_tls()) {
+        // close_notify, then the client's own or its FIN, within the linger time: the same
+        // courtesy as below, and the client can tell our close from a cut connection.
+        if (!worker_.stopping()) {
+            arm(std::chrono::duration_cast<config::Duration>(linger_time));
+            co_await stream_.tls().async_shutdown(nothrow);
+            disarm();
+        }
+        stream_.socket().close(ec);
+        co_return;
+    }
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     if (!ec && !worker_.stopping()) {
         // Read what the client still sends, so that closing does not reset the connection
         // before it has read our last response.
         arm(std::chrono::duration_cast<config::Duration>(linger_time));
         std::array<char, 4096> scratch;
         while (true) {
-            auto [rec, n] = co_await socket_.async_read_some(net::buffer(scratch), nothrow);
+            auto [rec, n] = co_await stream_.socket().async_read_some(net::buffer(scratch), nothrow);
             if (rec || timed_out_) break;
         }
         disarm();
     }
-    socket_.close(ec);
+    stream_.socket().close(ec);
+}
+
+net::awaitable<bool> Session::tls_handshake() {
+    arm(tls_->handshake_timeout());
+    auto [ec] = co_await stream_.tls().async_handshake(net::ssl::stream_base::server, nothrow);
+    disarm();
+    auto& metrics = *worker_.snapshot()->metrics;
+    if (!ec && !timed_out_) {
+        observe::add(metrics.tls_handshakes);
+        co_return true;
+    }
+    const auto reason = timed_out_ ? observe::TlsFailure::timeout : classify_tls_failure(ec);
+    observe::add(metrics.tls_handshake_failures[static_cast<std::size_t>(reason)]);
+    warn_tls_failure(peer_ip_, reason, timed_out_ ? std::string("not finished in time") : ec.message());
+    if (reason == observe::TlsFailure::plain_http) {
+        // As nginx does: a person who typed http:// to a TLS port gets told so, in plain
+        // text on the raw socket (OpenSSL has read the request line; nothing is forwarded).
+        static constexpr std::string_view answer =
+            "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 52\r\n"
+            "Connection: close\r\n\r\nThis port speaks HTTPS: the request was plain HTTP.\n";
+        static_assert(std::string_view("This port speaks HTTPS: the request was plain HTTP.\n").size() == 52);
+        arm(std::chrono::seconds(1));
+        co_await net::async_write(stream_.socket(), net::buffer(answer.data(), answer.size()), nothrow);
+        disarm();
+    }
+    co_return false;
 }
 
 net::awaitable<Session::Head> Session::read_head(bool first) {
@@ -351,7 +462,7 @@ net::awaitable<Session::Head> Session::read_head(bool first) {
         idle_ = !got_bytes;
         // An idle keep-alive connection keeps no buffer that a large body grew.
         if (!got_bytes && buffer_.capacity() > 16 * 1024) buffer_.shrink_to_fit();
-        auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(8192), nothrow);
+        auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(8192), nothrow);
         idle_ = false;
         if (timed_out_) {
             head.kind = got_bytes ? Head::Kind::timeout : Head::Kind::closed;
@@ -560,15 +671,31 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(co
         if (!fresh) {
             if (auto conn = worker_.upstream_pool().take(server.key)) co_return conn;
         }
-        auto conn = std::make_unique<UpstreamConnection>(socket_.get_executor());
+        auto conn = std::make_unique<UpstreamConnection>(stream_.get_executor());
         conn->key = server.key;
-        conn->stream.expires_after(upstream_cfg.connect_timeout);
-        auto [ec] = co_await conn->stream.async_connect(server.endpoint, nothrow);
+        arm_upstream(conn->stream.socket(), upstream_cfg.connect_timeout);
+        auto [ec0] = co_await conn->stream.socket().async_connect(server.endpoint, nothrow);
+        auto ec = disarm_upstream(ec0);
         if (!ec) {
             boost::system::error_code ignored;
             conn->stream.socket().set_option(tcp::no_delay(true), ignored);
-            conn->stream.expires_never();  // from here on the session's deadline covers it
-            co_return conn;
+            tls::ClientContext* tls = snap.upstream_tls[upstream].get();
+            if (!tls) co_return conn;
+            // HTTPS: the handshake is part of connecting (same timeout, same next server).
+            conn->stream.start_tls(tls->context());
+            SSL* ssl = conn->stream.tls().native_handle();
+            tls->prepare(ssl, server.host);
+            arm_upstream(conn->stream.socket(), upstream_cfg.connect_timeout);
+            auto [hec] = co_await conn->stream.tls().async_handshake(net::ssl::stream_base::client, nothrow);
+            ec = disarm_upstream(hec);
+            if (!ec) co_return conn;
+            failure = ec == beast::error::timeout ? Upstream::timed_out : Upstream::refused;
+            const long verify = SSL_get_verify_result(ssl);
+            spdlog::warn("upstream {} server {}: TLS handshake failed: {}{}", upstream_cfg.name, server.key,
+                         ec == beast::error::timeout ? "timed out" : ec.message(),
+                         verify != X509_V_OK ? std::string(" (") + X509_verify_cert_error_string(verify) + ")"
+                                             : std::string());
+            continue;
         }
         failure = ec == beast::error::timeout ? Upstream::timed_out : Upstream::refused;
         spdlog::warn("upstream {} server {}: connect failed: {}", upstream_cfg.name, server.key,
@@ -577,7 +704,7 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(co
     co_return nullptr;
 }
 
-net::awaitable<Session::BodyRead> Session::read_body(BodyReader& reader, beast::flat_buffer& in, tcp::socket& socket,
+net::awaitable<Session::BodyRead> Session::read_body(BodyReader& reader, beast::flat_buffer& in, Stream& stream,
                                                      std::span<char> out, bool upstream_side, config::Duration timeout,
                                                      bool may_wait) {
     BodyRead got;
@@ -600,10 +727,10 @@ net::awaitable<Session::BodyRead> Session::read_body(BodyReader& reader, beast::
                                      : std::min<std::size_t>(out.size(), 16 * 1024);
         auto target = raw ? net::mutable_buffer(out.data(), want) : in.prepare(want);
         if (upstream_side)
-            arm_upstream(socket, timeout);
+            arm_upstream(stream.socket(), timeout);
         else
             arm(timeout);
-        auto [ec0, n] = co_await socket.async_read_some(target, nothrow);
+        auto [ec0, n] = co_await stream.async_read_some(target, nothrow);
         auto ec = ec0;
         if (upstream_side) {
             ec = disarm_upstream(ec0);
@@ -677,7 +804,7 @@ net::awaitable<Session::UpstreamHead> Session::read_upstream_head(UpstreamConnec
             co_return result;
         }
         arm_upstream_until(conn.stream.socket(), deadline);
-        auto [ec0, n] = co_await conn.stream.socket().async_read_some(conn.buffer.prepare(8192), nothrow);
+        auto [ec0, n] = co_await conn.stream.async_read_some(conn.buffer.prepare(8192), nothrow);
         const auto ec = disarm_upstream(ec0);
         if (ec) {
             result.ec = ec;
@@ -720,7 +847,7 @@ bool is_websocket_handshake(const bhttp::request_header<>& req) {
 // One direction of a tunnel: what `from` sends goes to `to` until `from` ends (then `to`
 // is told no more comes) or either fails (then both are shut, so the other direction ends
 // too). The buffer lives on the coroutine frame: 16 KB per direction.
-net::awaitable<void> relay_one_way(tcp::socket& from, tcp::socket& to, std::uint64_t& bytes,
+net::awaitable<void> relay_one_way(Stream& from, Stream& to, std::uint64_t& bytes,
                                    std::chrono::steady_clock::time_point& last) {
     std::array<char, 16384> buffer;
     for (;;) {
@@ -728,18 +855,18 @@ net::awaitable<void> relay_one_way(tcp::socket& from, tcp::socket& to, std::uint
         boost::system::error_code ignored;
         if (ec) {
             if (ec == net::error::eof) {
-                to.shutdown(tcp::socket::shutdown_send, ignored);
+                to.socket().shutdown(tcp::socket::shutdown_send, ignored);
             } else {
-                from.shutdown(tcp::socket::shutdown_both, ignored);
-                to.shutdown(tcp::socket::shutdown_both, ignored);
+                from.socket().shutdown(tcp::socket::shutdown_both, ignored);
+                to.socket().shutdown(tcp::socket::shutdown_both, ignored);
             }
             co_return;
         }
         last = std::chrono::steady_clock::now();
         auto [wec, wn] = co_await net::async_write(to, net::buffer(buffer.data(), n), nothrow);
         if (wec) {
-            from.shutdown(tcp::socket::shutdown_both, ignored);
-            to.shutdown(tcp::socket::shutdown_both, ignored);
+            from.socket().shutdown(tcp::socket::shutdown_both, ignored);
+            to.socket().shutdown(tcp::socket::shutdown_both, ignored);
             co_return;
         }
         bytes += n;
@@ -773,7 +900,7 @@ net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Sn
     write_response_head(11, 101, sv(res.reason()), res, head_);
     rec.status = 101;
     rec.forwarded = true;
-    auto& upstream = conn->stream.socket();
+    auto& upstream = conn->stream;
     std::uint64_t up = 0, down = conn->buffer.size();
     const auto opened = std::chrono::steady_clock::now();
 
@@ -781,7 +908,7 @@ net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Sn
     // right after its handshake.
     const std::array<net::const_buffer, 2> first{net::buffer(head_), conn->buffer.data()};
     arm(cfg.server.idle_timeout);
-    auto [wec, wn] = co_await net::async_write(socket_, first, nothrow);
+    auto [wec, wn] = co_await net::async_write(stream_, first, nothrow);
     disarm();
     if (wec || timed_out_) co_return false;
     conn->buffer.consume(conn->buffer.size());
@@ -795,7 +922,7 @@ net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Sn
     ++snap.metrics->tunnels_active;
     auto last = std::chrono::steady_clock::now();
     const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.server.tunnel_idle_timeout);
-    co_await ((relay_one_way(socket_, upstream, up, last) && relay_one_way(upstream, socket_, down, last)) ||
+    co_await ((relay_one_way(stream_, upstream, up, last) && relay_one_way(upstream, stream_, down, last)) ||
               watch_idle(last, idle));
     --snap.metrics->tunnels_active;
     rec.tunnel_up = up;
@@ -841,7 +968,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
     // upstream's name, as nginx sends its proxy_host.
     if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, upstream_cfg.name);
-    add_forwarding_headers(req.base(), {peer_ip_, peer_trusted, client_version});
+    add_forwarding_headers(req.base(), {peer_ip_, peer_trusted, client_version, stream_.is_tls()});
     if (request_body_.mode() == BodyReader::Mode::length)
         req.set(bhttp::field::content_length, std::to_string(request_length_));
     else if (chunked_out)
@@ -856,7 +983,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     // body already malformed there is refused with nothing sent upstream at all.
     std::size_t first_piece = 0;
     if (has_body) {
-        auto got = co_await read_body(request_body_, buffer_, socket_, relay, false, cfg.server.idle_timeout, false);
+        auto got = co_await read_body(request_body_, buffer_, stream_, relay, false, cfg.server.idle_timeout, false);
         if (request_body_.failed()) co_return co_await refuse_request_body(cfg.server, got.ec, rec);
         first_piece = got.n;
     }
@@ -882,7 +1009,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
         if (expect_continue && !continue_sent) {
             static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
             arm(cfg.server.idle_timeout);
-            auto [wec, wn] = co_await net::async_write(socket_, net::buffer(continue_line), nothrow);
+            auto [wec, wn] = co_await net::async_write(stream_, net::buffer(continue_line), nothrow);
             disarm();
             if (wec) co_return false;
             continue_sent = true;
@@ -897,7 +1024,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             if (!first && !request_body_.done()) {
                 // The upstream connection is dropped on a failure here: it holds an unfinished
                 // request, which the upstream never sees completed.
-                auto got = co_await read_body(request_body_, buffer_, socket_, relay, false, cfg.server.idle_timeout,
+                auto got = co_await read_body(request_body_, buffer_, stream_, relay, false, cfg.server.idle_timeout,
                                               true);
                 if (request_body_.failed() || got.ec) co_return co_await refuse_request_body(cfg.server, got.ec, rec);
                 n = got.n;
@@ -914,7 +1041,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
                 net::buffer(chunk_end.data(), framed ? chunk_end.size() : 0),
                 net::buffer(last_chunk.data(), chunked_out && body_done ? last_chunk.size() : 0)};
             arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
-            auto [wec0, wn] = co_await net::async_write(conn->stream.socket(), out, nothrow);
+            auto [wec0, wn] = co_await net::async_write(conn->stream, out, nothrow);
             upstream_error = disarm_upstream(wec0);
             if (upstream_error || body_done) break;
         }
@@ -953,7 +1080,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
                 head_.clear();
                 write_response_head(11, status, sv(info.reason()), info.base(), head_);
                 arm(cfg.server.idle_timeout);
-                auto [iec, in] = co_await net::async_write(socket_, net::buffer(head_), nothrow);
+                auto [iec, in] = co_await net::async_write(stream_, net::buffer(head_), nothrow);
                 disarm();
                 if (iec) co_return false;
             }
@@ -1036,7 +1163,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     for (bool first = true;; first = false) {
         std::size_t n = 0;
         if (!body.done()) {
-            auto got = co_await read_body(body, conn->buffer, conn->stream.socket(), relay, true, upstream_cfg.timeout,
+            auto got = co_await read_body(body, conn->buffer, conn->stream, relay, true, upstream_cfg.timeout,
                                           !first);
             if (body.failed() || got.ec) {
                 // The client has the head: it sees the connection close before the body's
@@ -1063,7 +1190,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             net::buffer(chunk_end.data(), framed ? chunk_end.size() : 0),
             net::buffer(last_chunk.data(), chunked_to_client && body_done ? last_chunk.size() : 0)};
         arm(cfg.server.idle_timeout);
-        auto [wec, wn] = co_await net::async_write(socket_, out, nothrow);
+        auto [wec, wn] = co_await net::async_write(stream_, out, nothrow);
         disarm();
         if (wec || timed_out_) co_return false;
         rec.bytes_sent += n;
@@ -1097,7 +1224,7 @@ net::awaitable<bool> Session::drain_body(const config::ServerConfig& server) {
     std::size_t total = 0;
     while (!request_body_.done()) {
         if (request_body_.raw_remaining() > drain_limit - total) co_return false;
-        auto got = co_await read_body(request_body_, buffer_, socket_, scratch, false, server.header_timeout, true);
+        auto got = co_await read_body(request_body_, buffer_, stream_, scratch, false, server.header_timeout, true);
         if (got.ec || request_body_.failed()) co_return false;
         total += got.n;
         if (total > drain_limit) co_return false;
@@ -1131,15 +1258,17 @@ net::awaitable<bool> Session::reply(const config::ServerConfig& server, bool unr
     rec.status = status;
     rec.bytes_sent = response.head ? 0 : body.size();
     arm(server.idle_timeout);
-    auto [ec, n] = co_await net::async_write(socket_, net::buffer(out), nothrow);
+    auto [ec, n] = co_await net::async_write(stream_, net::buffer(out), nothrow);
     disarm();
     co_return keep_alive && !ec;
 }
 
 }  // namespace
 
-void start_client_session(server::Worker& worker, tcp::socket socket) {
-    auto session = std::make_shared<Session>(worker, std::move(socket));
+void start_client_session(server::Worker& worker, tcp::socket socket, std::size_t listener) {
+    const auto& contexts = worker.snapshot()->listener_tls;
+    auto tls = listener < contexts.size() ? contexts[listener] : nullptr;
+    auto session = std::make_shared<Session>(worker, std::move(socket), std::move(tls));
     // Whatever escapes a session ends that session only: an exception here would otherwise
     // leave io_context::run and end the worker thread with every connection on it.
     net::co_spawn(worker.io(), [session]() -> net::awaitable<void> { co_await session->run(); },

@@ -16,6 +16,8 @@ public:
     virtual void stop_if_idle() = 0;
 };
 
-void start_client_session(server::Worker& worker, boost::asio::ip::tcp::socket socket);
+// `listener`: the index of the server.listen entry the connection came in on; a TLS
+// listener's connection starts with the TLS handshake.
+void start_client_session(server::Worker& worker, boost::asio::ip::tcp::socket socket, std::size_t listener);
 
 }  // namespace sluice::http

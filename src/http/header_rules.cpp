@@ -245,7 +245,7 @@ void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
     fields.set(x_forwarded_for, xff);
 
     if (!info.peer_trusted || fields.find(x_forwarded_proto) == fields.end())
-        fields.set(x_forwarded_proto, "http");
+        fields.set(x_forwarded_proto, info.tls ? "https" : "http");
     append_via(fields, info.client_version);
 }
 

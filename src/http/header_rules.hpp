@@ -50,6 +50,7 @@ struct ForwardingInfo {
     std::string_view peer_ip;   // TCP peer, as text
     bool peer_trusted = false;  // peer is in client_ip.trusted_proxies
     unsigned client_version = 11;
+    bool tls = false;           // the client connection is TLS: X-Forwarded-Proto: https
 };
 
 // Sets X-Forwarded-For, X-Forwarded-Proto and Via on a request going upstream.

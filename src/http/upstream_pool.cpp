@@ -1,5 +1,7 @@
 #include "http/upstream_pool.hpp"
 
+#include "http/upstream_connection.hpp"
+
 #include <sys/socket.h>
 
 namespace sluice::http {
@@ -42,8 +44,16 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key) {
     return nullptr;
 }
 
+UpstreamPool::UpstreamPool(const boost::asio::any_io_executor& ex,
+                           std::chrono::milliseconds surplus_idle_time)
+    : surplus_idle_time_(surplus_idle_time), trim_timer_(ex) {}
+
+UpstreamPool::~UpstreamPool() = default;
+
 void UpstreamPool::put(std::unique_ptr<UpstreamConnection> conn, std::size_t max_idle) {
     if (max_idle == 0 || shut_ || conn->buffer.size() != 0) return;
+    // Over TLS, bytes past the response may wait decrypted inside OpenSSL instead.
+    if (conn->stream.is_tls() && SSL_pending(conn->stream.tls().native_handle()) > 0) return;
     ++conn->uses;
     // A small buffer is kept for the next response; one a large head made grow is not.
     if (conn->buffer.capacity() > max_kept_buffer) conn->buffer.shrink_to_fit();

@@ -8,19 +8,10 @@
 #include <vector>
 
 #include <boost/asio/steady_timer.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 namespace sluice::http {
 
-struct UpstreamConnection {
-    explicit UpstreamConnection(const boost::asio::any_io_executor& ex) : stream(ex) {}
-    boost::beast::tcp_stream stream;
-    boost::beast::flat_buffer buffer;  // bytes read past a response (must stay empty between uses)
-    std::string key;                   // server "host:port"
-    std::chrono::steady_clock::time_point idle_since;
-    unsigned uses = 0;                 // responses completed on it (counted by UpstreamPool::put)
-};
+struct UpstreamConnection;  // http/upstream_connection.hpp
 
 class UpstreamPool {
 public:
@@ -28,8 +19,8 @@ public:
 
     // Closing surplus connections (see put) is timed on `ex`, the owning worker's executor.
     explicit UpstreamPool(const boost::asio::any_io_executor& ex,
-                          std::chrono::milliseconds surplus_idle_time = default_surplus_idle_time)
-        : surplus_idle_time_(surplus_idle_time), trim_timer_(ex) {}
+                          std::chrono::milliseconds surplus_idle_time = default_surplus_idle_time);
+    ~UpstreamPool();
 
     // An idle connection to `key` that still looks usable (not idle too long, not closed by
     // the peer, and nothing unsolicited on it), or nullptr. Every connection is looked at

@@ -132,6 +132,15 @@ std::string prometheus_text(const Metrics& m) {
                    m.connections_active(), m.tunnels_active.load(), m.store_ready() ? 1 : 0, read(m.reloads_ok),
                    read(m.reloads_failed),
                    m.log_dropped());
+    fmt::format_to(it,
+                   "# HELP sluice_tls_handshakes_total Client TLS handshakes completed.\n"
+                   "# TYPE sluice_tls_handshakes_total counter\nsluice_tls_handshakes_total {}\n"
+                   "# HELP sluice_tls_handshake_failures_total Client TLS handshakes that failed, by reason.\n"
+                   "# TYPE sluice_tls_handshake_failures_total counter\n",
+                   read(m.tls_handshakes));
+    for (std::size_t i = 0; i < tls_failure_names.size(); ++i)
+        fmt::format_to(it, "sluice_tls_handshake_failures_total{{reason=\"{}\"}} {}\n", tls_failure_names[i],
+                       read(m.tls_handshake_failures[i]));
     const auto nodes = m.store_nodes();
     if (!nodes.empty()) {
         std::size_t up = 0;

@@ -46,6 +46,12 @@ enum class DecisionKind : std::size_t { allowed, limited, shadow_limited, store_
 inline constexpr std::array<const char*, 5> decision_names = {"allowed", "limited", "shadow_limited",
                                                                "store_error_allowed", "store_error_denied"};
 
+// Why a client's TLS handshake failed (sluice_tls_handshake_failures_total{reason}).
+enum class TlsFailure : std::size_t { protocol_version, no_shared_cipher, certificate_rejected, plain_http, closed,
+                                      timeout, other };
+inline constexpr std::array<const char*, 7> tls_failure_names = {
+    "protocol_version", "no_shared_cipher", "certificate_rejected", "plain_http", "closed", "timeout", "other"};
+
 struct LimitMetrics {
     explicit LimitMetrics(std::string n) : name(std::move(n)) {}
     std::string name;
@@ -83,6 +89,8 @@ public:
 
     Counter store_errors{0};
     std::atomic<std::int64_t> tunnels_active{0};  // WebSocket tunnels open now
+    Counter tls_handshakes{0};                      // client TLS handshakes completed
+    std::array<Counter, tls_failure_names.size()> tls_handshake_failures{};
     Counter reloads_ok{0};
     Counter reloads_failed{0};
     Histogram store_latency;

@@ -5,6 +5,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "tls/context.hpp"
+
 namespace sluice::server {
 
 namespace net = boost::asio;
@@ -36,12 +38,15 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         auto& servers = snap->servers.emplace_back();
         for (const auto& ep : upstream.servers) {
             try {
-                servers.push_back({ep.str(), resolve_endpoint(ep)});
+                servers.push_back({ep.str(), ep.host, resolve_endpoint(ep)});
             } catch (const std::exception& e) {
                 throw std::runtime_error("upstream " + upstream.name + ": " + e.what());
             }
         }
     }
+    auto contexts = tls::make_contexts(*config);
+    snap->listener_tls = std::move(contexts.listeners);
+    snap->upstream_tls = std::move(contexts.upstreams);
     snap->config = std::move(config);
     return snap;
 }

@@ -12,10 +12,16 @@
 #include "limit/limit_key.hpp"
 #include "observe/metrics.hpp"
 
+namespace sluice::tls {
+class ServerContext;
+class ClientContext;
+}  // namespace sluice::tls
+
 namespace sluice::server {
 
 struct UpstreamServer {
     std::string key;  // "host:port" as configured: names the keep-alive pool
+    std::string host;  // as configured: the name a TLS server's certificate must carry
     boost::asio::ip::tcp::endpoint endpoint;
 };
 
@@ -26,10 +32,14 @@ struct Snapshot {
     std::vector<observe::RouteMetrics*> route_metrics;               // per route
     std::vector<std::vector<observe::LimitMetrics*>> limit_metrics;  // per route, per limit
     std::vector<limit::KeyPlan> key_plans;                            // per route
+    // Built from the certificates the config names (read again on every reload).
+    std::vector<std::shared_ptr<tls::ServerContext>> listener_tls;  // per server.listen entry; null: plain
+    std::vector<std::shared_ptr<tls::ClientContext>> upstream_tls;  // per upstream; null: plain
 };
 
-// Resolves every upstream server (blocking; call off the data path).
-// Throws std::runtime_error naming the server that does not resolve.
+// Resolves every upstream server (blocking; call off the data path) and builds the TLS
+// contexts. Throws std::runtime_error naming the server that does not resolve or the
+// certificate OpenSSL refused.
 // Also finds or creates the metrics of every route and limit.
 std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Config> config, observe::Metrics& metrics);
 

@@ -119,8 +119,8 @@ void Worker::start() {
     });
 }
 
-void Worker::accept_on(tcp::acceptor& acceptor) {
-    acceptor.async_accept([this, &acceptor](boost::system::error_code ec, tcp::socket socket) {
+void Worker::accept_on(tcp::acceptor& acceptor, std::size_t listener) {
+    acceptor.async_accept([this, &acceptor, listener](boost::system::error_code ec, tcp::socket socket) {
         if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
         if (ec) {
             spdlog::warn("accept failed: {}", ec.message());
@@ -136,17 +136,17 @@ void Worker::accept_on(tcp::acceptor& acceptor) {
                 boost::system::error_code ignored;
                 socket.close(ignored);
             } else {
-                http::start_client_session(*this, std::move(socket));
+                http::start_client_session(*this, std::move(socket), listener);
             }
         }
-        accept_on(acceptor);
+        accept_on(acceptor, listener);
     });
 }
 
 void Worker::accept() {
     net::post(io_, [this] {
         if (stopping_) return;
-        for (auto& acceptor : acceptors_) accept_on(*acceptor);
+        for (std::size_t i = 0; i < acceptors_.size(); ++i) accept_on(*acceptors_[i], i);
     });
 }
 

@@ -82,7 +82,8 @@ public:
     std::atomic<std::size_t>& connections() { return connections_; }
 
 private:
-    void accept_on(boost::asio::ip::tcp::acceptor& acceptor);
+    // `listener`: the index of the acceptor's server.listen entry (which says whether it is TLS).
+    void accept_on(boost::asio::ip::tcp::acceptor& acceptor, std::size_t listener);
     void watch_store();
 
     // Declared before io_ so that sessions destroyed with io_'s pending handlers can still

@@ -17,7 +17,8 @@ std::vector<std::string> messages_of(const std::vector<Diagnostic>& diagnostics)
     return messages;
 }
 
-std::vector<std::string> endpoints_of(const std::vector<Endpoint>& endpoints) {
+template <typename E>
+std::vector<std::string> endpoints_of(const std::vector<E>& endpoints) {
     std::vector<std::string> texts;
     for (const Endpoint& e : endpoints) texts.push_back(e.str());
     return texts;

@@ -10,6 +10,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 
+#include "http/upstream_connection.hpp"
 #include "http/upstream_pool.hpp"
 
 using namespace std::chrono_literals;

@@ -1,0 +1,67 @@
+// A connection's bytes: a TCP socket, or TLS over one. Reads and writes go through
+// whichever it is (it is an Asio AsyncReadStream and AsyncWriteStream); deadlines, socket
+// options, shutdown and close act on the TCP socket underneath (socket()).
+//
+// Include only where needed: it brings in Asio's OpenSSL layer.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
+
+namespace sluice::http {
+
+class Stream {
+public:
+    using tcp = boost::asio::ip::tcp;
+    using TlsStream = boost::asio::ssl::stream<tcp::socket>;
+    using executor_type = tcp::socket::executor_type;
+
+    explicit Stream(tcp::socket socket) : plain_(std::move(socket)) {}
+    explicit Stream(const executor_type& ex) : plain_(tcp::socket(ex)) {}
+    // TLS over `socket`, as a server or (after start_tls) a client.
+    Stream(tcp::socket socket, boost::asio::ssl::context& context)
+        : tls_(std::make_unique<TlsStream>(std::move(socket), context)) {}
+
+    // From now on TLS over the (connected) socket; handshake next.
+    void start_tls(boost::asio::ssl::context& context) {
+        tls_ = std::make_unique<TlsStream>(std::move(*plain_), context);
+        plain_.reset();
+    }
+
+    tcp::socket& socket() { return tls_ ? tls_->next_layer() : *plain_; }
+    bool is_tls() const { return tls_ != nullptr; }
+    TlsStream& tls() { return *tls_; }
+    executor_type get_executor() { return tls_ ? tls_->get_executor() : plain_->get_executor(); }
+
+    template <class MutableBuffers, class Token>
+    auto async_read_some(const MutableBuffers& buffers, Token&& token) {
+        if (tls_) return tls_->async_read_some(buffers, std::forward<Token>(token));
+        return plain_->async_read_some(buffers, std::forward<Token>(token));
+    }
+
+    // Over TLS, a sequence of buffers (head, chunk frame, body piece...) is gathered first:
+    // an SSL stream writes only the first buffer of a sequence per call, which would make
+    // each piece a record and a system call of its own.
+    template <class ConstBuffers, class Token>
+    auto async_write_some(const ConstBuffers& buffers, Token&& token) {
+        if (tls_) {
+            if (!gather_) gather_ = std::make_unique<std::array<char, 16384>>();
+            const std::size_t n = boost::asio::buffer_copy(boost::asio::buffer(*gather_), buffers);
+            return tls_->async_write_some(boost::asio::buffer(gather_->data(), n), std::forward<Token>(token));
+        }
+        return plain_->async_write_some(buffers, std::forward<Token>(token));
+    }
+
+private:
+    std::optional<tcp::socket> plain_;
+    std::unique_ptr<TlsStream> tls_;
+    std::unique_ptr<std::array<char, 16384>> gather_;
+};
+
+}  // namespace sluice::http
