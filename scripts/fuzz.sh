@@ -19,19 +19,21 @@ declare -A sources=(
   [head_scan]="src/http/head_scan.cpp src/http/header_rules.cpp"
   [redis_reply]="src/redis/redis_reply.cpp"
   [topology_parse]="src/redis/topology_parse.cpp src/redis/redis_reply.cpp src/config/endpoint.cpp src/net/cidr.cpp"
-  [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp"
+  [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp"
+  [pem]="src/tls/pem.cpp"
 )
 declare -A libs=(
   [redis_reply]="$(pkg-config --libs hiredis)"
   [topology_parse]="$(pkg-config --libs hiredis)"
-  [config_loader]="-lyaml-cpp -lspdlog -lfmt"
+  [config_loader]="-lyaml-cpp -lspdlog -lfmt -lssl -lcrypto"
+  [pem]="-lssl -lcrypto"
 )
 declare -A cflags=(
   [redis_reply]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
   [topology_parse]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
   [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan redis_reply topology_parse config_loader"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan redis_reply topology_parse config_loader pem"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 

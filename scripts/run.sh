@@ -11,6 +11,9 @@ redis_addr=${redis_addr:-127.0.0.1:6379}
 backend_addr=$(sed -n '/^upstreams:/,/^[a-z]/ s/^ *servers: *\[ *"\{0,1\}\([^]",]*\).*/\1/p' "$config" | head -n1 | tr -d ' ')
 backend_addr=${backend_addr:-127.0.0.1:8081}
 
+# The HTTPS listener of conf/sluice.yaml uses a development certificate made here.
+bash scripts/dev_tls.sh
+
 children=()   # redis-server and the demo backend, when this script started them
 sluice_pid=""
 cleanup() {

@@ -714,12 +714,19 @@ class Upstream:
         up.incomplete        connections that closed inside a request
         up.behaviour = ...   change what it answers (callable(request, conn))
         up.stop()
+
+    tls: an ssl.SSLContext (server side) makes it an HTTPS server; up.tls_failures then
+    lists the handshakes that failed (exceptions) and up.peer_certs the client certificate
+    (getpeercert(), None without one) of every connection whose handshake succeeded.
     """
 
-    def __init__(self, behaviour=None, name="upstream", sock_timeout=10.0):
+    def __init__(self, behaviour=None, name="upstream", sock_timeout=10.0, tls=None):
         self.behaviour = behaviour or echo()
         self.name = name
         self.sock_timeout = sock_timeout
+        self.tls = tls
+        self.tls_failures = []
+        self.peer_certs = []
         self.requests = []
         self.connections = 0
         self.bytes_received = 0
@@ -812,6 +819,20 @@ class Upstream:
 
     def _serve(self, sock, conn_id):
         sock.settimeout(self.sock_timeout)
+        if self.tls is not None:
+            raw = sock
+            try:
+                sock = self.tls.wrap_socket(raw, server_side=True)
+            except (OSError, ValueError) as e:
+                with self._lock:
+                    self.tls_failures.append(e)
+                    self._conn_socks.discard(raw)
+                raw.close()
+                return
+            with self._lock:  # the SSL socket took over the descriptor
+                self.peer_certs.append(sock.getpeercert())
+                self._conn_socks.discard(raw)
+                self._conn_socks.add(sock)
         conn = UpstreamConnection(self, sock, conn_id)
         reader = _Reader(sock, self._count)
         index = 0

@@ -362,7 +362,12 @@ TEST_CASE("loader: files", "[config][loader]") {
         REQUIRE(result.ok());
         const Config& config = *result.config;
         CHECK(config.source_path == path);
-        CHECK(endpoints_of(config.server.listen) == std::vector<std::string>{"0.0.0.0:8080"});
+        CHECK(endpoints_of(config.server.listen) == std::vector<std::string>{"0.0.0.0:8080", "127.0.0.1:8443"});
+        CHECK_FALSE(config.server.listen[0].tls);
+        REQUIRE(config.server.listen[1].tls);  // conf/dev-tls/, made by scripts/dev_tls.sh
+        REQUIRE(config.server.listen[1].tls->certificates.size() == 1);
+        CHECK(config.server.listen[1].tls->certificates[0].cert_file == SLUICE_SOURCE_DIR "/conf/dev-tls/localhost.pem");
+        CHECK(config.server.listen[1].tls->certificates[0].names == std::vector<std::string>{"localhost"});
         CHECK(config.admin.listen->str() == "127.0.0.1:9901");
         CHECK(config.store.type == StoreType::redis);
         CHECK(config.store.redis.tcp->str() == "127.0.0.1:6379");
