@@ -6,6 +6,8 @@
 # Scenarios (wrk, CONNS connections, default 64):
 #   handshakes  every request on a new connection (Connection: close): TLS handshakes per second
 #   keepalive   requests on kept-alive TLS connections
+#   plain_close every request on a new plain-HTTP connection: the same churn without TLS, to
+#               tell what TLS costs from what accepting and closing connections costs
 # Writes loadtest/results/https.md. Needs what loadtest/run.sh installs (nginx, wrk).
 # Env: SLUICE (default build/sluice), WORKERS (2), CONNS (64), DURATION (10s), ROUNDS (2).
 set -euo pipefail
@@ -42,7 +44,7 @@ wait_port() { local i; for i in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1")
 cpu_ticks() { local pid; for pid in "$@"; do cat "/proc/$pid/stat" 2>/dev/null; done | awk '{ sub(/^.*\) /, ""); t += $12 + $13 } END { print t + 0 }'; }
 TICK=$(getconf CLK_TCK)
 
-UP_PORT=$(free_port); NGINX_PORT=$(free_port); PLAIN_PORT=$(free_port); TLS_PORT=$(free_port); ADMIN_PORT=$(free_port)
+UP_PORT=$(free_port); NGINX_PORT=$(free_port); PLAIN_PORT=$(free_port); TLS_PORT=$(free_port); ADMIN_PORT=$(free_port); NGINX_PLAIN_PORT=$(free_port)
 bash "$REPO/scripts/dev_tls.sh" "$W/tls" >/dev/null
 CERT=$W/tls/localhost.pem KEY=$W/tls/localhost.key
 user_line=""; [ "$(id -u)" -eq 0 ] && user_line="user root;"
@@ -69,6 +71,7 @@ http { access_log off; $temp keepalive_requests 1000000; keepalive_timeout 300s;
   upstream app { server 127.0.0.1:$UP_PORT; keepalive 64; }
   server {
     listen 127.0.0.1:$NGINX_PORT ssl backlog=4096;
+    listen 127.0.0.1:$NGINX_PLAIN_PORT backlog=4096;
     ssl_certificate $CERT;
     ssl_certificate_key $KEY;
     ssl_protocols TLSv1.2 TLSv1.3;
@@ -108,7 +111,7 @@ EOF
 "$SLUICE" -c "$W/sluice.yaml" >"$W/sluice.log" 2>&1 &
 SLUICE_PID=$!
 PIDS+=("$SLUICE_PID")
-for p in $UP_PORT $NGINX_PORT $PLAIN_PORT $TLS_PORT; do wait_port "$p" || die "port $p does not accept"; done
+for p in $UP_PORT $NGINX_PORT $NGINX_PLAIN_PORT $PLAIN_PORT $TLS_PORT; do wait_port "$p" || die "port $p does not accept"; done
 curl -sk "https://127.0.0.1:$NGINX_PORT/" | grep -q ok || die "nginx over TLS does not answer"
 curl -sk "https://127.0.0.1:$TLS_PORT/" | grep -q ok || die "sluice over TLS does not answer"
 
@@ -120,15 +123,19 @@ parse_wrk() {
        END { printf "%.0f %.2f %d\n", rps, p99, bad }' "$1"
 }
 measure() {  # measure TARGET SCENARIO -> "rps p99 errors cpu_us_per_req"
-  local target=$1 scenario=$2 port pids out
+  local target=$1 scenario=$2 port pids out scheme=https
   if [ "$target" = nginx ]; then port=$NGINX_PORT; pids="$NGINX_PROXY_PID $(ps -o pid= --ppid "$NGINX_PROXY_PID" | tr '\n' ' ')"
   else port=$TLS_PORT; pids=$SLUICE_PID; fi
+  if [ "$scenario" = plain_close ]; then
+    scheme=http
+    if [ "$target" = nginx ]; then port=$NGINX_PLAIN_PORT; else port=$PLAIN_PORT; fi
+  fi
   local extra=()
-  [ "$scenario" = handshakes ] && extra=(-H "Connection: close")
+  [ "$scenario" != keepalive ] && extra=(-H "Connection: close")
   out="$W/$target-$scenario.out"
   local c0; c0=$(cpu_ticks $pids)
   timeout $(( ${DURATION%s} + 30 )) wrk -t2 -c"$CONNS" -d"$DURATION" --timeout 5s --latency "${extra[@]}" \
-    "https://127.0.0.1:$port/" >"$out" 2>&1
+    "$scheme://127.0.0.1:$port/" >"$out" 2>&1
   local c1; c1=$(cpu_ticks $pids)
   read -r rps p99 bad < <(parse_wrk "$out")
   local reqs; reqs=$(awk '/requests in/ { print $1 }' "$out")
@@ -136,7 +143,8 @@ measure() {  # measure TARGET SCENARIO -> "rps p99 errors cpu_us_per_req"
 }
 
 declare -A sum_rps sum_cpu last_p99 errors
-for scenario in handshakes keepalive; do
+SCENARIOS="handshakes keepalive plain_close"
+for scenario in $SCENARIOS; do
   say "$scenario: warm-up"
   measure nginx "$scenario" >/dev/null; measure sluice "$scenario" >/dev/null
   for round in $(seq "$ROUNDS"); do
@@ -152,7 +160,7 @@ for scenario in handshakes keepalive; do
   done
 done
 handshakes=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^sluice_tls_handshakes_total/ { print $2 }')
-failures=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^sluice_tls_handshake_failures_total/ { n += $2 } END { print n + 0 }')
+failures=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^sluice_tls_handshake_failures_total/ && $2 > 0 { sub(/.*reason="/, "", $1); sub(/".*/, "", $1); printf "%s%s %d", sep, $1, $2; sep = ", " } END { if (!sep) printf "none" }')
 
 mkdir -p "$RESULTS"
 {
@@ -163,7 +171,7 @@ mkdir -p "$RESULTS"
   echo
   echo "| scenario | nginx req/s | sluice req/s | ratio | nginx p99 ms | sluice p99 ms | CPU µs/req nginx / sluice | errors nginx / sluice |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-  for scenario in handshakes keepalive; do
+  for scenario in $SCENARIOS; do
     n=$(( ${sum_rps[$scenario/nginx]} / ROUNDS )); s=$(( ${sum_rps[$scenario/sluice]} / ROUNDS ))
     printf '| %s | %d | %d | %.2f | %s | %s | %.1f / %.1f | %d / %d |\n' "$scenario" "$n" "$s" \
       "$(awk -v a="$s" -v b="$n" 'BEGIN { print b ? a / b : 0 }')" "${last_p99[$scenario/nginx]}" "${last_p99[$scenario/sluice]}" \
@@ -172,5 +180,6 @@ mkdir -p "$RESULTS"
       "${errors[$scenario/nginx]}" "${errors[$scenario/sluice]}"
   done
   echo
-  echo "sluice counted $handshakes completed handshakes and $failures failed ones over the whole run."
+  echo "sluice counted $handshakes completed handshakes over the whole run; failed, by reason: $failures"
+  echo "(wrk ends each measurement with connections in mid-handshake: they count as closed)."
 } | tee "$RESULTS/https.md"
