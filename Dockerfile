@@ -34,14 +34,15 @@ RUN jobs="${JOBS}"; [ "$jobs" -gt 0 ] || jobs="$(nproc)"; \
 
 # ---------------------------------------------------------------------------------------
 # Runtime stage: only the shared libraries the binary links (see `ldd build/sluice`):
-# hiredis, yaml-cpp, spdlog and fmt. Boost is not needed at run time: Asio and Beast are
-# header-only here, compiled into the binary. libstdc++6, libgcc-s1 and libc6 are part of
+# hiredis, yaml-cpp, spdlog, fmt and OpenSSL; and tzdata, which calendar quotas in a time
+# zone read. Boost is not needed at run time: Asio and Beast are header-only here, compiled
+# into the binary. libstdc++6, libgcc-s1 and libc6 are part of
 # bookworm-slim already.
 FROM debian:bookworm-slim
 
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      libhiredis0.14 libyaml-cpp0.7 libspdlog1.10 libfmt9 libssl3 ca-certificates \
+      libhiredis0.14 libyaml-cpp0.7 libspdlog1.10 libfmt9 libssl3 ca-certificates tzdata \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 sluice \
  && useradd --system --uid 10001 --gid sluice --no-create-home --home-dir /nonexistent \

@@ -1,8 +1,9 @@
 -- decide: a batch of requests, each against all limits of its route, in one atomic call.
 --
--- The script Redis runs is token_bucket.lua .. sliding_window.lua .. decide.lua, joined by
--- the C++ side (limit/decide_script.cpp); this file builds the algorithms' tables with the
--- two functions they define, each on its first use in a call.
+-- The script Redis runs is token_bucket.lua .. sliding_window.lua .. fixed_window.lua ..
+-- (standalone|cluster)_keys.lua .. decide.lua, joined by the C++ side
+-- (limit/decide_script.cpp); this file builds the algorithms' tables with the functions
+-- they define, each on its first use in a call.
 --
 -- A worker sends every decision that became due in one turn of its event loop as one call
 -- (a batch of one when it is not busy). The requests are decided one after the other, in
@@ -18,13 +19,22 @@
 --   plan of each request. A batch mostly holds requests of one or two routes, so the
 --   parameters are sent, and parsed, once per plan rather than once per request:
 --   ARGV[1]      P, the number of plans
---   each plan:   its number of limits n >= 1, then four per limit:
---                  algorithm   "token_bucket" | "sliding_window"
+--   each plan:   its number of limits n >= 1, then five per limit:
+--                  algorithm   "token_bucket" | "sliding_window" | "fixed_window"
 --                  shadow      "1" = report only, "0" = enforced
+--                  cost        units the request takes (0 takes nothing and always fits)
 --                  token_bucket:   interval_us (time to refill one token), burst
 --                  sliding_window: limit, window_us
+--                  fixed_window:   limit, then either window_us (windows aligned to the
+--                                  epoch) or "b0,b1,b2,b3": ascending boundaries of three
+--                                  consecutive calendar windows, in microseconds, which the
+--                                  proxy works out from its own clock and time zone data
+--                                  (Redis has neither). TIME picks the window it falls in;
+--                                  when it falls in none (the clocks differ by more than a
+--                                  window) the call is an error and writes nothing.
 --   then, per request in order, its plan's number: "1" to P, written plainly; its keys
---   are the next n KEYS.
+--   are the next n KEYS. A request whose cost comes from a header has a plan of its own
+--   when its cost differs: plans are few per batch either way.
 -- Time is Redis TIME, always; there is no way to pass a time in. Needs Redis >= 6.2 (PXAT).
 -- The whole batch is checked for shape before anything runs: a malformed one is an error
 -- reply and writes nothing.
@@ -61,7 +71,11 @@ local function read_failed(reply)
   end
 end
 
-local makers = { token_bucket = token_bucket_algorithm, sliding_window = sliding_window_algorithm }
+local makers = {
+  token_bucket = token_bucket_algorithm,
+  sliding_window = sliding_window_algorithm,
+  fixed_window = fixed_window_algorithm,
+}
 local algorithms = {}
 local function algorithm_named(name)
   local algorithm = algorithms[name]
@@ -86,33 +100,55 @@ local function refuse(message)
   return redis.error_reply('ERR decide: ' .. message)
 end
 
+-- A fixed window's second parameter: window_us, or four ascending calendar boundaries.
+local function fixed_window_spec(text)
+  local w = tonumber(text)
+  if w then
+    if whole(w) and w >= 1 then return { every = w } end
+    return nil
+  end
+  local b0, b1, b2, b3 = string.match(text or '', '^(%d+),(%d+),(%d+),(%d+)$')
+  if not b0 then return nil end
+  local b = { tonumber(b0), tonumber(b1), tonumber(b2), tonumber(b3) }
+  if not (b[1] < b[2] and b[2] < b[3] and b[3] < b[4]) then return nil end
+  return { bounds = b }
+end
+
 -- Shape first: the plans, then the requests' plan numbers, then the number of keys.
 local plans = {}  -- by plan number as ARGV writes it: "1", "2", ...
+local windows = {}  -- the fixed windows' specs, to place at TIME
 local count = tonumber(ARGV[1])
 if not whole(count) or count < 1 then return refuse('argument 1 is not a number of plans') end
 local a = 2
 for p = 1, count do
   local n = tonumber(ARGV[a])
   if not whole(n) or n < 1 then return refuse('argument ' .. a .. ' is not a limit count') end
-  if a + 4 * n > nargs then return refuse('plan ' .. p .. ' lacks its 4 arguments per limit') end
+  if a + 5 * n > nargs then return refuse('plan ' .. p .. ' lacks its 5 arguments per limit') end
   local plan = { n = n }
   for i = 1, n do
-    local b = a + 4 * i - 3
+    local b = a + 5 * i - 4
     local algorithm = algorithm_named(ARGV[b])
     if not algorithm then return refuse('unknown algorithm ' .. tostring(ARGV[b])) end
-    local x, y = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-    if not whole(x) or not whole(y) then
-      return refuse('parameters of limit ' .. i .. ' of plan ' .. p .. ' are not whole numbers')
+    local cost, x, y = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), nil
+    if algorithm == algorithms.fixed_window then
+      y = fixed_window_spec(ARGV[b + 4])
+      windows[#windows + 1] = y
+    else
+      y = tonumber(ARGV[b + 4])
+      if not whole(y) then y = nil end
     end
-    plan[i] = { algorithm = algorithm, shadow = ARGV[b + 1] == '1', x = x, y = y }
+    if not whole(cost) or not whole(x) or not y then
+      return refuse('parameters of limit ' .. i .. ' of plan ' .. p .. ' are not valid')
+    end
+    plan[i] = { algorithm = algorithm, shadow = ARGV[b + 1] == '1', cost = cost, x = x, y = y }
   end
-  if n == 1 then
+  if n == 1 and plan[1].cost > 0 then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
     local only = plan[1]
-    plan.alone, plan.x, plan.y = only.algorithm.alone, only.x, only.y
+    plan.alone, plan.cost, plan.x, plan.y = only.algorithm.alone, only.cost, only.x, only.y
   end
   plans[tostring(p)] = plan
-  a = a + 1 + 4 * n
+  a = a + 1 + 5 * n
 end
 local first, keys = a, 0
 for r = first, nargs do
@@ -125,6 +161,23 @@ if keys ~= #KEYS then return refuse(#KEYS .. ' keys for ' .. keys .. ' limits') 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
+-- Each fixed window's current window, before anything is written.
+for _, spec in ipairs(windows) do
+  if spec.every then
+    spec.start = now - now % spec.every
+    spec.stop = spec.start + spec.every
+  else
+    local b = spec.bounds
+    for j = 1, 3 do
+      if b[j] <= now and now < b[j + 1] then spec.start, spec.stop = b[j], b[j + 1] end
+    end
+    if not spec.start then
+      return refuse('Redis TIME ' .. now .. ' is outside the calendar windows ' .. b[1] .. '..' .. b[4] ..
+                    ' (the proxy\'s clock and Redis\'s differ by more than a window)')
+    end
+  end
+end
+
 local reply, m = { now }, 1
 local function put(allowed, remaining, retry_us, reset_us)
   reply[m + 1] = allowed and 1 or 0
@@ -135,38 +188,51 @@ local function put(allowed, remaining, retry_us, reset_us)
 end
 
 -- Each algorithm keeps what it read and wrote during this call and writes at the end
--- (flush). The key of a limit whose algorithm changed on reload can come with both
--- algorithms in one batch: before one algorithm uses a key, the other hands it over
--- (release: writes what it holds for the key and forgets it).
-local other = {}
-local token_bucket, sliding_window = algorithms.token_bucket, algorithms.sliding_window
-if token_bucket and sliding_window then
-  other[token_bucket], other[sliding_window] = sliding_window, token_bucket
+-- (flush). The key of a limit whose algorithm changed on reload can come with two
+-- algorithms in one batch: before one algorithm uses a key, the others hand it over
+-- (release: writes what it holds for the key and forgets it). With one algorithm in the
+-- call (nearly always) there is nothing to hand over.
+local others = {}
+local built = {}
+for _, algorithm in pairs(algorithms) do built[#built + 1] = algorithm end
+if #built > 1 then
+  for _, algorithm in ipairs(built) do
+    local list = {}
+    for _, o in ipairs(built) do
+      if o ~= algorithm then list[#list + 1] = o end
+    end
+    others[algorithm] = list
+  end
+end
+local function hand_over(algorithm, key)
+  local list = others[algorithm]
+  if list then
+    for j = 1, #list do list[j].release(key) end
+  end
 end
 local k = 0  -- keys used by the requests before this one
 local checks = {}  -- per limit of the request: its check
 local function decide_request(plan, n)
   if plan.alone then
     local key = KEYS[k + 1]
-    local hand = other[plan[1].algorithm]
-    if hand then hand.release(key) end
-    put(plan.alone(key, now, plan.x, plan.y))
+    hand_over(plan[1].algorithm, key)
+    put(plan.alone(key, now, plan.x, plan.y, plan.cost))
   else
     local admit = true
     for i = 1, n do
       local limit = plan[i]
       local key = KEYS[k + i]
-      local hand = other[limit.algorithm]
-      if hand then hand.release(key) end
-      local c = limit.algorithm.check(key, now, limit.x, limit.y)
+      hand_over(limit.algorithm, key)
+      local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost)
       if not c.allowed and not limit.shadow then admit = false end
       checks[i] = c
     end
     for i = 1, n do
-      local c, algorithm = checks[i], plan[i].algorithm
-      local consumed = admit and c.allowed
-      if consumed then algorithm.commit(c) end
-      put(c.allowed, algorithm.report(c, consumed))
+      local c, limit = checks[i], plan[i]
+      -- A request of cost 0 takes nothing: reported as it stands.
+      local consumed = admit and c.allowed and limit.cost > 0
+      if consumed then limit.algorithm.commit(c) end
+      put(c.allowed, limit.algorithm.report(c, consumed))
     end
   end
 end

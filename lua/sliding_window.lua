@@ -74,42 +74,46 @@ local function sliding_window_algorithm(read_failed)
     e.held, e.adds = e.count, {}
   end
 
-  -- Admits one request: its member is "<now>-<members held before it>".
-  local function admit(e)
+  -- Admits one request of `cost` units: a member per unit, each "<now>-<members held
+  -- before it>".
+  local function admit(e, cost)
     local adds = e.adds
-    adds[#adds + 1] = format('%d-%d', e.now, e.count)
-    e.count = e.count + 1
+    for _ = 1, cost do
+      adds[#adds + 1] = format('%d-%d', e.now, e.count)
+      e.count = e.count + 1
+    end
     e.refused = nil
   end
 
-  -- Retry and reset of a request that does not fit `limit`.
+  -- Retry and reset of a request of `cost` units that does not fit `limit`.
   -- Returns remaining, retry_after_us, reset_us.
-  local function refusal(key, e, limit)
-    if e.refused == limit then return unpack(e.refusal) end
+  local function refusal(key, e, limit, cost)
+    if e.refused == limit and e.refused_cost == cost then return unpack(e.refusal) end
     write(key, e)  -- what this call admitted is part of the answer: Redis must hold it
     local now, window, count = e.now, e.window, e.count
     local remaining = limit - count
     if remaining < 0 then remaining = 0 end
-    local retry_us, reset_us = window, 0  -- limit 0 and nothing counted: never fits; say "a window"
+    local retry_us, reset_us = window, 0  -- nothing counted, and still no room: say "a window"
     if count > 0 then
-      -- The request fits once count - limit + 1 of the counted members have left.
+      -- The request fits once count + cost - limit of the counted members have left (the
+      -- proxy refuses a cost above the limit before asking).
       local leaving = redis.call('ZRANGEBYSCORE', key, '(' .. format('%d', now - window), '+inf',
-                                 'WITHSCORES', 'LIMIT', count - limit, 1)
+                                 'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
       if leaving[2] then retry_us = tonumber(leaving[2]) + window - now end
       local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
       reset_us = tonumber(newest[2]) + window - now
     end
-    e.refused, e.refusal = limit, { remaining, retry_us, reset_us }
+    e.refused, e.refused_cost, e.refusal = limit, cost, { remaining, retry_us, reset_us }
     return remaining, retry_us, reset_us
   end
 
   -- Reads the state and works out whether one more request fits. Writes nothing.
-  function sliding_window.check(key, now, limit, window)
+  function sliding_window.check(key, now, limit, window, cost)
     local e = entry(key, now, window)
     local count = e.count
     local c = {
-      e = e, limit = limit, window = window, count = count,
-      allowed = count < limit, remaining = 0, retry_us = 0, reset_us = 0,
+      e = e, limit = limit, window = window, count = count, cost = cost,
+      allowed = count + cost <= limit, remaining = 0, retry_us = 0, reset_us = 0,
     }
     if c.allowed and count > 0 then
       -- Reported as it stands when another limit rejects the request.
@@ -119,20 +123,20 @@ local function sliding_window_algorithm(read_failed)
       end
       c.reset_us = newest + window - now
     elseif not c.allowed then
-      c.remaining, c.retry_us, c.reset_us = refusal(key, e, limit)
+      c.remaining, c.retry_us, c.reset_us = refusal(key, e, limit, cost)
     end
     return c
   end
 
   -- Records the request (written at the end of the call, or before the set is read again).
   function sliding_window.commit(c)
-    admit(c.e)
+    admit(c.e, c.cost)
   end
 
   -- remaining, retry_after_us, reset_us after this request (consumed or not).
   function sliding_window.report(c, consumed)
     if consumed then
-      return c.limit - c.count - 1, 0, c.window
+      return c.limit - c.count - c.cost, 0, c.window
     end
     if c.allowed then return c.limit - c.count, 0, c.reset_us end
     return c.remaining, c.retry_us, c.reset_us
@@ -140,14 +144,14 @@ local function sliding_window_algorithm(read_failed)
 
   -- The whole decision when this is the request's only limit (most routes): count, admit if
   -- it fits, report, without the check table. Returns allowed, remaining, retry_after_us, reset_us.
-  function sliding_window.alone(key, now, limit, window)
+  function sliding_window.alone(key, now, limit, window, cost)
     local e = entry(key, now, window)
     local count = e.count
-    if count >= limit then
-      return false, refusal(key, e, limit)
+    if count + cost > limit then
+      return false, refusal(key, e, limit, cost)
     end
-    admit(e)
-    return true, limit - count - 1, 0, window
+    admit(e, cost)
+    return true, limit - count - cost, 0, window
   end
 
   -- Writes what this call admitted: per key, at its end.

@@ -9,7 +9,8 @@
 -- Redis TIME: the instant at which the bucket is full again. Tokens available at `now` are
 -- (now + tolerance - tat) / interval, where interval is the time one token takes to refill
 -- (per / rate, in whole microseconds) and tolerance = burst * interval (an empty bucket
--- refilling to full). A request costs one interval. A missing key is a full bucket.
+-- refilling to full). A request costs `cost` intervals (1 unless the limit says otherwise;
+-- decide.lua never asks about a cost of 0 with `alone`). A missing key is a full bucket.
 -- The key expires when the bucket would be full, so an expired key and a full bucket are
 -- the same state. A key of another type (the limit's algorithm changed on reload) reads as
 -- a full bucket and is replaced when written.
@@ -27,9 +28,9 @@ local function token_bucket_algorithm(read_failed)
   -- (false: none, a full bucket), negated while it still has to be written (flush, at the end).
   local known = {}
 
-  -- The bucket at `now`: tolerance, tat, the tat after one more request, and when that
-  -- request is allowed (it fits when allow_at <= now).
-  local function read(key, now, interval, burst)
+  -- The bucket at `now`: tolerance, tat, the tat after one more request of `cost` tokens,
+  -- and when that request is allowed (it fits when allow_at <= now).
+  local function read(key, now, interval, burst, cost)
     local tat = known[key]
     if tat == nil then
       local value = redis.pcall('GET', key)
@@ -50,7 +51,7 @@ local function token_bucket_algorithm(read_failed)
       tat = now
     end
     local tolerance = interval * burst
-    local next_tat = tat + interval
+    local next_tat = tat + interval * cost
     return tolerance, tat, next_tat, next_tat - tolerance
   end
 
@@ -92,8 +93,8 @@ local function token_bucket_algorithm(read_failed)
   end
 
   -- Reads the state and works out whether one more request fits. Writes nothing.
-  function token_bucket.check(key, now, interval, burst)
-    local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst)
+  function token_bucket.check(key, now, interval, burst, cost)
+    local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
     return {
       key = key, now = now, interval = interval, tolerance = tolerance,
       tat = tat, next_tat = next_tat,
@@ -119,8 +120,8 @@ local function token_bucket_algorithm(read_failed)
   -- The whole decision when this is the request's only limit (most routes): check, consume if
   -- it fits, report, without building the check table that several limits need to wait for
   -- each other. Returns allowed, remaining, retry_after_us, reset_us.
-  function token_bucket.alone(key, now, interval, burst)
-    local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst)
+  function token_bucket.alone(key, now, interval, burst, cost)
+    local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
     if allow_at > now then
       return false, tokens(now, tolerance, tat, interval), allow_at - now, tat - now
     end

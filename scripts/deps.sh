@@ -8,6 +8,7 @@ packages=(
   libboost1.81-dev libhiredis-dev libyaml-cpp-dev libspdlog-dev libssl-dev catch2
   openssl                  # tests: throwaway CAs and certificates for the TLS tests
   redis-server python3 curl
+  tzdata                   # fixed_window calendar windows: time_zone reads /usr/share/zoneinfo
   python3-websockets       # tests/integration/test_websocket.py: a real WebSocket client and server
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer targets with ASan + UBSan
   chromium                 # tests/integration/test_stats_page.py: the /stats page in a real browser

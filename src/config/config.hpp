@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "net/cidr.hpp"
+#include "time/calendar.hpp"
 
 namespace sluice::config {
 
@@ -113,7 +114,7 @@ struct UpstreamConfig {
     std::size_t max_idle = 64;
 };
 
-enum class Algorithm { token_bucket, sliding_window };
+enum class Algorithm { token_bucket, sliding_window, fixed_window };
 
 struct KeyPart {
     enum class Kind { client_ip, header, method, path };
@@ -128,11 +129,20 @@ struct LimitConfig {
     double rate = 0;         // tokens added per `per`
     Duration per = 1s;
     std::uint64_t burst = 0;  // capacity
-    // sliding_window
+    // sliding_window, fixed_window
     std::uint64_t limit = 0;
-    Duration window = 0ms;
+    Duration window = 0ms;  // fixed_window: unset (0) for a calendar window
+    // fixed_window with `window: minute | hour | day | week | month`: calendar windows in
+    // `time_zone` (UTC when not given).
+    std::optional<time::CalendarUnit> calendar;
+    std::shared_ptr<const time::TimeZone> time_zone;
     std::vector<KeyPart> key{KeyPart{}};  // default [client_ip]
     bool shadow = false;
+    // What a request takes from the limit: `cost`, or with `cost: header:NAME` that header's
+    // value (a whole number; missing or not one: `default_cost`).
+    std::uint64_t cost = 1;
+    std::string cost_header;  // lower-case; empty: the fixed `cost`
+    std::uint64_t default_cost = 1;
 };
 
 struct RouteMatch {

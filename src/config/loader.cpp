@@ -48,9 +48,8 @@ const Keys redis_keys{"mode",       "address",     "username",          "passwor
 const Keys upstream_keys{"servers", "connect_timeout", "timeout", "max_idle", "tls"};
 const Keys route_keys{"name", "match", "upstream", "on_error", "limits"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
-const Keys limit_keys{"name", "algorithm", "rate", "per", "burst", "limit", "window", "key", "shadow"};
-const Keys token_bucket_keys{"rate", "per", "burst"};
-const Keys sliding_window_keys{"limit", "window"};
+const Keys limit_keys{"name", "algorithm", "rate",  "per",  "burst",        "limit",
+                      "window", "time_zone", "key", "shadow", "cost", "default_cost"};
 const Keys responses_keys{"limited_status", "headers"};
 const Keys logging_keys{"level", "access_log", "format", "summary_interval"};
 
@@ -58,7 +57,10 @@ constexpr std::int64_t no_maximum = std::numeric_limits<std::int64_t>::max();
 // Ranges that keep every figure derived from a limit exact and far from overflow: the Redis
 // scripts compute in Lua doubles (exact to 2^53, about 9.0e15) on microsecond timestamps
 // (about 1.8e15 today), and deadlines are steady_clock nanoseconds (int64: 292 years).
-constexpr std::int64_t max_count = 1'000'000'000;            // burst, limit
+constexpr std::int64_t max_count = 1'000'000'000;            // burst, limit, cost
+// A sliding window keeps one entry per admitted request (about 120 bytes each in Redis):
+// above this many, --check suggests fixed_window or token_bucket.
+constexpr std::uint64_t large_sliding_window = 10'000;
 constexpr double max_rate = 1e9;                              // tokens per `per`
 constexpr Duration max_duration{365LL * 86'400'000};          // any duration: 365d
 constexpr double max_refill_us = 10.0 * 365 * 86'400 * 1e6;   // burst * per / rate: 10 years
@@ -244,7 +246,9 @@ private:
     void read_limit(const Field& field, RouteConfig& route, RouteSite& site);
     void read_token_bucket(const Section& section, LimitConfig& limit);
     void read_sliding_window(const Section& section, LimitConfig& limit);
-    void refuse_parameters(const Section& section, const Keys& keys, const LimitConfig& limit);
+    void read_fixed_window(const Section& section, LimitConfig& limit);
+    void read_cost(const Section& section, LimitConfig& limit);
+    void refuse_parameters(const Section& section, const LimitConfig& limit);
     void read_key(const Field& field, LimitConfig& limit);
     void read_responses(const Field& field);
     void read_logging(const Field& field);
@@ -957,14 +961,19 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
     std::optional<Algorithm> algorithm;
     if (algorithm_field) {
         algorithm = choice<Algorithm>(*algorithm_field, {{"token_bucket", Algorithm::token_bucket},
-                                                         {"sliding_window", Algorithm::sliding_window}});
+                                                         {"sliding_window", Algorithm::sliding_window},
+                                                         {"fixed_window", Algorithm::fixed_window}});
     } else {
-        diagnostics_.error(field.at, named("limit", limit.name) + " needs an 'algorithm' (token_bucket or sliding_window)");
+        diagnostics_.error(field.at, named("limit", limit.name) +
+                                         " needs an 'algorithm' (token_bucket, sliding_window or fixed_window)");
     }
     if (algorithm) {
         limit.algorithm = *algorithm;
+        refuse_parameters(section, limit);
         if (*algorithm == Algorithm::token_bucket) read_token_bucket(section, limit);
         if (*algorithm == Algorithm::sliding_window) read_sliding_window(section, limit);
+        if (*algorithm == Algorithm::fixed_window) read_fixed_window(section, limit);
+        read_cost(section, limit);
     }
     if (const Field* f = section.find("key")) read_key(*f, limit);
     if (const Field* f = section.find("shadow")) assign(limit.shadow, boolean(*f));
@@ -973,7 +982,6 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
 }
 
 void ConfigReader::read_token_bucket(const Section& section, LimitConfig& limit) {
-    refuse_parameters(section, sliding_window_keys, limit);
     const std::string which = named("token_bucket limit", limit.name);
     const Field* rate = section.find("rate");
     bool rate_ok = false;
@@ -1014,10 +1022,13 @@ void ConfigReader::read_token_bucket(const Section& section, LimitConfig& limit)
 }
 
 void ConfigReader::read_sliding_window(const Section& section, LimitConfig& limit) {
-    refuse_parameters(section, token_bucket_keys, limit);
     const std::string which = named("sliding_window limit", limit.name);
     if (const Field* f = section.find("limit")) {
         assign(limit.limit, integer(*f, 1, max_count));
+        if (limit.limit > large_sliding_window)
+            diagnostics_.warning(f->at, which + " keeps an entry per admitted request, up to " +
+                                            std::to_string(limit.limit) + " per key (about 120 bytes each in Redis); "
+                                            "fixed_window or token_bucket keep one number per key");
     } else {
         diagnostics_.error(section.at(), which + " needs 'limit'");
     }
@@ -1028,14 +1039,115 @@ void ConfigReader::read_sliding_window(const Section& section, LimitConfig& limi
     }
 }
 
-// Parameters of the other algorithm are errors: they would be silently ignored otherwise.
-void ConfigReader::refuse_parameters(const Section& section, const Keys& keys, const LimitConfig& limit) {
-    const std::string_view mine = limit.algorithm == Algorithm::token_bucket ? "token_bucket" : "sliding_window";
-    const std::string_view theirs = limit.algorithm == Algorithm::token_bucket ? "sliding_window" : "token_bucket";
-    for (std::string_view key : keys) {
-        if (const Field* f = section.find(key))
-            diagnostics_.error(f->key_at, quoted(key) + " is a " + std::string(theirs) + " parameter, but " +
-                                              named("limit", limit.name) + " is " + std::string(mine));
+void ConfigReader::read_fixed_window(const Section& section, LimitConfig& limit) {
+    const std::string which = named("fixed_window limit", limit.name);
+    if (const Field* f = section.find("limit")) {
+        assign(limit.limit, integer(*f, 1, max_count));
+    } else {
+        diagnostics_.error(section.at(), which + " needs 'limit'");
+    }
+    const Field* window = section.find("window");
+    if (window) {
+        const Choices<time::CalendarUnit> units{{"minute", time::CalendarUnit::minute},
+                                                {"hour", time::CalendarUnit::hour},
+                                                {"day", time::CalendarUnit::day},
+                                                {"week", time::CalendarUnit::week},
+                                                {"month", time::CalendarUnit::month}};
+        const auto written = window->value.IsScalar() ? std::optional<std::string>(window->value.Scalar()) : std::nullopt;
+        const auto unit = written ? std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == *written; })
+                                  : units.end();
+        if (unit != units.end()) {
+            limit.calendar = unit->second;
+        } else if (written && !written->empty() && std::isalpha(static_cast<unsigned char>(written->front()))) {
+            diagnostics_.error(window->at, window->label() + " must be a duration (like 10s or 1h) or " +
+                                               choice_list(units) + ", got " + quoted(*written));
+        } else {
+            assign(limit.window, duration(*window, false));
+        }
+    } else {
+        diagnostics_.error(section.at(), which + " needs 'window' (a duration, or minute, hour, day, week or month)");
+    }
+    if (const Field* f = section.find("time_zone")) {
+        const auto written = text(*f);
+        if (written && window && !limit.calendar && limit.window.count() > 0) {
+            diagnostics_.error(f->key_at, which + ": 'time_zone' applies to calendar windows (minute, hour, day, "
+                                                  "week, month), not to a window of " + window->value.Scalar());
+        } else if (written) {
+            std::string error;
+            auto zone = time::TimeZone::load(*written, error);
+            if (zone) limit.time_zone = std::make_shared<const time::TimeZone>(std::move(*zone));
+            else diagnostics_.error(f->at, error);
+        }
+    }
+    if (limit.calendar && !limit.time_zone) limit.time_zone = std::make_shared<const time::TimeZone>();
+}
+
+// `cost`, `default_cost`: what a request takes from the limit.
+void ConfigReader::read_cost(const Section& section, LimitConfig& limit) {
+    const std::uint64_t capacity = limit.algorithm == Algorithm::token_bucket ? limit.burst : limit.limit;
+    const char* capacity_name = limit.algorithm == Algorithm::token_bucket ? "burst" : "limit";
+    auto check_capacity = [&](const Field& f, std::uint64_t cost) {
+        if (capacity > 0 && cost > capacity)
+            diagnostics_.error(f.at, named("limit", limit.name) + ": " + f.label() + " " + std::to_string(cost) +
+                                         " is more than its " + capacity_name + " (" + std::to_string(capacity) +
+                                         "): no request could pass");
+    };
+    const Field* cost = section.find("cost");
+    bool header_cost = false;
+    if (cost) {
+        const auto written = cost->value.IsScalar() ? cost->value.Scalar() : std::string();
+        header_cost = written.starts_with("header:");
+        if (header_cost) {
+            KeyPartParse parsed = parse_key_part(written);
+            if (parsed.part) limit.cost_header = parsed.part->header_name;
+            else diagnostics_.error(cost->at, parsed.error);
+        } else if (const auto value = integer(*cost, 0, max_count)) {
+            limit.cost = static_cast<std::uint64_t>(*value);
+            check_capacity(*cost, limit.cost);
+        }
+    }
+    if (const Field* f = section.find("default_cost")) {
+        if (!header_cost) {
+            diagnostics_.error(f->key_at, named("limit", limit.name) +
+                                              ": 'default_cost' applies with 'cost: header:NAME' only");
+        } else if (const auto value = integer(*f, 0, max_count)) {
+            limit.default_cost = static_cast<std::uint64_t>(*value);
+            check_capacity(*f, limit.default_cost);
+        }
+    }
+}
+
+// Parameters of another algorithm are errors: they would be silently ignored otherwise.
+void ConfigReader::refuse_parameters(const Section& section, const LimitConfig& limit) {
+    struct Owner {
+        std::string_view key;
+        std::vector<Algorithm> algorithms;
+    };
+    static const std::vector<Owner> owners{
+        {"rate", {Algorithm::token_bucket}},
+        {"per", {Algorithm::token_bucket}},
+        {"burst", {Algorithm::token_bucket}},
+        {"limit", {Algorithm::sliding_window, Algorithm::fixed_window}},
+        {"window", {Algorithm::sliding_window, Algorithm::fixed_window}},
+        {"time_zone", {Algorithm::fixed_window}},
+    };
+    auto algorithm_name = [](Algorithm a) -> std::string {
+        switch (a) {
+        case Algorithm::token_bucket: return "token_bucket";
+        case Algorithm::sliding_window: return "sliding_window";
+        case Algorithm::fixed_window: return "fixed_window";
+        }
+        return "?";
+    };
+    for (const auto& owner : owners) {
+        const Field* f = section.find(owner.key);
+        if (!f || std::find(owner.algorithms.begin(), owner.algorithms.end(), limit.algorithm) != owner.algorithms.end())
+            continue;
+        std::string theirs;
+        for (std::size_t i = 0; i < owner.algorithms.size(); ++i)
+            theirs += (i == 0 ? "" : " and ") + algorithm_name(owner.algorithms[i]);
+        diagnostics_.error(f->key_at, quoted(owner.key) + " is a " + theirs + " parameter, but " +
+                                          named("limit", limit.name) + " is " + algorithm_name(limit.algorithm));
     }
 }
 

@@ -32,6 +32,8 @@
 #include "http/upstream_connection.hpp"
 #include "http/route_match.hpp"
 #include "limit/client_ip.hpp"
+#include "limit/cost.hpp"
+#include "limit/limit_params.hpp"
 #include "limit/rate_limit_headers.hpp"
 #include "observe/access_log.hpp"
 #include "server/worker.hpp"
@@ -607,6 +609,16 @@ net::awaitable<bool> Session::serve_one(bool first) {
                                                  if (it == req.end()) return std::nullopt;
                                                  return sv(it->value());
                                              }};
+        // A cost header asking for more than a limit can ever hold would be refused forever:
+        // the request is malformed for this route, not limited.
+        if (const auto over = limit::cost_over_capacity(route->limits, values)) {
+            const auto& expensive = route->limits[*over];
+            const std::string detail = fmt::format("header {} asks for more than limit '{}' of route '{}' can grant ({})",
+                                                   expensive.cost_header, expensive.name, route->name,
+                                                   limit::capacity_of(expensive));
+            spdlog::info("client {}: {}", client, detail);
+            co_return finish(co_await reply(cfg.server, true, 400, detail, keep_alive, rec));
+        }
         const auto decide_started = Clock::now();
         const limit::Decision decision = co_await worker_.decide(limits, values);
         snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);

@@ -13,30 +13,59 @@ namespace sluice::limit {
 std::string decide_script_source(bool cluster) {
     const std::string_view inputs = cluster ? lua::cluster_keys : lua::standalone_keys;
     std::string source;
-    source.reserve(64 + lua::token_bucket.size() + lua::sliding_window.size() + inputs.size() + lua::decide.size());
+    source.reserve(64 + lua::token_bucket.size() + lua::sliding_window.size() + lua::fixed_window.size() +
+                   inputs.size() + lua::decide.size());
     // Redis reads the flags only from the very first line.
     if (cluster) source.append("#!lua flags=allow-cross-slot-keys\n");
     source.append(lua::token_bucket).append("\n");
     source.append(lua::sliding_window).append("\n");
+    source.append(lua::fixed_window).append("\n");
     source.append(inputs).append("\n");
     source.append(lua::decide);
     return source;
 }
 
-void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args) {
-    if (limit.algorithm == config::Algorithm::token_bucket) {
+bool decide_args_vary(const config::LimitConfig& limit) {
+    return !limit.cost_header.empty() || limit.calendar.has_value();
+}
+
+CalendarArg calendar_arg(const config::LimitConfig& limit, std::int64_t now_us) {
+    const WindowBounds current = fixed_window_at(limit, now_us);
+    const WindowBounds before = fixed_window_at(limit, current.start_us - 1);
+    const WindowBounds after = fixed_window_at(limit, current.end_us);
+    CalendarArg arg;
+    arg.valid_from_us = current.start_us;
+    arg.valid_until_us = current.end_us;
+    arg.text = std::to_string(before.start_us) + "," + std::to_string(current.start_us) + "," +
+               std::to_string(current.end_us) + "," + std::to_string(after.end_us);
+    return arg;
+}
+
+void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, std::string_view window,
+                        std::vector<std::string>& args) {
+    const char* shadow = limit.shadow ? "1" : "0";
+    switch (limit.algorithm) {
+    case config::Algorithm::token_bucket: {
         const auto params = token_bucket_params(limit);
-        args.push_back("token_bucket");
-        args.push_back(limit.shadow ? "1" : "0");
-        args.push_back(std::to_string(params.interval_us));
-        args.push_back(std::to_string(params.burst));
-    } else {
-        const auto params = sliding_window_params(limit);
-        args.push_back("sliding_window");
-        args.push_back(limit.shadow ? "1" : "0");
-        args.push_back(std::to_string(params.limit));
-        args.push_back(std::to_string(params.window_us));
+        args.insert(args.end(), {"token_bucket", shadow, std::to_string(cost), std::to_string(params.interval_us),
+                                 std::to_string(params.burst)});
+        break;
     }
+    case config::Algorithm::sliding_window: {
+        const auto params = sliding_window_params(limit);
+        args.insert(args.end(), {"sliding_window", shadow, std::to_string(cost), std::to_string(params.limit),
+                                 std::to_string(params.window_us)});
+        break;
+    }
+    case config::Algorithm::fixed_window:
+        args.insert(args.end(), {"fixed_window", shadow, std::to_string(cost), std::to_string(limit.limit),
+                                 window.empty() ? std::to_string(fixed_window_us(limit)) : std::string(window)});
+        break;
+    }
+}
+
+void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args) {
+    append_decide_args(limit, limit.cost_header.empty() ? limit.cost : limit.default_cost, {}, args);
 }
 
 void DecideArgs::end_request() {
@@ -46,11 +75,12 @@ void DecideArgs::end_request() {
     for (std::size_t p = 0; p < plan_starts_.size() && number == 0; ++p) {
         const auto start = plan_starts_[p];
         const auto end = p + 1 < plan_starts_.size() ? plan_starts_[p + 1] : plans_.size();
-        if (end - start != 1 + 4 * current_.size()) continue;
+        if (end - start != 1 + decide_args_per_limit * current_.size()) continue;
         bool same = true;
         for (std::size_t i = 0; i < current_.size() && same; ++i) {
             const auto& args = *current_[i];
-            for (std::size_t f = 0; f < 4 && same; ++f) same = plans_[start + 1 + 4 * i + f] == args[f];
+            for (std::size_t f = 0; f < decide_args_per_limit && same; ++f)
+                same = plans_[start + 1 + decide_args_per_limit * i + f] == args[f];
         }
         if (same) number = p + 1;
     }
@@ -62,6 +92,7 @@ void DecideArgs::end_request() {
     }
     requests_.push_back(std::to_string(number));
     current_.clear();
+    owned_.clear();
 }
 
 std::vector<std::string> DecideArgs::take() {
@@ -74,6 +105,7 @@ std::vector<std::string> DecideArgs::take() {
     plan_starts_.clear();
     requests_.clear();
     current_.clear();
+    owned_.clear();
     return argv;
 }
 

@@ -1,20 +1,23 @@
 // The Redis side of a decision: the Lua script, its arguments, its reply. Pure.
 //
-// The script is lua/token_bucket.lua + lua/sliding_window.lua + lua/standalone_keys.lua (or
-// cluster_keys.lua) + lua/decide.lua, joined here
+// The script is lua/token_bucket.lua + lua/sliding_window.lua + lua/fixed_window.lua +
+// lua/standalone_keys.lua (or cluster_keys.lua) + lua/decide.lua, joined here
 // (each algorithm keeps its own file; decide.lua runs them). One call decides a batch of
 // requests, in order. See lua/decide.lua for the protocol:
 //   KEYS  one per limit, request after request
-//   ARGV  the number of plans; each plan: its number of limits, then four per limit:
-//         algorithm ("token_bucket" | "sliding_window"), shadow ("0" | "1"), then
-//         interval_us, burst (token_bucket) or limit, window_us (sliding_window);
+//   ARGV  the number of plans; each plan: its number of limits, then five per limit:
+//         algorithm ("token_bucket" | "sliding_window" | "fixed_window"), shadow ("0" |
+//         "1"), cost, then interval_us, burst (token_bucket) or limit, window_us
+//         (sliding_window) or limit, window_us or calendar boundaries (fixed_window);
 //         then one plan number per request
 //   reply an array of integers: now_us, then per limit (KEYS order): allowed (0|1),
 //         remaining, retry_after_ms, reset_ms
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/config.hpp"
@@ -26,7 +29,28 @@ namespace sluice::limit {
 // `cluster`: the Redis Cluster variant (lua/cluster_keys.lua: a batch's keys in ARGV).
 std::string decide_script_source(bool cluster = false);
 
-// The four arguments of a limit in a plan, appended to `args`.
+inline constexpr std::size_t decide_args_per_limit = 5;
+
+// Whether a limit's arguments change with the request (a cost header) or with time (a
+// calendar window); the others are worked out once per configuration (KeyPlan).
+bool decide_args_vary(const config::LimitConfig& limit);
+
+// A calendar window's argument: the boundaries of the window holding `now_us` on the proxy's
+// clock and of its two neighbours, "b0,b1,b2,b3" in microseconds. Redis picks the one its
+// TIME falls in, so clocks apart by less than a window still agree. Valid (the same text)
+// while the proxy's clock is in [valid_from_us, valid_until_us).
+struct CalendarArg {
+    std::string text;
+    std::int64_t valid_from_us = 0;
+    std::int64_t valid_until_us = 0;
+};
+CalendarArg calendar_arg(const config::LimitConfig& limit, std::int64_t now_us);
+
+// The five arguments of a limit in a plan, appended to `args`: for a request of `cost` and,
+// for a calendar fixed window, `window` (a CalendarArg's text).
+void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, std::string_view window,
+                        std::vector<std::string>& args);
+// The same for a limit whose arguments do not vary: its fixed (or default) cost.
 void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args);
 
 // The ARGV of one call, built request by request: requests with the same limits share one
@@ -36,16 +60,19 @@ void append_decide_args(const config::LimitConfig& limit, std::vector<std::strin
 class DecideArgs {
 public:
     void limit(const std::vector<std::string>& args) { current_.push_back(&args); }
+    // The same with arguments made for this request alone.
+    void limit(std::vector<std::string>&& args) { current_.push_back(&owned_.emplace_back(std::move(args))); }
     void end_request();
     std::size_t requests() const { return requests_.size(); }
     // The whole ARGV; the builder is empty again after it.
     std::vector<std::string> take();
 
 private:
-    std::vector<std::string> plans_;          // each plan: its limit count, then 4 per limit
+    std::vector<std::string> plans_;          // each plan: its limit count, then 5 per limit
     std::vector<std::size_t> plan_starts_;    // index in plans_ of each plan's limit count
     std::vector<std::string> requests_;       // each request's plan number
     std::vector<const std::vector<std::string>*> current_;
+    std::deque<std::vector<std::string>> owned_;  // the current request's own arguments
 };
 
 // Whether `reply` holds `limits` results (all requests of a batch together) in the

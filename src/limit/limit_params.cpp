@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "time/civil.hpp"
+
 namespace sluice::limit {
 
 TokenBucketParams token_bucket_params(const config::LimitConfig& limit) {
@@ -15,6 +17,27 @@ TokenBucketParams token_bucket_params(const config::LimitConfig& limit) {
 SlidingWindowParams sliding_window_params(const config::LimitConfig& limit) {
     return {static_cast<std::int64_t>(limit.limit),
             std::max<std::int64_t>(static_cast<std::int64_t>(limit.window.count()) * 1000, 1)};
+}
+
+std::int64_t fixed_window_us(const config::LimitConfig& limit) {
+    if (limit.calendar) return 0;
+    return std::max<std::int64_t>(static_cast<std::int64_t>(limit.window.count()) * 1000, 1);
+}
+
+WindowBounds fixed_window_at(const config::LimitConfig& limit, std::int64_t now_us) {
+    if (limit.calendar) {
+        static const time::TimeZone utc;
+        const time::TimeZone& zone = limit.time_zone ? *limit.time_zone : utc;
+        const auto window = time::calendar_window(zone, *limit.calendar, time::floor_div(now_us, 1'000'000));
+        return {window.start * 1'000'000, window.end * 1'000'000};
+    }
+    const std::int64_t every = fixed_window_us(limit);
+    const std::int64_t start = now_us - (now_us % every + every) % every;
+    return {start, start + every};
+}
+
+std::uint64_t capacity_of(const config::LimitConfig& limit) {
+    return limit.algorithm == config::Algorithm::token_bucket ? limit.burst : limit.limit;
 }
 
 }  // namespace sluice::limit

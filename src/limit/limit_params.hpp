@@ -18,8 +18,23 @@ struct SlidingWindowParams {
     std::int64_t window_us = 1;  // >= 1
 };
 
+// A fixed window: [start, end) in microseconds.
+struct WindowBounds {
+    std::int64_t start_us = 0;
+    std::int64_t end_us = 1;
+};
+
 // rate <= 0 (rejected by config validation) is treated as 1 token per `per`.
 TokenBucketParams token_bucket_params(const config::LimitConfig& limit);
 SlidingWindowParams sliding_window_params(const config::LimitConfig& limit);
+
+// A fixed_window limit's window length in microseconds; 0 for calendar windows.
+std::int64_t fixed_window_us(const config::LimitConfig& limit);
+// The fixed window holding `now_us` (microseconds of POSIX time): aligned to the epoch, or
+// the calendar window of the limit's time zone.
+WindowBounds fixed_window_at(const config::LimitConfig& limit, std::int64_t now_us);
+
+// The most a request can take from `limit`: burst, or limit.
+std::uint64_t capacity_of(const config::LimitConfig& limit);
 
 }  // namespace sluice::limit

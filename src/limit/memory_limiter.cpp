@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 
+#include "limit/cost.hpp"
 #include "limit/limit_params.hpp"
 
 namespace sluice::limit {
@@ -18,18 +19,22 @@ struct Check {
     std::int64_t next_tat = 0;
     std::int64_t tolerance = 0;
     std::int64_t interval = 1;
-    // sliding window
+    std::int64_t cost = 1;
+    // sliding window, fixed window
     std::int64_t count = 0;
     std::optional<std::int64_t> newest;
+    // fixed window
+    std::int64_t start = 0;
+    std::int64_t end = 0;
 };
 
 std::int64_t floor_div_nonneg(std::int64_t a, std::int64_t b) { return a <= 0 ? 0 : a / b; }
 
 }  // namespace
 
-std::int64_t MemoryLimiter::steady_microseconds() {
+std::int64_t MemoryLimiter::wall_microseconds() {
     return std::chrono::duration_cast<std::chrono::microseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
+               std::chrono::system_clock::now().time_since_epoch())
         .count();
 }
 
@@ -58,6 +63,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         if (!keys[i]) continue;
         results[i].applies = true;
         Check& c = checks[i];
+        c.cost = static_cast<std::int64_t>(bounded_cost(limit, request));
         const auto found = states_.find(*keys[i]);
         if (limit.algorithm == config::Algorithm::token_bucket) {
             const auto params = token_bucket_params(limit);
@@ -67,10 +73,19 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             if (found != states_.end())
                 if (const auto* bucket = std::get_if<TokenBucket>(&found->second))
                     c.tat = std::max(bucket->tat, now);
-            c.next_tat = c.tat + c.interval;
+            c.next_tat = c.tat + c.interval * c.cost;
             const std::int64_t allow_at = c.next_tat - c.tolerance;
             c.allowed = allow_at <= now;
             c.retry_us = allow_at - now;
+        } else if (limit.algorithm == config::Algorithm::fixed_window) {
+            const auto window = fixed_window_at(limit, now);
+            c.start = window.start_us;
+            c.end = window.end_us;
+            if (found != states_.end())
+                if (const auto* fixed = std::get_if<FixedWindow>(&found->second))
+                    if (fixed->start == c.start) c.count = fixed->count;
+            c.allowed = c.count + c.cost <= static_cast<std::int64_t>(limit.limit);
+            c.retry_us = c.end - now;
         } else {
             const auto params = sliding_window_params(limit);
             const SlidingWindow* window = nullptr;
@@ -82,9 +97,10 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                 c.count = static_cast<std::int64_t>(times.size()) - first_counted;
                 if (c.count > 0) c.newest = times.back();
             }
-            c.allowed = c.count < params.limit;
+            c.allowed = c.count + c.cost <= params.limit;
             if (!c.allowed) {
-                const std::int64_t leaving = first_counted + c.count - params.limit;
+                // It fits once count + cost - limit of the counted requests have left.
+                const std::int64_t leaving = first_counted + c.count + c.cost - params.limit - 1;
                 c.retry_us = window && leaving < static_cast<std::int64_t>(window->times.size())
                                  ? window->times[leaving] + params.window_us - now
                                  : params.window_us;
@@ -98,11 +114,17 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         if (!results[i].applies) continue;
         const auto& limit = route.limits[i];
         const Check& c = checks[i];
-        const bool consumed = admit && c.allowed;
+        // A request of cost 0 takes nothing: reported as it stands.
+        const bool consumed = admit && c.allowed && c.cost > 0;
         LimitResult& r = results[i];
         r.allowed = c.allowed;
         r.retry_after = ceil_to_ms(c.allowed ? 0 : c.retry_us);
-        if (limit.algorithm == config::Algorithm::token_bucket) {
+        if (limit.algorithm == config::Algorithm::fixed_window) {
+            const std::int64_t count = consumed ? c.count + c.cost : c.count;
+            if (consumed) states_[*keys[i]] = FixedWindow{c.start, c.end, count};
+            r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(static_cast<std::int64_t>(limit.limit) - count, 0));
+            r.reset = ceil_to_ms(c.end - now);
+        } else if (limit.algorithm == config::Algorithm::token_bucket) {
             const std::int64_t tat = consumed ? c.next_tat : c.tat;
             if (consumed) states_[*keys[i]] = TokenBucket{c.next_tat};
             r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));
@@ -116,8 +138,8 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                 window.window_us = params.window_us;
                 auto& times = window.times;
                 times.erase(times.begin(), std::upper_bound(times.begin(), times.end(), now - params.window_us));
-                times.insert(std::upper_bound(times.begin(), times.end(), now), now);
-                r.remaining = static_cast<std::uint64_t>(params.limit - c.count - 1);
+                times.insert(std::upper_bound(times.begin(), times.end(), now), static_cast<std::size_t>(c.cost), now);
+                r.remaining = static_cast<std::uint64_t>(params.limit - c.count - c.cost);
                 r.reset = ceil_to_ms(params.window_us);
             } else {
                 r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(params.limit - c.count, 0));
@@ -135,6 +157,7 @@ void MemoryLimiter::sweep(std::int64_t now) {
     decisions_since_sweep_ = 0;
     std::erase_if(states_, [now](const auto& entry) {
         if (const auto* bucket = std::get_if<TokenBucket>(&entry.second)) return bucket->tat <= now;
+        if (const auto* fixed = std::get_if<FixedWindow>(&entry.second)) return fixed->end <= now;
         const auto& window = std::get<SlidingWindow>(entry.second);
         return window.times.empty() || window.times.back() + window.window_us <= now;
     });

@@ -1,4 +1,4 @@
-// The same two algorithms as lua/*.lua, in process (store.type: memory): same keys, same
+// The same algorithms as lua/*.lua, in process (store.type: memory): same keys, same
 // arithmetic, same all-or-nothing rule, same results. One per process, shared by workers.
 #pragma once
 
@@ -17,11 +17,12 @@ namespace sluice::limit {
 
 class MemoryLimiter {
 public:
-    // Microseconds on any fixed origin; must not go backwards.
+    // Microseconds of POSIX time, like Redis TIME (fixed windows are aligned to the epoch and
+    // the calendar). A clock set back makes the algorithms wait for it, as Redis's would.
     using Clock = std::function<std::int64_t()>;
-    static std::int64_t steady_microseconds();
+    static std::int64_t wall_microseconds();
 
-    explicit MemoryLimiter(std::string key_prefix, Clock clock = &steady_microseconds);
+    explicit MemoryLimiter(std::string key_prefix, Clock clock = &wall_microseconds);
 
     // Thread-safe. Decision::time_us is the clock's value.
     Decision decide(const RouteLimits& route, const RequestKeyValues& request);
@@ -37,7 +38,12 @@ private:
         std::deque<std::int64_t> times;  // admitted requests, ascending
         std::int64_t window_us = 1;
     };
-    using State = std::variant<TokenBucket, SlidingWindow>;
+    struct FixedWindow {
+        std::int64_t start = 0;  // the window this count belongs to
+        std::int64_t end = 0;
+        std::int64_t count = 0;
+    };
+    using State = std::variant<TokenBucket, SlidingWindow, FixedWindow>;
 
     void sweep(std::int64_t now);
 

@@ -30,7 +30,18 @@ std::optional<std::size_t> advertised_limit(const Decision& decision) {
 }
 
 std::pair<std::uint64_t, std::uint64_t> quota_and_window(const config::LimitConfig& limit) {
-    if (limit.algorithm == config::Algorithm::sliding_window) {
+    if (limit.algorithm == config::Algorithm::fixed_window && limit.calendar) {
+        // A calendar window's nominal length (a day is 86400 s even when the clocks change;
+        // a month is 30 days).
+        switch (*limit.calendar) {
+        case time::CalendarUnit::minute: return {limit.limit, 60};
+        case time::CalendarUnit::hour: return {limit.limit, 3600};
+        case time::CalendarUnit::day: return {limit.limit, 86400};
+        case time::CalendarUnit::week: return {limit.limit, 7 * 86400};
+        case time::CalendarUnit::month: return {limit.limit, 30 * 86400};
+        }
+    }
+    if (limit.algorithm != config::Algorithm::token_bucket) {
         auto seconds = ceil_seconds(limit.window);
         return {limit.limit, seconds == 0 ? 1 : seconds};
     }

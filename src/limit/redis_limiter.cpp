@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "limit/cost.hpp"
 #include "limit/decide_script.hpp"
 #include "redis/topology.hpp"
 
@@ -69,6 +70,9 @@ struct RedisLimiter::Pending {
     std::vector<LimitResult> results;  // one per route limit; `applies` and `shadow` filled in
     std::vector<std::size_t> sent;     // route index of each key sent
     std::size_t first_key = 0;         // index of its first key in the batch
+    // Bit i: limit i's cost comes from a header, so a rejection by it says nothing about the
+    // client's next request (it may cost less): not remembered. Bit 63 stands for the rest.
+    std::uint64_t cost_varies = 0;
     // Cluster only, to send it again on its own: its keys, its ARGV as a batch of one, its
     // slot, the redirections followed so far, and its deadline.
     std::vector<std::string> keys;
@@ -158,6 +162,18 @@ std::optional<Decision> RedisLimiter::remembered(const std::vector<std::optional
     return std::nullopt;
 }
 
+const std::string& RedisLimiter::calendar_text(const config::LimitConfig& limit) {
+    const std::int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count();
+    auto& entry = calendars_[{limit.time_zone.get(), *limit.calendar}];
+    if (!entry.zone || now_us < entry.arg.valid_from_us || now_us >= entry.arg.valid_until_us) {
+        entry.zone = limit.time_zone;  // held: the address stays this zone's while cached
+        entry.arg = calendar_arg(limit, now_us);
+    }
+    return entry.arg.text;
+}
+
 void RedisLimiter::remember(const std::string& key, std::chrono::steady_clock::time_point sent,
                             const Decision& decision) {
     if (rejections_.size() >= max_rejections) {
@@ -220,12 +236,20 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         if (!keys[i]) continue;
         pending->results[i].applies = true;
         pending->sent.push_back(i);
-        if (sharded_) {
-            pending->keys.push_back(*keys[i]);
-            single.limit(plan.limits[i].args);
-        }
+        const auto& limit = route.limits[i];
+        if (!limit.cost_header.empty()) pending->cost_varies |= std::uint64_t{1} << std::min<std::size_t>(i, 63);
+        if (sharded_) pending->keys.push_back(*keys[i]);
         batch.keys.push_back(std::move(*keys[i]));
-        batch.args.limit(plan.limits[i].args);
+        if (decide_args_vary(limit)) {
+            std::vector<std::string> args;
+            args.reserve(decide_args_per_limit);
+            append_decide_args(limit, bounded_cost(limit, request), limit.calendar ? calendar_text(limit) : "", args);
+            if (sharded_) single.limit(std::vector<std::string>(args));
+            batch.args.limit(std::move(args));
+        } else {
+            if (sharded_) single.limit(plan.limits[i].args);
+            batch.args.limit(plan.limits[i].args);
+        }
     }
     batch.args.end_request();
     batch.pending.push_back(pending);
@@ -349,9 +373,11 @@ void RedisLimiter::conclude(Pending& pending, const redis::RedisReply& reply, st
         slot.shadow = shadow;
     }
     auto decision = Decision::from_results(std::move(pending.results), decide_time(reply));
-    if (remember_rejections_ && decision.outcome == Decision::Outcome::limited) {
+    const std::size_t by = decision.limited_by.value_or(0);
+    if (remember_rejections_ && decision.outcome == Decision::Outcome::limited &&
+        !(pending.cost_varies >> std::min<std::size_t>(by, 63) & 1)) {
         std::size_t k = 0;
-        while (pending.sent[k] != *decision.limited_by) ++k;
+        while (pending.sent[k] != by) ++k;
         remember(keys[keys_first + k], sent, decision);
     }
     pending.answer(std::move(decision));

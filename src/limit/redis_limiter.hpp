@@ -13,12 +13,14 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "limit/decide_script.hpp"
 #include "limit/decision.hpp"
 #include "limit/limit_key.hpp"
 #include "redis/redis_connection.hpp"
@@ -55,8 +57,12 @@ public:
     // `route` and `request` are only read during the call.
     void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback);
 
-    // Forgets every remembered rejection (on reload: a limit's parameters may change).
-    void clear_rejections() { rejections_.clear(); }
+    // Forgets every remembered rejection (on reload: a limit's parameters may change), and
+    // the calendar windows worked out for the old configuration's time zones.
+    void clear_rejections() {
+        rejections_.clear();
+        calendars_.clear();
+    }
     std::size_t remembered_rejections() const { return rejections_.size(); }
 
 private:
@@ -97,6 +103,15 @@ private:
     // `poll`: before answering a decision by its deadline, take in the replies already
     // on the socket (only from the timer, never from inside a Redis callback).
     void watch_deadlines(bool poll);
+
+    // The calendar boundaries sent for a calendar fixed window (decide_script.hpp), worked out
+    // again when the proxy's clock leaves the window they were made for.
+    const std::string& calendar_text(const config::LimitConfig& limit);
+    struct Calendar {
+        std::shared_ptr<const time::TimeZone> zone;
+        CalendarArg arg;
+    };
+    std::map<std::pair<const time::TimeZone*, time::CalendarUnit>, Calendar> calendars_;
 
     boost::asio::io_context& io_context_;
     redis::Topology& topology_;

@@ -122,7 +122,7 @@ ClientContext::ClientContext(const config::UpstreamTls& cfg)
 void ClientContext::prepare(SSL* ssl, const std::string& host) const {
     const std::string& name = server_name_.empty() ? host : server_name_;
     boost::system::error_code ec;
-    const auto ip = boost::asio::ip::make_address(name, ec);
+    (void)boost::asio::ip::make_address(name, ec);  // only: is it an IP address?
     if (ec) SSL_set_tlsext_host_name(ssl, name.c_str());
     if (!verify_) return;
     if (!ec)

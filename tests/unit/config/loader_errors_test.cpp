@@ -240,15 +240,94 @@ TEST_CASE("loader errors: routes and matches", "[config][loader]") {
     });
 }
 
+TEST_CASE("loader errors: fixed windows and costs", "[config][loader]") {
+    const std::string limits = route_head + "    limits:\n";  // the first limit starts on line 8
+    const std::string fixed = limits + "      - name: q\n        algorithm: fixed_window\n";  // next: line 10
+    check_cases({
+        {fixed, {"8:9: fixed_window limit 'q' needs 'limit'",
+                 "8:9: fixed_window limit 'q' needs 'window' (a duration, or minute, hour, day, week or month)"}},
+        {fixed + "        limit: 0\n        window: fortnight\n",
+         {"10:16: 'limit' must be between 1 and 1000000000, got 0",
+          "11:17: 'window' must be a duration (like 10s or 1h) or minute, hour, day, week or month, got 'fortnight'"}},
+        {fixed + "        limit: 5\n        window: 0s\n", {"11:17: 'window' must be greater than 0, got 0s"}},
+        {fixed + "        limit: 5\n        window: day\n        time_zone: Mars/Olympus_Mons\n",
+         {"12:20: unknown time zone Mars/Olympus_Mons (no such time zone file /usr/share/zoneinfo/Mars/Olympus_Mons)"}},
+        {fixed + "        limit: 5\n        window: day\n        time_zone: ../../etc/passwd\n",
+         {"12:20: \"../../etc/passwd\" is not a time zone name (like Europe/Berlin or UTC)"}},
+        {fixed + "        limit: 5\n        window: 1h\n        time_zone: Europe/Berlin\n",
+         {"12:9: fixed_window limit 'q': 'time_zone' applies to calendar windows (minute, hour, day, week, month), "
+          "not to a window of 1h"}},
+        {fixed + "        limit: 5\n        window: day\n        rate: 1\n",
+         {"12:9: 'rate' is a token_bucket parameter, but limit 'q' is fixed_window"}},
+        {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"
+                  "        time_zone: UTC\n",
+         {"12:9: 'time_zone' is a fixed_window parameter, but limit 'l' is sliding_window"}},
+        {fixed + "        limit: 5\n        window: day\n        cost: 6\n",
+         {"12:15: limit 'q': 'cost' 6 is more than its limit (5): no request could pass"}},
+        {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 1\n        burst: 3\n        cost: 4\n",
+         {"12:15: limit 'l': 'cost' 4 is more than its burst (3): no request could pass"}},
+        {fixed + "        limit: 5\n        window: day\n        cost: -1\n",
+         {"12:15: 'cost' must be between 0 and 1000000000, got -1"}},
+        {fixed + "        limit: 5\n        window: day\n        cost: \"header:\"\n",
+         {"12:15: invalid header name '' in key part 'header:'"}},
+        {fixed + "        limit: 5\n        window: day\n        default_cost: 2\n",
+         {"12:9: limit 'q': 'default_cost' applies with 'cost: header:NAME' only"}},
+        {fixed + "        limit: 5\n        window: day\n        cost: header:x-cost\n        default_cost: 9\n",
+         {"13:23: limit 'q': 'default_cost' 9 is more than its limit (5): no request could pass"}},
+    });
+}
+
+TEST_CASE("loader: fixed windows, time zones and costs as written", "[config][loader]") {
+    const auto result = load_string(route_head + R"(    limits:
+      - name: daily
+        algorithm: fixed_window
+        limit: 1000
+        window: day
+        time_zone: Europe/Berlin
+        cost: header:X-Cost
+        default_cost: 2
+      - name: tenner
+        algorithm: fixed_window
+        limit: 10
+        window: 10s
+      - name: big
+        algorithm: sliding_window
+        limit: 20000
+        window: 1h
+        cost: 0
+)",
+                                    "t.yaml");
+    INFO(errors_of(result.diagnostics).size());
+    REQUIRE(result.ok());
+    const auto& limits = result.config->routes[0].limits;
+    REQUIRE(limits.size() == 3);
+    CHECK(limits[0].algorithm == sluice::config::Algorithm::fixed_window);
+    REQUIRE(limits[0].calendar);
+    CHECK(*limits[0].calendar == sluice::time::CalendarUnit::day);
+    REQUIRE(limits[0].time_zone);
+    CHECK(limits[0].time_zone->name() == "Europe/Berlin");
+    CHECK(limits[0].cost_header == "x-cost");
+    CHECK(limits[0].default_cost == 2);
+    CHECK_FALSE(limits[1].calendar);
+    CHECK(limits[1].window == std::chrono::seconds(10));
+    CHECK(limits[1].cost == 1);
+    CHECK(limits[2].cost == 0);
+    // A sliding window that large keeps an entry per request: a warning, not an error.
+    bool warned = false;
+    for (const Diagnostic& d : result.diagnostics)
+        warned |= d.warning && d.line == 21 && d.message.find("fixed_window or token_bucket") != std::string::npos;
+    CHECK(warned);
+}
+
 TEST_CASE("loader errors: limits", "[config][loader]") {
     const std::string limits = route_head + "    limits:\n";  // the first limit starts on line 8
     check_cases({
         {route_head + "    limits: {name: l}\n", {"7:13: 'limits' must be a list, got a map"}},
         {limits + "      - algorithm: token_bucket\n        rate: 1\n        burst: 1\n", {"8:9: limit needs a 'name'"}},
         {limits + "      - name: l\n        rate: 1\n        burst: 1\n",
-         {"8:9: limit 'l' needs an 'algorithm' (token_bucket or sliding_window)"}},
+         {"8:9: limit 'l' needs an 'algorithm' (token_bucket, sliding_window or fixed_window)"}},
         {limits + "      - name: l\n        algorithm: leaky_bucket\n",
-         {"9:20: 'algorithm' must be token_bucket or sliding_window, got 'leaky_bucket'"}},
+         {"9:20: 'algorithm' must be token_bucket, sliding_window or fixed_window, got 'leaky_bucket'"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        burst: 1\n",
          {"8:9: token_bucket limit 'l' needs 'rate'"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 0\n        burst: 0\n        per: 0s\n",
@@ -261,7 +340,7 @@ TEST_CASE("loader errors: limits", "[config][loader]") {
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: .inf\n        burst: 1\n",
          {"10:15: 'rate' must be a number, got '.inf'"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 1\n        burst: 1\n        window: 1m\n",
-         {"12:9: 'window' is a sliding_window parameter, but limit 'l' is token_bucket"}},
+         {"12:9: 'window' is a sliding_window and fixed_window parameter, but limit 'l' is token_bucket"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n",
          {"8:9: sliding_window limit 'l' needs 'limit'", "8:9: sliding_window limit 'l' needs 'window'"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 0\n        window: 0\n",

@@ -382,9 +382,17 @@ TEST_CASE("loader: files", "[config][loader]") {
         CHECK(config.routes[0].limits[1].limit == 30);
         CHECK(config.routes[0].limits[1].window == 1min);
         CHECK(config.routes[1].name == "api");
-        REQUIRE(config.routes[1].limits.size() == 1);
+        REQUIRE(config.routes[1].limits.size() == 2);
         REQUIRE(config.routes[1].limits[0].key.size() == 2);
         CHECK(config.routes[1].limits[0].key[1].header_name == "x-api-key");
+        const LimitConfig& daily = config.routes[1].limits[1];
+        CHECK(daily.algorithm == Algorithm::fixed_window);
+        REQUIRE(daily.calendar);
+        CHECK(*daily.calendar == sluice::time::CalendarUnit::day);
+        REQUIRE(daily.time_zone);
+        CHECK(daily.time_zone->name() == "UTC");
+        CHECK(daily.limit == 10000);
+        CHECK(daily.cost == 1);
         CHECK(config.routes[2].name == "static");
         CHECK(config.routes[2].limits.empty());
         CHECK(config.routes[3].name == "default");

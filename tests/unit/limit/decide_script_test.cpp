@@ -19,17 +19,27 @@ namespace {
 
 struct ScriptLimit {
     std::string key;
-    std::string algorithm;  // "token_bucket" | "sliding_window"
+    std::string algorithm;  // "token_bucket" | "sliding_window" | "fixed_window"
     bool shadow;
-    std::int64_t a;  // interval_us | limit
-    std::int64_t b;  // burst | window_us
+    std::int64_t a;  // interval_us | limit | limit
+    std::int64_t b;  // burst | window_us | window_us
+    std::int64_t cost = 1;
+    std::string calendar;  // fixed_window: "b0,b1,b2,b3" instead of b
 };
 
 ScriptLimit bucket(std::string key, std::int64_t interval_us, std::int64_t burst, bool shadow = false) {
-    return {std::move(key), "token_bucket", shadow, interval_us, burst};
+    return {std::move(key), "token_bucket", shadow, interval_us, burst, 1, {}};
+}
+ScriptLimit fixed(std::string key, std::int64_t limit, std::int64_t window_us, std::int64_t cost = 1) {
+    return {std::move(key), "fixed_window", false, limit, window_us, cost, {}};
+}
+ScriptLimit calendar(std::string key, std::int64_t limit, std::vector<std::int64_t> bounds) {
+    std::string spec;
+    for (auto b : bounds) spec += (spec.empty() ? "" : ",") + std::to_string(b);
+    return {std::move(key), "fixed_window", false, limit, 0, 1, spec};
 }
 ScriptLimit window(std::string key, std::int64_t limit, std::int64_t window_us, bool shadow = false) {
-    return {std::move(key), "sliding_window", shadow, limit, window_us};
+    return {std::move(key), "sliding_window", shadow, limit, window_us, 1, {}};
 }
 
 // One request's answer: Redis's TIME and one result per limit.
@@ -53,7 +63,8 @@ struct Script {
             std::vector<std::vector<std::string>> limit_args;
             for (const auto& l : limits) {
                 keys.push_back(l.key);
-                limit_args.push_back({l.algorithm, l.shadow ? "1" : "0", std::to_string(l.a), std::to_string(l.b)});
+                limit_args.push_back({l.algorithm, l.shadow ? "1" : "0", std::to_string(l.cost), std::to_string(l.a),
+                                      l.calendar.empty() ? std::to_string(l.b) : l.calendar});
             }
             for (const auto& a : limit_args) builder.limit(a);
             builder.end_request();
@@ -562,24 +573,24 @@ TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
         REQUIRE_FALSE(result.ok());
         CHECK_THAT(result.error->message, Catch::Contains(text));
     };
-    expect_error(decide.raw({ScriptLimit{"k", "leaky_bucket", false, 1, 1}}), "unknown algorithm");
-    expect_error(run({"k", "1", "1", "token_bucket", "0", "1000"}, 1), "lacks its 4 arguments per limit");
-    expect_error(run({"k", "token_bucket", "0", "1000", "5", "1"}, 1), "argument 1 is not a number of plans");
-    expect_error(run({"k", "1", "x", "token_bucket", "0", "1000", "5", "1"}, 1), "argument 2 is not a limit count");
-    expect_error(run({"k", "1", "1", "token_bucket", "0", "1000", "5", "2"}, 1), "argument 7 is not a plan number");
-    expect_error(run({"k", "1", "1", "token_bucket", "0", "1000", "5", "01"}, 1), "argument 7 is not a plan number");
-    expect_error(run({"k", "k2", "1", "1", "token_bucket", "0", "1000", "5", "1"}, 2), "2 keys for 1 limits");
-    expect_error(run({"k", "1", "1", "token_bucket", "0", "1000", "5", "1", "1"}, 1), "1 keys for 2 limits");
+    expect_error(decide.raw({ScriptLimit{"k", "leaky_bucket", false, 1, 1, 1, {}}}), "unknown algorithm");
+    expect_error(run({"k", "1", "1", "token_bucket", "0", "1", "1000"}, 1), "lacks its 5 arguments per limit");
+    expect_error(run({"k", "token_bucket", "0", "1", "1000", "5", "1"}, 1), "argument 1 is not a number of plans");
+    expect_error(run({"k", "1", "x", "token_bucket", "0", "1", "1000", "5", "1"}, 1), "argument 2 is not a limit count");
+    expect_error(run({"k", "1", "1", "token_bucket", "0", "1", "1000", "5", "2"}, 1), "argument 8 is not a plan number");
+    expect_error(run({"k", "1", "1", "token_bucket", "0", "1", "1000", "5", "01"}, 1), "argument 8 is not a plan number");
+    expect_error(run({"k", "k2", "1", "1", "token_bucket", "0", "1", "1000", "5", "1"}, 2), "2 keys for 1 limits");
+    expect_error(run({"k", "1", "1", "token_bucket", "0", "1", "1000", "5", "1", "1"}, 1), "1 keys for 2 limits");
     // A malformed plan used late in a batch: the whole call is refused before anything runs.
-    auto late = decide.raw_batch({{bucket("k", 1000, 5)}, {bucket("k", 1000, 5)}, {ScriptLimit{"k", "token_bucket", false, 1, -2}}});
-    expect_error(late, "parameters of limit 1 of plan 2 are not whole numbers");
+    auto late = decide.raw_batch({{bucket("k", 1000, 5)}, {bucket("k", 1000, 5)}, {ScriptLimit{"k", "token_bucket", false, 1, -2, 1, {}}}});
+    expect_error(late, "parameters of limit 1 of plan 2 are not valid");
     CHECK(redis.integer({"EXISTS", "k"}) == 0);
 }
 
 TEST_CASE("decide script: requests with the same limits share a plan", "[lua]") {
-    const std::vector<std::string> tb{"token_bucket", "0", "1000", "5"};
-    const std::vector<std::string> sw{"sliding_window", "1", "10", "60000000"};
-    const std::vector<std::string> tb_other{"token_bucket", "0", "1000", "6"};
+    const std::vector<std::string> tb{"token_bucket", "0", "1", "1000", "5"};
+    const std::vector<std::string> sw{"sliding_window", "1", "1", "10", "60000000"};
+    const std::vector<std::string> tb_other{"token_bucket", "0", "1", "1000", "6"};
     limit::DecideArgs args;
     args.limit(tb);
     args.end_request();
@@ -599,16 +610,16 @@ TEST_CASE("decide script: requests with the same limits share a plan", "[lua]") 
     CHECK(args.requests() == 6);
     const std::vector<std::string> expected{
         "4",
-        "1", "token_bucket", "0", "1000", "5",
-        "2", "token_bucket", "0", "1000", "5", "sliding_window", "1", "10", "60000000",
-        "1", "token_bucket", "0", "1000", "6",
-        "2", "sliding_window", "1", "10", "60000000", "token_bucket", "0", "1000", "5",
+        "1", "token_bucket", "0", "1", "1000", "5",
+        "2", "token_bucket", "0", "1", "1000", "5", "sliding_window", "1", "1", "10", "60000000",
+        "1", "token_bucket", "0", "1", "1000", "6",
+        "2", "sliding_window", "1", "1", "10", "60000000", "token_bucket", "0", "1", "1000", "5",
         "1", "2", "1", "3", "4", "2"};
     CHECK(args.take() == expected);
     CHECK(args.requests() == 0);
     args.limit(tb_other);
     args.end_request();
-    CHECK(args.take() == std::vector<std::string>{"1", "1", "token_bucket", "0", "1000", "6", "1"});
+    CHECK(args.take() == std::vector<std::string>{"1", "1", "token_bucket", "0", "1", "1000", "6", "1"});
 }
 
 TEST_CASE("decide script: reading the reply", "[lua]") {
@@ -680,13 +691,13 @@ TEST_CASE("decide script, cluster variant: keys in ARGV decide exactly as keys i
     CHECK_FALSE(limit::decide_elsewhere(local.reply, 0));
     CHECK_FALSE(limit::decide_elsewhere(local.reply, 1));
     // A request sent on its own keeps its keys in KEYS (Redis checks their slot).
-    const auto single = redis.run({"EVALSHA", cluster.sha, "1", "{s}:b", "1", "1", "token_bucket", "0", "1000000", "2", "1"});
+    const auto single = redis.run({"EVALSHA", cluster.sha, "1", "{s}:b", "1", "1", "token_bucket", "0", "1", "1000000", "2", "1"});
     REQUIRE(single.ok());
     REQUIRE(limit::is_decide_reply(single.reply, 1, true));
     CHECK(limit::decide_result(single.reply, 0).remaining == 1);
     // Malformed key counts are refused before anything runs.
-    for (const std::string bad : {"x", "-1", "1.5", "9"}) {
-        const auto r = redis.run({"EVALSHA", cluster.sha, "0", bad, "{s}:b", "1", "1", "token_bucket", "0", "1000000", "2", "1"});
+    for (const std::string bad : {"x", "-1", "1.5", "12"}) {
+        const auto r = redis.run({"EVALSHA", cluster.sha, "0", bad, "{s}:b", "1", "1", "token_bucket", "0", "1", "1000000", "2", "1"});
         REQUIRE_FALSE(r.ok());
         CHECK(r.error->message.find("argument 1 is not a number of keys") != std::string::npos);
     }
@@ -706,4 +717,129 @@ TEST_CASE("decide replies: 2 (elsewhere) is only read from the cluster variant",
     CHECK(limit::decide_elsewhere(reply, 0));
     reply.elements[1].integer = 3;
     CHECK_FALSE(limit::is_decide_reply(reply, 1, true));
+}
+
+TEST_CASE("decide script: fixed windows aligned to the epoch", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t every = 400'000;  // 400 ms
+    // Start just after a window edge, so the three requests below share a window.
+    while (redis_time_us(redis) % every > 100'000) std::this_thread::sleep_for(10ms);
+    std::int64_t start = 0;
+    for (int i = 0; i < 3; ++i) {
+        auto r = decide({fixed("fw", 3, every)});
+        if (i == 0) start = r.now_us - r.now_us % every;
+        INFO("request " << i);
+        CHECK(r.results[0].allowed);
+        CHECK(r.results[0].remaining == static_cast<std::uint64_t>(2 - i));
+        CHECK(r.results[0].reset.count() == ceil_ms(start + every - r.now_us));  // the window's end
+    }
+    // The state: the window's start and its count; the key ends with the window.
+    CHECK(redis.text({"GET", "fw"}) == std::to_string(start) + ":3");
+    CHECK(redis.integer({"PEXPIRETIME", "fw"}) == (start + every + 999) / 1000);
+    auto r = decide({fixed("fw", 3, every)});
+    CHECK_FALSE(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 0);
+    CHECK(r.results[0].retry_after.count() == ceil_ms(start + every - r.now_us));
+    CHECK(redis.text({"GET", "fw"}) == std::to_string(start) + ":3");  // a refusal writes nothing
+    // The next window starts from nothing, whatever the old key still says.
+    while (redis_time_us(redis) < start + every) std::this_thread::sleep_for(5ms);
+    r = decide({fixed("fw", 3, every, 2)});
+    CHECK(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 1);
+    // A key of another type (the limit's algorithm changed) reads as an empty window.
+    redis.must({"ZADD", "other", "1", "a"});
+    CHECK(decide({fixed("other", 1, every)}).results[0].allowed);
+}
+
+TEST_CASE("decide script: calendar windows are picked by Redis TIME among the boundaries sent", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t now = redis_time_us(redis);
+    const std::int64_t b1 = now - 500'000, b2 = now + 700'000;
+    const std::vector<std::int64_t> bounds{b1 - 86'400'000'000, b1, b2, b2 + 3'600'000'000};
+    auto r = decide({calendar("cal", 2, bounds)});
+    CHECK(r.results[0].allowed);
+    CHECK(r.results[0].reset.count() == ceil_ms(b2 - r.now_us));
+    CHECK(decide({calendar("cal", 2, bounds)}).results[0].allowed);
+    r = decide({calendar("cal", 2, bounds)});
+    CHECK_FALSE(r.results[0].allowed);
+    CHECK(r.results[0].retry_after.count() == ceil_ms(b2 - r.now_us));
+    CHECK(redis.text({"GET", "cal"}) == std::to_string(b1) + ":2");
+    // Once TIME passes b2 the next window (b2..b3, an hour) counts from nothing.
+    while (redis_time_us(redis) < b2) std::this_thread::sleep_for(20ms);
+    r = decide({calendar("cal", 2, bounds)});
+    CHECK(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 1);
+    CHECK(r.results[0].reset.count() == ceil_ms(b2 + 3'600'000'000 - r.now_us));
+
+    // Boundaries that do not hold TIME (clocks a window apart): an error, and nothing written,
+    // even for the batch's other requests.
+    const std::int64_t later = redis_time_us(redis) + 60'000'000;
+    const auto skewed = decide.raw_batch({{bucket("tb", 1000, 5)}, {calendar("cal2", 2, {later, later + 1, later + 2, later + 3})}});
+    REQUIRE_FALSE(skewed.ok());
+    CHECK_THAT(skewed.error->message, Catch::Contains("is outside the calendar windows"));
+    CHECK(redis.integer({"EXISTS", "tb"}) == 0);
+    CHECK(redis.integer({"EXISTS", "cal2"}) == 0);
+    // Malformed boundaries are refused before anything runs.
+    for (const std::string bad : {"1,2,3", "4,3,2,1", "1,1,2,3", "a,b,c,d", "1,2,3,4,5", "0", "-5", "1.5"}) {
+        INFO(bad);
+        ScriptLimit l = calendar("cal3", 2, {});
+        l.calendar = bad;
+        if (bad == "0" || bad == "-5" || bad == "1.5") {
+            l.calendar.clear();
+            l.b = std::stoll(bad == "1.5" ? "0" : bad);
+        }
+        const auto refused = decide.raw({l});
+        REQUIRE_FALSE(refused.ok());
+        CHECK_THAT(refused.error->message, Catch::Contains("are not valid"));
+    }
+}
+
+TEST_CASE("decide script: a request's cost, in every algorithm", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    auto costing = [](ScriptLimit l, std::int64_t cost) {
+        l.cost = cost;
+        return l;
+    };
+    // Token bucket of 5 at 1 token per second: 3, then 3 more does not fit and takes nothing.
+    auto r = decide({costing(bucket("tb", 1'000'000, 5), 3)});
+    CHECK(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 2);
+    const std::int64_t first = r.now_us;
+    r = decide({costing(bucket("tb", 1'000'000, 5), 3)});
+    CHECK_FALSE(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 2);
+    CHECK(r.results[0].retry_after.count() == ceil_ms(first + 1'000'000 - r.now_us));  // one more token
+    // Cost 0 always fits and takes nothing (a single limit takes the shared path then).
+    r = decide({costing(bucket("tb", 1'000'000, 5), 0)});
+    CHECK(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 2);
+    CHECK(redis.text({"GET", "tb"}) == std::to_string(first + 3'000'000));
+    // Sliding window of 5: 4 units, then 2 waits until the 4 leave (they share one instant).
+    r = decide({costing(window("sw", 5, 10'000'000), 4)});
+    CHECK(r.results[0].remaining == 1);
+    const std::int64_t admitted = r.now_us;
+    CHECK(redis.integer({"ZCARD", "sw"}) == 4);
+    r = decide({costing(window("sw", 5, 10'000'000), 2)});
+    CHECK_FALSE(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 1);
+    CHECK(r.results[0].retry_after.count() == ceil_ms(admitted + 10'000'000 - r.now_us));
+    CHECK(decide({costing(window("sw", 5, 10'000'000), 1)}).results[0].remaining == 0);
+    CHECK(redis.integer({"ZCARD", "sw"}) == 5);
+    // Two limits: all or nothing with costs too.
+    r = decide({costing(bucket("a", 1'000'000, 10), 6), costing(fixed("b", 5, 60'000'000), 6)});
+    CHECK(r.results[0].allowed);
+    CHECK_FALSE(r.results[1].allowed);
+    CHECK(redis.integer({"EXISTS", "a"}) == 0);
+    CHECK(redis.integer({"EXISTS", "b"}) == 0);
+    r = decide({costing(bucket("a", 1'000'000, 10), 5), costing(fixed("b", 5, 60'000'000), 5)});
+    CHECK(r.results[0].allowed);
+    CHECK(r.results[1].allowed);
+    CHECK(r.results[0].remaining == 5);
+    CHECK(r.results[1].remaining == 0);
 }

@@ -142,8 +142,8 @@ TEST_CASE("limit keys: one plan per route serves every request", "[limit_key]") 
     const auto plan = limit::make_key_plan("log:in", limits);
     CHECK(plan.route == "log%3Ain");
     REQUIRE(plan.limits.size() == 2);
-    CHECK(plan.limits[0].args == std::vector<std::string>{"token_bucket", "0", "200000", "10"});
-    CHECK(plan.limits[1].args == std::vector<std::string>{"sliding_window", "0", "100", "60000000"});
+    CHECK(plan.limits[0].args == std::vector<std::string>{"token_bucket", "0", "1", "200000", "10"});
+    CHECK(plan.limits[1].args == std::vector<std::string>{"sliding_window", "0", "1", "100", "60000000"});
     const std::vector<std::pair<std::string, std::string>> cases{
         {"203.0.113.7", "app:rl:{log%3Ain:203.0.113.7:acme}:"},
         {"2001:db8::1", "app:rl:{log%3Ain:2001%3Adb8%3A%3A1:acme}:"},

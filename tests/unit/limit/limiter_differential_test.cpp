@@ -86,31 +86,50 @@ struct Differential {
     const std::vector<config::LimitConfig> watch{token_bucket("watch", 2, 100ms, 1, {client_ip()}, true)};
     const std::vector<config::LimitConfig> window_alone{sliding_window("window_alone", 3, 90ms, {client_ip(), method()})};
     const std::vector<config::LimitConfig> window_watch{sliding_window("window_watch", 2, 70ms, {client_ip()}, true)};
+    // Fixed windows (aligned to the epoch, and a calendar minute in a +05:30 zone) and costs
+    // from a header, in every algorithm.
+    const std::vector<config::LimitConfig> quota{
+        costing(fixed_window("fixed", 5, 150ms), "x-cost", 2),
+        costing(token_bucket("units", 10, 100ms, 6), "x-cost"),
+        costing(sliding_window("window_units", 6, 130ms), "x-cost", 2),
+    };
+    const std::vector<config::LimitConfig> fixed_alone{fixed_window("fixed_alone", 3, 110ms, {client_ip(), method()})};
+    const std::vector<config::LimitConfig> calendar{
+        calendar_window("minute", 40, time::CalendarUnit::minute, "Asia/Kolkata"),
+        costing(fixed_window("fixed_cost", 4, 90ms), "x-cost"),
+    };
     const std::vector<limit::RouteLimits> routes{{"login", limits},
                                                  {"alone", alone},
                                                  {"watch", watch},
                                                  {"window_alone", window_alone},
-                                                 {"window_watch", window_watch}};
+                                                 {"window_watch", window_watch},
+                                                 {"quota", quota},
+                                                 {"fixed_alone", fixed_alone},
+                                                 {"calendar", calendar}};
 
     const std::vector<std::string> ips{"203.0.113.7", "198.51.100.2", "2001:db8::1"};
     const std::vector<std::string> methods{"GET", "POST"};
     const std::vector<std::optional<std::string>> users{std::nullopt, "alice", "bob"};
+    const std::vector<std::optional<std::string>> costs{std::nullopt, "0", "1", "2", "3", "junk"};
     std::mt19937 random{20240521};
 
     struct Client {
         const std::string* ip;
         const std::string* method;
         const std::optional<std::string>* user;
+        const std::optional<std::string>* cost;
         limit::RequestKeyValues values() const {
-            return {*ip, *method, "/login", [user = user](std::string_view name) -> std::optional<std::string_view> {
+            return {*ip, *method, "/login", [this](std::string_view name) -> std::optional<std::string_view> {
                         if (name == "x-user" && *user) return **user;
+                        if (name == "x-cost" && *cost) return **cost;
                         return std::nullopt;
                     }};
         }
     };
 
     Client any_client() {
-        return {&ips[random() % ips.size()], &methods[random() % methods.size()], &users[random() % users.size()]};
+        return {&ips[random() % ips.size()], &methods[random() % methods.size()], &users[random() % users.size()],
+                &costs[random() % costs.size()]};
     }
 
     // MemoryLimiter asked what Redis was asked, at the instant Redis decided it: the same answer.
@@ -144,6 +163,7 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
     INFO((cluster ? "Redis Cluster of 3 masters" : "one Redis"));
     Differential d(cluster);
     int alone_limited = 0, watch_shadow_limited = 0, window_alone_limited = 0, window_watch_shadow_limited = 0;
+    int quota_limited = 0, quota_allowed = 0, fixed_alone_limited = 0, calendar_limited = 0;
     int allowed = 0, limited = 0, shadow_limited = 0;
     for (int i = 0; i < 400; ++i) {
         const auto client = d.any_client();
@@ -161,6 +181,13 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
                 alone_limited += from_redis->outcome == Decision::Outcome::limited;
             } else if (route.route == "window_alone") {
                 window_alone_limited += from_redis->outcome == Decision::Outcome::limited;
+            } else if (route.route == "quota") {
+                quota_limited += from_redis->outcome == Decision::Outcome::limited;
+                quota_allowed += from_redis->outcome == Decision::Outcome::allowed;
+            } else if (route.route == "fixed_alone") {
+                fixed_alone_limited += from_redis->outcome == Decision::Outcome::limited;
+            } else if (route.route == "calendar") {
+                calendar_limited += from_redis->outcome == Decision::Outcome::limited;
             } else {
                 CHECK(from_redis->outcome == Decision::Outcome::allowed);  // shadow only
                 (route.route == "watch" ? watch_shadow_limited : window_watch_shadow_limited) +=
@@ -178,6 +205,10 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
     CHECK(watch_shadow_limited > 20);
     CHECK(window_alone_limited > 20);
     CHECK(window_watch_shadow_limited > 20);
+    CHECK(quota_limited > 20);
+    CHECK(quota_allowed > 20);
+    CHECK(fixed_alone_limited > 20);
+    CHECK(calendar_limited > 20);
 }
 
 TEST_CASE("differential: batches agree with the memory limiter asked in order", "[differential][redis]") {
@@ -189,7 +220,7 @@ TEST_CASE("differential: batches agree with the memory limiter asked in order", 
     INFO((cluster ? "Redis Cluster of 3 masters" : "one Redis"));
     Differential d(cluster);
     int batches = 0, limited = 0, allowed = 0, repeated_keys = 0;
-    for (int i = 0; i < 150; ++i) {
+    for (int i = 0; i < 260; ++i) {
         struct Asked {
             const limit::RouteLimits* route;
             Differential::Client client;
@@ -225,8 +256,8 @@ TEST_CASE("differential: batches agree with the memory limiter asked in order", 
         }
         std::this_thread::sleep_for(std::chrono::microseconds(d.random() % 20'000));
     }
-    CHECK(batches == 150);
-    CHECK(repeated_keys > 200);  // clients came back within their batch
+    CHECK(batches == 260);
+    CHECK(repeated_keys > 200);  // clients came back within their batch (8 routes: about 240)
     CHECK(limited > 100);
     CHECK(allowed > 100);
 }

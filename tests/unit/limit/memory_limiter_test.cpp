@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "../support/limit_configs.hpp"
+#include "limit/cost.hpp"
 #include "limit/memory_limiter.hpp"
+#include "time/civil.hpp"
 
 using namespace sluice;
 using namespace std::chrono_literals;
@@ -164,4 +166,133 @@ TEST_CASE("memory limiter: exact under concurrent workers", "[memory_limiter]") 
         });
     for (auto& worker : workers) worker.join();
     CHECK(allowed == 1500);
+}
+
+namespace {
+
+// Microseconds of a UTC date and time.
+std::int64_t utc_us(int y, int m, int d, int hh = 0, int mm = 0, int ss = 0) {
+    return (sluice::time::days_from_civil(y, m, d) * 86400 + hh * 3600 + mm * 60 + ss) * second;
+}
+
+}  // namespace
+
+TEST_CASE("memory limiter: fixed windows aligned to the epoch", "[memory_limiter]") {
+    Fixture f;
+    f.limits = {fixed_window("tenner", 3, 10s)};
+    const std::int64_t start = (f.now / (10 * second) + 1) * 10 * second;  // a window edge
+    for (int i = 0; i < 3; ++i) {
+        auto d = f.at(start + i * second);
+        CHECK(d.outcome == Outcome::allowed);
+        CHECK(d.limits[0].remaining == static_cast<std::uint64_t>(2 - i));
+        CHECK(d.limits[0].reset == std::chrono::milliseconds(10'000 - i * 1000));  // to the window's end
+    }
+    auto full = f.at(start + 9'999'999);
+    CHECK(full.outcome == Outcome::limited);
+    CHECK(full.limits[0].remaining == 0);
+    CHECK(full.limits[0].retry_after == 1ms);  // 1 us to the next window, rounded up
+    // The next window starts empty, exactly at its edge.
+    auto next = f.at(start + 10 * second);
+    CHECK(next.outcome == Outcome::allowed);
+    CHECK(next.limits[0].remaining == 2);
+    // The old window's key is swept once it has ended.
+    f.ip = "198.51.100.1";
+    for (int i = 0; i < 2000; ++i) f.at(start + 30 * second);
+    CHECK(f.limiter.size() == 1);
+}
+
+TEST_CASE("memory limiter: a daily quota resets at midnight in its time zone, 23 h on a DST day", "[memory_limiter]") {
+    Fixture f;
+    f.limits = {calendar_window("daily", 2, sluice::time::CalendarUnit::day, "Europe/Berlin")};
+    // 2026-03-29 starts at 23:00 UTC the day before and lasts 23 hours.
+    CHECK(f.at(utc_us(2026, 3, 28, 22, 59, 59)).outcome == Outcome::allowed);  // still the 28th
+    CHECK(f.at(utc_us(2026, 3, 28, 22, 59, 59)).outcome == Outcome::allowed);
+    CHECK(f.at(utc_us(2026, 3, 28, 22, 59, 59)).outcome == Outcome::limited);
+    auto first = f.at(utc_us(2026, 3, 28, 23));
+    CHECK(first.outcome == Outcome::allowed);
+    CHECK(first.limits[0].reset == std::chrono::hours(23));
+    CHECK(f.at(utc_us(2026, 3, 29, 12)).outcome == Outcome::allowed);
+    auto limited = f.at(utc_us(2026, 3, 29, 21, 59, 59));
+    CHECK(limited.outcome == Outcome::limited);
+    CHECK(limited.limits[0].retry_after == 1000ms);
+    CHECK(f.at(utc_us(2026, 3, 29, 22)).outcome == Outcome::allowed);  // midnight CEST
+    // A month: February 2028 has 29 days.
+    f.limits = {calendar_window("monthly", 1, sluice::time::CalendarUnit::month, "UTC")};
+    CHECK(f.at(utc_us(2028, 2, 1)).outcome == Outcome::allowed);
+    auto feb = f.at(utc_us(2028, 2, 29, 23, 59, 59));
+    CHECK(feb.outcome == Outcome::limited);
+    CHECK(feb.limits[0].retry_after == 1000ms);
+    CHECK(f.at(utc_us(2028, 3, 1)).outcome == Outcome::allowed);
+}
+
+TEST_CASE("memory limiter: costs from a header", "[memory_limiter]") {
+    Fixture f;
+    std::optional<std::string> cost;
+    auto ask = [&](std::int64_t t) {
+        f.now = t;
+        return f.limiter.decide(RouteLimits{"api", f.limits},
+                                RequestKeyValues{f.ip, "GET", "/", [&](std::string_view name) -> std::optional<std::string_view> {
+                                                     if (name == "x-cost" && cost) return *cost;
+                                                     return std::nullopt;
+                                                 }});
+    };
+    SECTION("token bucket") {
+        f.limits = {costing(token_bucket("units", 10, 1s, 10), "x-cost", 2)};
+        cost = "7";
+        auto d = ask(f.now);
+        CHECK(d.outcome == Outcome::allowed);
+        CHECK(d.limits[0].remaining == 3);
+        cost = "4";  // 3 left: refused, and takes nothing
+        d = ask(f.now);
+        CHECK(d.outcome == Outcome::limited);
+        CHECK(d.limits[0].remaining == 3);
+        CHECK(d.limits[0].retry_after == 100ms);  // one token at 10/s
+        cost.reset();  // default_cost 2
+        CHECK(ask(f.now).limits[0].remaining == 1);
+        cost = "abc";  // not a number: default_cost
+        CHECK(ask(f.now).outcome == Outcome::limited);
+        cost = "0";  // free: always passes, takes nothing
+        d = ask(f.now);
+        CHECK(d.outcome == Outcome::allowed);
+        CHECK(d.limits[0].remaining == 1);
+    }
+    SECTION("sliding window") {
+        f.limits = {costing(sliding_window("units", 5, 10s), "x-cost")};
+        const auto t0 = f.now;
+        cost = "3";
+        CHECK(ask(t0).limits[0].remaining == 2);
+        cost = "2";
+        CHECK(ask(t0 + second).limits[0].remaining == 0);
+        cost = "4";  // fits once 4 - 0 units have left: the 3 of t0 and 1 of t0+1s
+        auto d = ask(t0 + 2 * second);
+        CHECK(d.outcome == Outcome::limited);
+        CHECK(d.limits[0].retry_after == 9000ms);
+        CHECK(ask(t0 + 11 * second).outcome == Outcome::allowed);
+    }
+    SECTION("fixed window") {
+        f.limits = {costing(fixed_window("units", 5, 10s), "x-cost")};
+        const std::int64_t start = (f.now / (10 * second) + 1) * 10 * second;
+        cost = "5";
+        CHECK(ask(start).limits[0].remaining == 0);
+        cost = "1";
+        CHECK(ask(start + second).outcome == Outcome::limited);
+        CHECK(ask(start + 10 * second).limits[0].remaining == 4);
+    }
+    SECTION("over capacity") {
+        f.limits = {costing(token_bucket("units", 10, 1s, 10), "x-cost")};
+        cost = "11";
+        CHECK(limit::cost_over_capacity(f.limits, RequestKeyValues{f.ip, "GET", "/", [&](std::string_view) -> std::optional<std::string_view> { return *cost; }}) == 0u);
+        cost = "99999999999999999999999";  // more digits than any number: still over
+        CHECK(limit::request_cost(f.limits[0], RequestKeyValues{f.ip, "GET", "/", [&](std::string_view) -> std::optional<std::string_view> { return *cost; }}) > 10u);
+        cost = "10";
+        CHECK_FALSE(limit::cost_over_capacity(f.limits, RequestKeyValues{f.ip, "GET", "/", [&](std::string_view) -> std::optional<std::string_view> { return *cost; }}));
+        for (const char* odd : {"+3", "-3", "3 ", " 3", "3.0", "0x3", "", "３"}) {
+            cost = odd;
+            INFO("'" << odd << "'");
+            CHECK(limit::request_cost(f.limits[0], RequestKeyValues{f.ip, "GET", "/", [&](std::string_view) -> std::optional<std::string_view> { return *cost; }}) == 1u);
+        }
+        // Never more than capacity + 1 reaches the arithmetic.
+        cost = "18446744073709551615";
+        CHECK(limit::bounded_cost(f.limits[0], RequestKeyValues{f.ip, "GET", "/", [&](std::string_view) -> std::optional<std::string_view> { return *cost; }}) == 11u);
+    }
 }

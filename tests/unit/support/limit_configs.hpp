@@ -2,6 +2,8 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,33 @@ inline config::LimitConfig sliding_window(std::string name, std::uint64_t max, s
     limit.window = window;
     limit.key = std::move(key);
     limit.shadow = shadow;
+    return limit;
+}
+
+// A fixed window of `window` (aligned to the epoch).
+inline config::LimitConfig fixed_window(std::string name, std::uint64_t max, std::chrono::milliseconds window,
+                                        std::vector<KeyPart> key = {client_ip()}, bool shadow = false) {
+    config::LimitConfig limit = sliding_window(std::move(name), max, window, std::move(key), shadow);
+    limit.algorithm = config::Algorithm::fixed_window;
+    return limit;
+}
+
+// A calendar fixed window in `zone` (loaded from the system's tzdata).
+inline config::LimitConfig calendar_window(std::string name, std::uint64_t max, time::CalendarUnit unit,
+                                           const std::string& zone, std::vector<KeyPart> key = {client_ip()}) {
+    config::LimitConfig limit = fixed_window(std::move(name), max, std::chrono::milliseconds(0), std::move(key));
+    limit.calendar = unit;
+    std::string error;
+    auto loaded = time::TimeZone::load(zone, error);
+    if (!loaded) throw std::runtime_error(error);
+    limit.time_zone = std::make_shared<const time::TimeZone>(std::move(*loaded));
+    return limit;
+}
+
+// `limit` taking its cost from header `name` (lower-case), `fallback` when absent or invalid.
+inline config::LimitConfig costing(config::LimitConfig limit, std::string name, std::uint64_t fallback = 1) {
+    limit.cost_header = std::move(name);
+    limit.default_cost = fallback;
     return limit;
 }
 
