@@ -20,7 +20,8 @@
 --   parameters are sent, and parsed, once per plan rather than once per request:
 --   ARGV[1]      P, the number of plans
 --   each plan:   its number of limits n >= 1, then five per limit:
---                  algorithm   "token_bucket" | "sliding_window" | "fixed_window"
+--                  algorithm   "token_bucket" | "sliding_window" | "fixed_window" |
+--                              "concurrency"
 --                  shadow      "1" = report only, "0" = enforced
 --                  cost        units the request takes (0 takes nothing and always fits)
 --                  token_bucket:   interval_us (time to refill one token), burst
@@ -32,8 +33,10 @@
 --                                  (Redis has neither). TIME picks the window it falls in;
 --                                  when it falls in none (the clocks differ by more than a
 --                                  window) the call is an error and writes nothing.
---   then, per request in order, its plan's number: "1" to P, written plainly; its keys
---   are the next n KEYS. A request whose cost comes from a header has a plan of its own
+--                  concurrency:    limit (requests in flight), lease_us
+--   then, per request in order, its plan's number: "1" to P, written plainly, followed,
+--   when the plan has a concurrency limit, by the request's owner token (the member its
+--   slots get); its keys are the next n KEYS. A request whose cost comes from a header has a plan of its own
 --   when its cost differs: plans are few per batch either way.
 -- Time is Redis TIME, always; there is no way to pass a time in. Needs Redis >= 6.2 (PXAT).
 -- The whole batch is checked for shape before anything runs: a malformed one is an error
@@ -75,6 +78,7 @@ local makers = {
   token_bucket = token_bucket_algorithm,
   sliding_window = sliding_window_algorithm,
   fixed_window = fixed_window_algorithm,
+  concurrency = concurrency_algorithm,
 }
 local algorithms = {}
 local function algorithm_named(name)
@@ -141,6 +145,7 @@ for p = 1, count do
       return refuse('parameters of limit ' .. i .. ' of plan ' .. p .. ' are not valid')
     end
     plan[i] = { algorithm = algorithm, shadow = ARGV[b + 1] == '1', cost = cost, x = x, y = y }
+    if algorithm == algorithms.concurrency then plan.tokened = true end
   end
   if n == 1 and plan[1].cost > 0 then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
@@ -151,10 +156,18 @@ for p = 1, count do
   a = a + 1 + 5 * n
 end
 local first, keys = a, 0
-for r = first, nargs do
-  local plan = plans[ARGV[r]]
-  if not plan then return refuse('argument ' .. r .. ' is not a plan number') end
-  keys = keys + plan.n
+do
+  local r = first
+  while r <= nargs do
+    local plan = plans[ARGV[r]]
+    if not plan then return refuse('argument ' .. r .. ' is not a plan number') end
+    if plan.tokened then
+      if r + 1 > nargs or ARGV[r + 1] == '' then return refuse('argument ' .. r + 1 .. ' is not an owner token') end
+      r = r + 1
+    end
+    keys = keys + plan.n
+    r = r + 1
+  end
 end
 if keys ~= #KEYS then return refuse(#KEYS .. ' keys for ' .. keys .. ' limits') end
 
@@ -212,18 +225,18 @@ local function hand_over(algorithm, key)
 end
 local k = 0  -- keys used by the requests before this one
 local checks = {}  -- per limit of the request: its check
-local function decide_request(plan, n)
+local function decide_request(plan, n, token)
   if plan.alone then
     local key = KEYS[k + 1]
     hand_over(plan[1].algorithm, key)
-    put(plan.alone(key, now, plan.x, plan.y, plan.cost))
+    put(plan.alone(key, now, plan.x, plan.y, plan.cost, token))
   else
     local admit = true
     for i = 1, n do
       local limit = plan[i]
       local key = KEYS[k + i]
       hand_over(limit.algorithm, key)
-      local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost)
+      local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost, token)
       if not c.allowed and not limit.shadow then admit = false end
       checks[i] = c
     end
@@ -237,14 +250,21 @@ local function decide_request(plan, n)
   end
 end
 
-for r = first, nargs do
+local r = first
+while r <= nargs do
   local plan = plans[ARGV[r]]
   local n = plan.n
+  local token
+  if plan.tokened then
+    r = r + 1
+    token = ARGV[r]
+  end
+  r = r + 1
   if cluster then
     -- A request with a key this node cannot serve is not decided here: four zeros per limit,
     -- the first one 2 ("elsewhere"); nothing was written for it.
     local before = m
-    local ok, err = pcall(decide_request, plan, n)
+    local ok, err = pcall(decide_request, plan, n, token)
     if not ok then
       if err ~= NOT_HERE then error(err, 0) end
       m = before
@@ -254,7 +274,7 @@ for r = first, nargs do
       end
     end
   else
-    decide_request(plan, n)
+    decide_request(plan, n, token)
   end
   k = k + n
 end

@@ -114,7 +114,7 @@ struct UpstreamConfig {
     std::size_t max_idle = 64;
 };
 
-enum class Algorithm { token_bucket, sliding_window, fixed_window };
+enum class Algorithm { token_bucket, sliding_window, fixed_window, concurrency };
 
 struct KeyPart {
     enum class Kind { client_ip, header, method, path };
@@ -129,8 +129,11 @@ struct LimitConfig {
     double rate = 0;         // tokens added per `per`
     Duration per = 1s;
     std::uint64_t burst = 0;  // capacity
-    // sliding_window, fixed_window
+    // sliding_window, fixed_window; concurrency: requests in flight at once
     std::uint64_t limit = 0;
+    // concurrency: a slot whose instance died is taken back after this (a request running
+    // longer renews it)
+    Duration lease = 60s;
     Duration window = 0ms;  // fixed_window: unset (0) for a calendar window
     // fixed_window with `window: minute | hour | day | week | month`: calendar windows in
     // `time_zone` (UTC when not given).

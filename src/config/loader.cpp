@@ -48,8 +48,8 @@ const Keys redis_keys{"mode",       "address",     "username",          "passwor
 const Keys upstream_keys{"servers", "connect_timeout", "timeout", "max_idle", "tls"};
 const Keys route_keys{"name", "match", "upstream", "on_error", "limits"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
-const Keys limit_keys{"name", "algorithm", "rate",  "per",  "burst",        "limit",
-                      "window", "time_zone", "key", "shadow", "cost", "default_cost"};
+const Keys limit_keys{"name",      "algorithm", "rate",   "per",  "burst",        "limit", "window",
+                      "time_zone", "lease",     "key",    "shadow", "cost",       "default_cost"};
 const Keys responses_keys{"limited_status", "headers"};
 const Keys logging_keys{"level", "access_log", "format", "summary_interval"};
 
@@ -247,6 +247,7 @@ private:
     void read_token_bucket(const Section& section, LimitConfig& limit);
     void read_sliding_window(const Section& section, LimitConfig& limit);
     void read_fixed_window(const Section& section, LimitConfig& limit);
+    void read_concurrency(const Section& section, LimitConfig& limit);
     void read_cost(const Section& section, LimitConfig& limit);
     void refuse_parameters(const Section& section, const LimitConfig& limit);
     void read_key(const Field& field, LimitConfig& limit);
@@ -962,10 +963,12 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
     if (algorithm_field) {
         algorithm = choice<Algorithm>(*algorithm_field, {{"token_bucket", Algorithm::token_bucket},
                                                          {"sliding_window", Algorithm::sliding_window},
-                                                         {"fixed_window", Algorithm::fixed_window}});
+                                                         {"fixed_window", Algorithm::fixed_window},
+                                                         {"concurrency", Algorithm::concurrency}});
     } else {
         diagnostics_.error(field.at, named("limit", limit.name) +
-                                         " needs an 'algorithm' (token_bucket, sliding_window or fixed_window)");
+                                         " needs an 'algorithm' (token_bucket, sliding_window, fixed_window or "
+                                         "concurrency)");
     }
     if (algorithm) {
         limit.algorithm = *algorithm;
@@ -973,6 +976,7 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
         if (*algorithm == Algorithm::token_bucket) read_token_bucket(section, limit);
         if (*algorithm == Algorithm::sliding_window) read_sliding_window(section, limit);
         if (*algorithm == Algorithm::fixed_window) read_fixed_window(section, limit);
+        if (*algorithm == Algorithm::concurrency) read_concurrency(section, limit);
         read_cost(section, limit);
     }
     if (const Field* f = section.find("key")) read_key(*f, limit);
@@ -1082,6 +1086,22 @@ void ConfigReader::read_fixed_window(const Section& section, LimitConfig& limit)
     if (limit.calendar && !limit.time_zone) limit.time_zone = std::make_shared<const time::TimeZone>();
 }
 
+void ConfigReader::read_concurrency(const Section& section, LimitConfig& limit) {
+    const std::string which = named("concurrency limit", limit.name);
+    if (const Field* f = section.find("limit")) {
+        assign(limit.limit, integer(*f, 1, max_count));
+    } else {
+        diagnostics_.error(section.at(), which + " needs 'limit' (requests in flight at once)");
+    }
+    if (const Field* f = section.find("lease")) {
+        const auto value = duration(*f, false);
+        if (value && *value < 1s)
+            diagnostics_.error(f->at, f->label() + " must be at least 1s, got " + f->value.Scalar());
+        else
+            assign(limit.lease, value);
+    }
+}
+
 // `cost`, `default_cost`: what a request takes from the limit.
 void ConfigReader::read_cost(const Section& section, LimitConfig& limit) {
     const std::uint64_t capacity = limit.algorithm == Algorithm::token_bucket ? limit.burst : limit.limit;
@@ -1093,6 +1113,14 @@ void ConfigReader::read_cost(const Section& section, LimitConfig& limit) {
                                          "): no request could pass");
     };
     const Field* cost = section.find("cost");
+    if (limit.algorithm == Algorithm::concurrency) {
+        // A request holds one slot while it runs: there is nothing to weigh.
+        for (const Field* f : {cost, section.find("default_cost")})
+            if (f)
+                diagnostics_.error(f->key_at, quoted(f->key) + " does not apply to " +
+                                                  named("concurrency limit", limit.name) + " (a request takes one slot)");
+        return;
+    }
     bool header_cost = false;
     if (cost) {
         const auto written = cost->value.IsScalar() ? cost->value.Scalar() : std::string();
@@ -1127,15 +1155,17 @@ void ConfigReader::refuse_parameters(const Section& section, const LimitConfig& 
         {"rate", {Algorithm::token_bucket}},
         {"per", {Algorithm::token_bucket}},
         {"burst", {Algorithm::token_bucket}},
-        {"limit", {Algorithm::sliding_window, Algorithm::fixed_window}},
+        {"limit", {Algorithm::sliding_window, Algorithm::fixed_window, Algorithm::concurrency}},
         {"window", {Algorithm::sliding_window, Algorithm::fixed_window}},
         {"time_zone", {Algorithm::fixed_window}},
+        {"lease", {Algorithm::concurrency}},
     };
     auto algorithm_name = [](Algorithm a) -> std::string {
         switch (a) {
         case Algorithm::token_bucket: return "token_bucket";
         case Algorithm::sliding_window: return "sliding_window";
         case Algorithm::fixed_window: return "fixed_window";
+        case Algorithm::concurrency: return "concurrency";
         }
         return "?";
     };
@@ -1145,7 +1175,8 @@ void ConfigReader::refuse_parameters(const Section& section, const LimitConfig& 
             continue;
         std::string theirs;
         for (std::size_t i = 0; i < owner.algorithms.size(); ++i)
-            theirs += (i == 0 ? "" : " and ") + algorithm_name(owner.algorithms[i]);
+            theirs += (i == 0 ? "" : i + 1 == owner.algorithms.size() ? " and " : ", ") +
+                      algorithm_name(owner.algorithms[i]);
         diagnostics_.error(f->key_at, quoted(owner.key) + " is a " + theirs + " parameter, but " +
                                           named("limit", limit.name) + " is " + algorithm_name(limit.algorithm));
     }

@@ -2,8 +2,11 @@
 // loop for keep-alive. One coroutine per client connection, on its worker's io_context.
 #include "http/client_session.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -179,6 +182,46 @@ void warn_tls_failure(std::string_view peer, observe::TlsFailure reason, const s
     suppressed = 0;
 }
 
+// A request's concurrency slots while it runs: renewed every third of the shortest lease,
+// given back when the hold goes (the response is done, or the request ended otherwise).
+class SlotHold {
+public:
+    SlotHold(server::Worker& worker, const net::any_io_executor& executor, limit::Slots slots)
+        : state_(std::make_shared<State>(worker, executor, std::move(slots))) {
+        std::int64_t shortest = 0;
+        for (const auto& [key, lease] : state_->slots.keys) shortest = shortest == 0 ? lease : std::min(shortest, lease);
+        state_->every = std::chrono::microseconds(std::max<std::int64_t>(shortest / 3, 1000));
+        schedule(state_);
+    }
+    SlotHold(const SlotHold&) = delete;
+    SlotHold& operator=(const SlotHold&) = delete;
+    ~SlotHold() {
+        state_->held = false;
+        state_->timer.cancel();
+        state_->worker.release_slots(state_->slots);
+    }
+
+private:
+    struct State {
+        State(server::Worker& w, const net::any_io_executor& executor, limit::Slots s)
+            : worker(w), timer(executor), slots(std::move(s)) {}
+        server::Worker& worker;
+        net::steady_timer timer;
+        limit::Slots slots;
+        std::chrono::microseconds every{1000};
+        bool held = true;
+    };
+    static void schedule(const std::shared_ptr<State>& state) {
+        state->timer.expires_after(state->every);
+        state->timer.async_wait([state](boost::system::error_code ec) {
+            if (ec || !state->held) return;
+            state->worker.renew_slots(state->slots);
+            schedule(state);
+        });
+    }
+    std::shared_ptr<State> state_;
+};
+
 bool is_connection_lost(const boost::system::error_code& ec) {
     return ec == net::error::eof || ec == bhttp::error::end_of_stream || ec == net::error::connection_reset ||
            ec == net::error::broken_pipe || ec == bhttp::error::partial_message;
@@ -296,6 +339,34 @@ private:
         if (upstream_timed_out_ && ec == net::error::operation_aborted) return beast::error::timeout;
         return ec;
     }
+    // Watches a plain client connection for its end (FIN or reset) while the upstream is
+    // answering; pipelined bytes stop the watch (they are read later, as usual). A TLS
+    // client is not watched: its bytes cannot be told apart without reading them.
+    void watch_client() {
+        client_gone_ = false;
+        if (stream_.is_tls()) return;
+        const auto generation = ++client_watch_generation_;
+        client_watched_ = true;
+        stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), generation](
+                                                                  boost::system::error_code ec) {
+            if (ec || generation != self->client_watch_generation_ || !self->client_watched_) return;
+            self->client_watched_ = false;
+            char byte;
+            const auto n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return;
+            self->client_gone_ = true;
+            boost::system::error_code ignored;
+            if (self->upstream_socket_) self->upstream_socket_->cancel(ignored);
+        });
+    }
+    void unwatch_client() {
+        ++client_watch_generation_;
+        if (!client_watched_) return;
+        client_watched_ = false;
+        boost::system::error_code ignored;
+        stream_.socket().cancel(ignored);  // only the wait is pending on it now
+    }
+
     void stop_timer() {
         ++timer_generation_;
         timer_waiting_ = false;
@@ -338,6 +409,9 @@ private:
     Clock::time_point upstream_deadline_ = Clock::time_point::max();
     tcp::socket* upstream_socket_ = nullptr;  // the socket of the upstream operation armed
     bool upstream_timed_out_ = false;
+    bool client_watched_ = false;  // watch_client's wait is pending
+    bool client_gone_ = false;     // it saw the client go while the upstream was answering
+    std::uint64_t client_watch_generation_ = 0;
     bool idle_ = false;  // waiting for a request with nothing received: graceful stop may close it
     beast::flat_buffer buffer_;
     std::string peer_ip_;
@@ -595,6 +669,9 @@ net::awaitable<bool> Session::serve_one(bool first) {
     rec.route = route->name;
 
     limit::HeaderList rate_headers;
+    // Concurrency slots the request holds until it is done (declared before anything that
+    // answers it, so they are given back after the answer has been written).
+    std::optional<SlotHold> slots_held;
     if (!route->limits.empty()) {
         std::vector<std::string_view> xff;  // only read from a trusted peer
         if (!cfg.client_ip.trusted_proxies.empty())
@@ -620,8 +697,9 @@ net::awaitable<bool> Session::serve_one(bool first) {
             co_return finish(co_await reply(cfg.server, true, 400, detail, keep_alive, rec));
         }
         const auto decide_started = Clock::now();
-        const limit::Decision decision = co_await worker_.decide(limits, values);
+        limit::Decision decision = co_await worker_.decide(limits, values);
         snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
+        if (!decision.slots.empty()) slots_held.emplace(worker_, stream_.get_executor(), std::move(decision.slots));
         count_decision(snap, static_cast<std::size_t>(route - cfg.routes.data()), decision,
                        route->on_error.value_or(cfg.store.on_error));
         if (decision.outcome == limit::Decision::Outcome::limited) worker_.limited_clients().add(route->name, client);
@@ -1060,9 +1138,12 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
 
         // Response head; informational (1xx) responses are relayed and the final one awaited.
         // The upstream timeout runs from the request sent to the final head received.
+        // Meanwhile a client that goes away is noticed (as nginx does): the upstream
+        // request is abandoned and its slots given back at once.
         std::string_view invalid;
         const auto head_deadline = Clock::now() + upstream_cfg.timeout;
-        for (int interim = 0; !upstream_error; ++interim) {
+        if (!upstream_error) watch_client();
+        for (int interim = 0; !upstream_error && !client_gone_; ++interim) {
             res_parser.emplace();
             if (is_head) res_parser->skip(true);
             const auto got = co_await read_upstream_head(*conn, *res_parser, head_deadline);
@@ -1096,6 +1177,14 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
                 disarm();
                 if (iec) co_return false;
             }
+        }
+        unwatch_client();
+        if (client_gone_) {
+            rec.upstream_ms = ms_since(upstream_started);
+            rec.status = 499;  // nginx's "client closed request"
+            spdlog::debug("client {} went away while upstream {} server {} was answering", peer_ip_,
+                          upstream_cfg.name, conn->key);
+            co_return false;
         }
         if (!upstream_error && invalid.empty()) break;
 

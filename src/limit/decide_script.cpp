@@ -14,16 +14,19 @@ std::string decide_script_source(bool cluster) {
     const std::string_view inputs = cluster ? lua::cluster_keys : lua::standalone_keys;
     std::string source;
     source.reserve(64 + lua::token_bucket.size() + lua::sliding_window.size() + lua::fixed_window.size() +
-                   inputs.size() + lua::decide.size());
+                   lua::concurrency.size() + inputs.size() + lua::decide.size());
     // Redis reads the flags only from the very first line.
     if (cluster) source.append("#!lua flags=allow-cross-slot-keys\n");
     source.append(lua::token_bucket).append("\n");
     source.append(lua::sliding_window).append("\n");
     source.append(lua::fixed_window).append("\n");
+    source.append(lua::concurrency).append("\n");
     source.append(inputs).append("\n");
     source.append(lua::decide);
     return source;
 }
+
+std::string release_script_source() { return std::string(lua::release); }
 
 bool decide_args_vary(const config::LimitConfig& limit) {
     return !limit.cost_header.empty() || limit.calendar.has_value();
@@ -61,6 +64,10 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
         args.insert(args.end(), {"fixed_window", shadow, std::to_string(cost), std::to_string(limit.limit),
                                  window.empty() ? std::to_string(fixed_window_us(limit)) : std::string(window)});
         break;
+    case config::Algorithm::concurrency:
+        args.insert(args.end(), {"concurrency", shadow, "1", std::to_string(limit.limit),
+                                 std::to_string(lease_us(limit))});
+        break;
     }
 }
 
@@ -93,6 +100,11 @@ void DecideArgs::end_request() {
     requests_.push_back(std::to_string(number));
     current_.clear();
     owned_.clear();
+}
+
+void DecideArgs::end_request(std::string token) {
+    end_request();
+    requests_.push_back(std::move(token));
 }
 
 std::vector<std::string> DecideArgs::take() {

@@ -9,7 +9,8 @@
 //         algorithm ("token_bucket" | "sliding_window" | "fixed_window"), shadow ("0" |
 //         "1"), cost, then interval_us, burst (token_bucket) or limit, window_us
 //         (sliding_window) or limit, window_us or calendar boundaries (fixed_window);
-//         then one plan number per request
+//         then one plan number per request (and the request's owner token when its
+//         plan has a concurrency limit)
 //   reply an array of integers: now_us, then per limit (KEYS order): allowed (0|1),
 //         remaining, retry_after_ms, reset_ms
 #pragma once
@@ -28,6 +29,8 @@ namespace sluice::limit {
 
 // `cluster`: the Redis Cluster variant (lua/cluster_keys.lua: a batch's keys in ARGV).
 std::string decide_script_source(bool cluster = false);
+// lua/release.lua: a request's concurrency slots given back or renewed, by owner token.
+std::string release_script_source();
 
 inline constexpr std::size_t decide_args_per_limit = 5;
 
@@ -63,6 +66,8 @@ public:
     // The same with arguments made for this request alone.
     void limit(std::vector<std::string>&& args) { current_.push_back(&owned_.emplace_back(std::move(args))); }
     void end_request();
+    // The same for a request with a concurrency limit: `token` names its slots.
+    void end_request(std::string token);
     std::size_t requests() const { return requests_.size(); }
     // The whole ARGV; the builder is empty again after it.
     std::vector<std::string> take();

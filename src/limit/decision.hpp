@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sluice::limit {
@@ -18,6 +19,15 @@ struct LimitResult {
     std::uint64_t remaining = 0;                // after this request (a rejected one takes nothing)
     std::chrono::milliseconds retry_after{0};  // !allowed: until this limit admits, rounded up
     std::chrono::milliseconds reset{0};        // until this limit is back to its full quota, rounded up
+};
+
+// The concurrency slots a request holds while it runs: given back (Store::release) when its
+// response has been sent or its client went away, renewed (Store::renew) while it runs
+// longer than a third of the shortest lease.
+struct Slots {
+    std::string token;  // the request's owner token: the member its slots are
+    std::vector<std::pair<std::string, std::int64_t>> keys;  // key, lease in microseconds
+    bool empty() const { return keys.empty(); }
 };
 
 struct Decision {
@@ -33,6 +43,9 @@ struct Decision {
     // in microseconds; 0 when nothing was asked (no limit applied, or store_error).
     std::int64_t time_us = 0;
     std::string error;         // store_error: what went wrong
+    // The slots the request took (allowed), or may have taken (store_error: the call may
+    // have run after its deadline; giving back a slot that is not there does nothing).
+    Slots slots;
 
     // Some shadow limit would have rejected the request.
     bool shadow_limited() const;

@@ -36,6 +36,10 @@ WindowBounds fixed_window_at(const config::LimitConfig& limit, std::int64_t now_
     return {start, start + every};
 }
 
+std::int64_t lease_us(const config::LimitConfig& limit) {
+    return std::max<std::int64_t>(static_cast<std::int64_t>(limit.lease.count()) * 1000, 1);
+}
+
 std::uint64_t capacity_of(const config::LimitConfig& limit) {
     return limit.algorithm == config::Algorithm::token_bucket ? limit.burst : limit.limit;
 }

@@ -34,6 +34,9 @@ std::int64_t fixed_window_us(const config::LimitConfig& limit);
 // the calendar window of the limit's time zone.
 WindowBounds fixed_window_at(const config::LimitConfig& limit, std::int64_t now_us);
 
+// A concurrency limit's lease in microseconds.
+std::int64_t lease_us(const config::LimitConfig& limit);
+
 // The most a request can take from `limit`: burst, or limit.
 std::uint64_t capacity_of(const config::LimitConfig& limit);
 

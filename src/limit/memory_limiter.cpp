@@ -26,6 +26,9 @@ struct Check {
     // fixed window
     std::int64_t start = 0;
     std::int64_t end = 0;
+    // concurrency: the earliest and latest lease end of the slots counted
+    std::int64_t first_end = 0;
+    std::int64_t last_end = 0;
 };
 
 std::int64_t floor_div_nonneg(std::int64_t a, std::int64_t b) { return a <= 0 ? 0 : a / b; }
@@ -77,6 +80,18 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             const std::int64_t allow_at = c.next_tat - c.tolerance;
             c.allowed = allow_at <= now;
             c.retry_us = allow_at - now;
+        } else if (limit.algorithm == config::Algorithm::concurrency) {
+            c.cost = 1;
+            if (found != states_.end())
+                if (const auto* held = std::get_if<Concurrency>(&found->second))
+                    for (const auto& [token, end] : held->slots) {
+                        if (end <= now) continue;
+                        if (c.count == 0 || end < c.first_end) c.first_end = end;
+                        if (c.count == 0 || end > c.last_end) c.last_end = end;
+                        ++c.count;
+                    }
+            c.allowed = c.count + 1 <= static_cast<std::int64_t>(limit.limit);
+            c.retry_us = std::clamp<std::int64_t>(c.first_end - now, 1, 1'000'000);
         } else if (limit.algorithm == config::Algorithm::fixed_window) {
             const auto window = fixed_window_at(limit, now);
             c.start = window.start_us;
@@ -110,6 +125,8 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     }
 
     // Write all or nothing, then report.
+    std::string token;
+    Slots slots;
     for (std::size_t i = 0; i < n; ++i) {
         if (!results[i].applies) continue;
         const auto& limit = route.limits[i];
@@ -119,7 +136,24 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         LimitResult& r = results[i];
         r.allowed = c.allowed;
         r.retry_after = ceil_to_ms(c.allowed ? 0 : c.retry_us);
-        if (limit.algorithm == config::Algorithm::fixed_window) {
+        if (limit.algorithm == config::Algorithm::concurrency) {
+            std::int64_t count = c.count;
+            std::int64_t last_end = c.last_end;
+            if (consumed) {
+                State& state = states_[*keys[i]];
+                if (!std::holds_alternative<Concurrency>(state)) state = Concurrency{};
+                auto& held = std::get<Concurrency>(state).slots;
+                std::erase_if(held, [now](const auto& slot) { return slot.second <= now; });
+                if (token.empty()) token = "memory-" + std::to_string(++tokens_made_);
+                const std::int64_t end = now + lease_us(limit);
+                held.emplace_back(token, end);
+                slots.keys.emplace_back(*keys[i], lease_us(limit));
+                last_end = count == 0 ? end : std::max(last_end, end);
+                ++count;
+            }
+            r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(static_cast<std::int64_t>(limit.limit) - count, 0));
+            r.reset = ceil_to_ms(count == 0 ? 0 : std::max<std::int64_t>(last_end - now, 0));
+        } else if (limit.algorithm == config::Algorithm::fixed_window) {
             const std::int64_t count = consumed ? c.count + c.cost : c.count;
             if (consumed) states_[*keys[i]] = FixedWindow{c.start, c.end, count};
             r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(static_cast<std::int64_t>(limit.limit) - count, 0));
@@ -149,7 +183,32 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     }
 
     if (++decisions_since_sweep_ >= std::max<std::size_t>(1024, states_.size())) sweep(now);
-    return Decision::from_results(std::move(results), now);
+    auto decision = Decision::from_results(std::move(results), now);
+    slots.token = std::move(token);
+    decision.slots = std::move(slots);
+    return decision;
+}
+
+void MemoryLimiter::release(const Slots& slots) {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, lease] : slots.keys) {
+        auto found = states_.find(key);
+        if (found == states_.end()) continue;
+        if (auto* held = std::get_if<Concurrency>(&found->second))
+            std::erase_if(held->slots, [&](const auto& slot) { return slot.first == slots.token; });
+    }
+}
+
+void MemoryLimiter::renew(const Slots& slots) {
+    std::lock_guard lock(mutex_);
+    const std::int64_t now = clock_();
+    for (const auto& [key, lease] : slots.keys) {
+        auto found = states_.find(key);
+        if (found == states_.end()) continue;
+        if (auto* held = std::get_if<Concurrency>(&found->second))
+            for (auto& slot : held->slots)
+                if (slot.first == slots.token && slot.second > now) slot.second = now + lease;
+    }
 }
 
 // Drops keys whose state is back to empty: amortised O(1) per decision.
@@ -158,6 +217,8 @@ void MemoryLimiter::sweep(std::int64_t now) {
     std::erase_if(states_, [now](const auto& entry) {
         if (const auto* bucket = std::get_if<TokenBucket>(&entry.second)) return bucket->tat <= now;
         if (const auto* fixed = std::get_if<FixedWindow>(&entry.second)) return fixed->end <= now;
+        if (const auto* held = std::get_if<Concurrency>(&entry.second))
+            return std::all_of(held->slots.begin(), held->slots.end(), [now](const auto& slot) { return slot.second <= now; });
         const auto& window = std::get<SlidingWindow>(entry.second);
         return window.times.empty() || window.times.back() + window.window_us <= now;
     });

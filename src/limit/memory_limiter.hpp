@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <variant>
 #include <deque>
+#include <vector>
 
 #include "limit/decision.hpp"
 #include "limit/limit_key.hpp"
@@ -27,6 +28,10 @@ public:
     // Thread-safe. Decision::time_us is the clock's value.
     Decision decide(const RouteLimits& route, const RequestKeyValues& request);
 
+    // Gives back (renew: renews the leases of) a request's concurrency slots. Thread-safe.
+    void release(const Slots& slots);
+    void renew(const Slots& slots);
+
     // Keys held; a key whose state is back to empty goes at the next sweep.
     std::size_t size() const;
 
@@ -43,7 +48,10 @@ private:
         std::int64_t end = 0;
         std::int64_t count = 0;
     };
-    using State = std::variant<TokenBucket, SlidingWindow, FixedWindow>;
+    struct Concurrency {
+        std::vector<std::pair<std::string, std::int64_t>> slots;  // owner token, lease end
+    };
+    using State = std::variant<TokenBucket, SlidingWindow, FixedWindow, Concurrency>;
 
     void sweep(std::int64_t now);
 
@@ -52,6 +60,7 @@ private:
     mutable std::mutex mutex_;
     std::unordered_map<std::string, State> states_;
     std::size_t decisions_since_sweep_ = 0;
+    std::uint64_t tokens_made_ = 0;
 };
 
 }  // namespace sluice::limit

@@ -7,7 +7,13 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <cstdio>
+#include <random>
+
+#include <spdlog/spdlog.h>
+
 #include "limit/cost.hpp"
+#include "limit/limit_params.hpp"
 #include "limit/decide_script.hpp"
 #include "redis/topology.hpp"
 
@@ -62,6 +68,17 @@ struct RedisLimiter::Pending {
     void answer(Decision decision) {
         if (answered) return;
         answered = true;
+        if (!concurrency.empty()) {
+            decision.slots.token = token;
+            for (const auto& slot : concurrency) {
+                // Taken when the request was admitted and this limit allowed it; when the
+                // store failed, maybe taken (the call can still run): given back all the same.
+                const bool taken = decision.outcome == Decision::Outcome::store_error ||
+                                   (decision.outcome == Decision::Outcome::allowed &&
+                                    slot.index < decision.limits.size() && decision.limits[slot.index].allowed);
+                if (taken) decision.slots.keys.emplace_back(slot.key, slot.lease_us);
+            }
+        }
         callback(std::move(decision));
     }
 
@@ -70,9 +87,19 @@ struct RedisLimiter::Pending {
     std::vector<LimitResult> results;  // one per route limit; `applies` and `shadow` filled in
     std::vector<std::size_t> sent;     // route index of each key sent
     std::size_t first_key = 0;         // index of its first key in the batch
-    // Bit i: limit i's cost comes from a header, so a rejection by it says nothing about the
-    // client's next request (it may cost less): not remembered. Bit 63 stands for the rest.
-    std::uint64_t cost_varies = 0;
+    // Bit i: a rejection by limit i says nothing about the client's next request, which may
+    // cost less (a cost header) or find a slot given back (concurrency): not remembered.
+    // Bit 63 stands for the rest.
+    std::uint64_t not_remembered = 0;
+    // Concurrency limits: the owner token of the request's slots, and per limit its route
+    // index, key and lease.
+    struct Slot {
+        std::size_t index;
+        std::string key;
+        std::int64_t lease_us;
+    };
+    std::string token;
+    std::vector<Slot> concurrency;
     // Cluster only, to send it again on its own: its keys, its ARGV as a batch of one, its
     // slot, the redirections followed so far, and its deadline.
     std::vector<std::string> keys;
@@ -132,10 +159,18 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topolo
       topology_(topology),
       sharded_(topology.sharded()),
       script_(topology.add_script(decide_script_source(sharded_))),
+      release_script_(topology.add_script(release_script_source())),
       key_prefix_(std::move(key_prefix)),
       timeout_(timeout),
       remember_rejections_(remember_rejections),
-      deadline_timer_(std::make_unique<DeadlineTimer>(io_context)) {}
+      deadline_timer_(std::make_unique<DeadlineTimer>(io_context)) {
+    // Unique across instances and restarts: 64 random bits (then a counter) per limiter.
+    std::random_device device;
+    const std::uint64_t id = (std::uint64_t{device()} << 32) ^ device();
+    char text[24];
+    std::snprintf(text, sizeof text, "%016llx-", static_cast<unsigned long long>(id));
+    token_prefix_ = text;
+}
 
 std::optional<Decision> RedisLimiter::remembered(const std::vector<std::optional<std::string>>& keys,
                                                  const RouteLimits& route) {
@@ -160,6 +195,27 @@ std::optional<Decision> RedisLimiter::remembered(const std::vector<std::optional
         return Decision::from_results(std::move(results), 0);
     }
     return std::nullopt;
+}
+
+std::string RedisLimiter::next_token() {
+    return token_prefix_ + std::to_string(++tokens_made_);
+}
+
+void RedisLimiter::release(const Slots& slots, bool renew) {
+    if (slots.empty()) return;
+    std::vector<std::string> keys;
+    std::vector<std::string> args{renew ? "renew" : "release", slots.token};
+    for (const auto& [key, lease] : slots.keys) {
+        keys.push_back(key);
+        args.push_back(std::to_string(lease));
+    }
+    redis::RedisConnection* connection = topology_.route(sharded_ ? redis::key_slot(keys.front()) : 0);
+    if (connection == nullptr) return;  // no master known now: the lease takes the slots back
+    connection->evalsha(release_script_, keys, args, [renew, keys](redis::RedisResult result) {
+        if (!result.ok())
+            spdlog::debug("concurrency slots of {}: {} failed: {}", keys.front(), renew ? "renew" : "release",
+                          result.error ? result.error->message : std::string("?"));
+    });
 }
 
 const std::string& RedisLimiter::calendar_text(const config::LimitConfig& limit) {
@@ -237,7 +293,13 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         pending->results[i].applies = true;
         pending->sent.push_back(i);
         const auto& limit = route.limits[i];
-        if (!limit.cost_header.empty()) pending->cost_varies |= std::uint64_t{1} << std::min<std::size_t>(i, 63);
+        const bool concurrency = limit.algorithm == config::Algorithm::concurrency;
+        if (!limit.cost_header.empty() || concurrency)
+            pending->not_remembered |= std::uint64_t{1} << std::min<std::size_t>(i, 63);
+        if (concurrency) {
+            if (pending->token.empty()) pending->token = next_token();
+            pending->concurrency.push_back({i, *keys[i], lease_us(limit)});
+        }
         if (sharded_) pending->keys.push_back(*keys[i]);
         batch.keys.push_back(std::move(*keys[i]));
         if (decide_args_vary(limit)) {
@@ -251,10 +313,12 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
             batch.args.limit(plan.limits[i].args);
         }
     }
-    batch.args.end_request();
+    if (pending->token.empty()) batch.args.end_request();
+    else batch.args.end_request(pending->token);
     batch.pending.push_back(pending);
     if (sharded_) {
-        single.end_request();
+        if (pending->token.empty()) single.end_request();
+        else single.end_request(pending->token);
         pending->single_args = single.take();
         pending->slot = slot;
     }
@@ -375,7 +439,7 @@ void RedisLimiter::conclude(Pending& pending, const redis::RedisReply& reply, st
     auto decision = Decision::from_results(std::move(pending.results), decide_time(reply));
     const std::size_t by = decision.limited_by.value_or(0);
     if (remember_rejections_ && decision.outcome == Decision::Outcome::limited &&
-        !(pending.cost_varies >> std::min<std::size_t>(by, 63) & 1)) {
+        !(pending.not_remembered >> std::min<std::size_t>(by, 63) & 1)) {
         std::size_t k = 0;
         while (pending.sent[k] != by) ++k;
         remember(keys[keys_first + k], sent, decision);

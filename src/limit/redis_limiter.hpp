@@ -57,6 +57,10 @@ public:
     // `route` and `request` are only read during the call.
     void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback);
 
+    // Gives back (renew: renews) a request's concurrency slots; lua/release.lua. Nothing to
+    // wait for: failures are logged at debug level, and the lease takes back what is lost.
+    void release(const Slots& slots, bool renew);
+
     // Forgets every remembered rejection (on reload: a limit's parameters may change), and
     // the calendar windows worked out for the old configuration's time zones.
     void clear_rejections() {
@@ -113,10 +117,16 @@ private:
     };
     std::map<std::pair<const time::TimeZone*, time::CalendarUnit>, Calendar> calendars_;
 
+    // Owner tokens: a random prefix per limiter (so per worker and process) and a counter.
+    std::string next_token();
+    std::string token_prefix_;
+    std::uint64_t tokens_made_ = 0;
+
     boost::asio::io_context& io_context_;
     redis::Topology& topology_;
     bool sharded_;
     redis::RedisConnection::ScriptId script_;
+    redis::RedisConnection::ScriptId release_script_;
     std::string key_prefix_;
     std::chrono::milliseconds timeout_;
     bool remember_rejections_;

@@ -27,6 +27,8 @@ public:
             callback(std::move(d));
         });
     }
+    void release(const Slots& slots) override { limiter_.release(slots); }
+    void renew(const Slots& slots) override { limiter_.renew(slots); }
     std::vector<redis::NodeState> nodes() const override { return {}; }
 
 private:
@@ -53,6 +55,8 @@ public:
     void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) override {
         limiter_->decide(route, request, std::move(callback));
     }
+    void release(const Slots& slots) override { limiter_->release(slots, false); }
+    void renew(const Slots& slots) override { limiter_->release(slots, true); }
     void reloaded() override { limiter_->clear_rejections(); }
     std::vector<redis::NodeState> nodes() const override { return topology_->nodes(); }
 

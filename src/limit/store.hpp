@@ -43,6 +43,11 @@ public:
     // The callback runs exactly once, on the io_context, never inside this call (see
     // RedisLimiter::decide).
     virtual void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) = 0;
+    // Gives back a request's concurrency slots (its response is done, or its client gone),
+    // or renews their leases while it runs. Best effort, nothing to wait for: a slot not
+    // given back is reclaimed when its lease ends.
+    virtual void release(const Slots& slots) = 0;
+    virtual void renew(const Slots& slots) = 0;
     // The configuration was reloaded: a limit's parameters may have changed.
     virtual void reloaded() {}
     virtual std::vector<redis::NodeState> nodes() const = 0;

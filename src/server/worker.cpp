@@ -51,6 +51,14 @@ net::awaitable<limit::Decision> Worker::decide(const limit::RouteLimits& route, 
         net::use_awaitable);
 }
 
+void Worker::release_slots(const limit::Slots& slots) {
+    if (store_) store_->release(slots);
+}
+
+void Worker::renew_slots(const limit::Slots& slots) {
+    if (store_) store_->renew(slots);
+}
+
 // Copies the store's state (owned by this thread) where other threads may read it.
 void Worker::watch_store() {
     store_ready_ = store_->ready();

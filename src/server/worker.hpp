@@ -73,6 +73,9 @@ public:
     // Decision with Outcome::store_error.
     boost::asio::awaitable<limit::Decision> decide(const limit::RouteLimits& route,
                                                    const limit::RequestKeyValues& request);
+    // A request's concurrency slots given back, or renewed while it runs (see Store).
+    void release_slots(const limit::Slots& slots);
+    void renew_slots(const limit::Slots& slots);
     // The store answers (Redis connected and ready; always true for memory). Thread-safe.
     bool store_ready() const { return store_ready_.load(std::memory_order_relaxed); }
     // Thread-safe: the store's nodes as this worker last saw them (every 50 ms).

@@ -274,6 +274,17 @@ TEST_CASE("loader errors: fixed windows and costs", "[config][loader]") {
          {"12:9: limit 'q': 'default_cost' applies with 'cost: header:NAME' only"}},
         {fixed + "        limit: 5\n        window: day\n        cost: header:x-cost\n        default_cost: 9\n",
          {"13:23: limit 'q': 'default_cost' 9 is more than its limit (5): no request could pass"}},
+        {fixed + "        limit: 5\n        window: day\n        lease: 10s\n",
+         {"12:9: 'lease' is a concurrency parameter, but limit 'q' is fixed_window"}},
+        {limits + "      - name: c\n        algorithm: concurrency\n",
+         {"8:9: concurrency limit 'c' needs 'limit' (requests in flight at once)"}},
+        {limits + "      - name: c\n        algorithm: concurrency\n        limit: 2\n        lease: 500ms\n"
+                  "        window: 1m\n        cost: 2\n",
+         {"11:16: 'lease' must be at least 1s, got 500ms",
+          "12:9: 'window' is a sliding_window and fixed_window parameter, but limit 'c' is concurrency",
+          "13:9: 'cost' does not apply to concurrency limit 'c' (a request takes one slot)"}},
+        {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 1\n        burst: 1\n        limit: 3\n",
+         {"12:9: 'limit' is a sliding_window, fixed_window and concurrency parameter, but limit 'l' is token_bucket"}},
     });
 }
 
@@ -325,9 +336,9 @@ TEST_CASE("loader errors: limits", "[config][loader]") {
         {route_head + "    limits: {name: l}\n", {"7:13: 'limits' must be a list, got a map"}},
         {limits + "      - algorithm: token_bucket\n        rate: 1\n        burst: 1\n", {"8:9: limit needs a 'name'"}},
         {limits + "      - name: l\n        rate: 1\n        burst: 1\n",
-         {"8:9: limit 'l' needs an 'algorithm' (token_bucket, sliding_window or fixed_window)"}},
+         {"8:9: limit 'l' needs an 'algorithm' (token_bucket, sliding_window, fixed_window or concurrency)"}},
         {limits + "      - name: l\n        algorithm: leaky_bucket\n",
-         {"9:20: 'algorithm' must be token_bucket, sliding_window or fixed_window, got 'leaky_bucket'"}},
+         {"9:20: 'algorithm' must be token_bucket, sliding_window, fixed_window or concurrency, got 'leaky_bucket'"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        burst: 1\n",
          {"8:9: token_bucket limit 'l' needs 'rate'"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 0\n        burst: 0\n        per: 0s\n",

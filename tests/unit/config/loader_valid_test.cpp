@@ -382,7 +382,7 @@ TEST_CASE("loader: files", "[config][loader]") {
         CHECK(config.routes[0].limits[1].limit == 30);
         CHECK(config.routes[0].limits[1].window == 1min);
         CHECK(config.routes[1].name == "api");
-        REQUIRE(config.routes[1].limits.size() == 2);
+        REQUIRE(config.routes[1].limits.size() == 3);
         REQUIRE(config.routes[1].limits[0].key.size() == 2);
         CHECK(config.routes[1].limits[0].key[1].header_name == "x-api-key");
         const LimitConfig& daily = config.routes[1].limits[1];
@@ -393,6 +393,10 @@ TEST_CASE("loader: files", "[config][loader]") {
         CHECK(daily.time_zone->name() == "UTC");
         CHECK(daily.limit == 10000);
         CHECK(daily.cost == 1);
+        const LimitConfig& in_flight = config.routes[1].limits[2];
+        CHECK(in_flight.algorithm == Algorithm::concurrency);
+        CHECK(in_flight.limit == 20);
+        CHECK(in_flight.lease == 60s);
         CHECK(config.routes[2].name == "static");
         CHECK(config.routes[2].limits.empty());
         CHECK(config.routes[3].name == "default");

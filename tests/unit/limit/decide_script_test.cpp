@@ -25,6 +25,7 @@ struct ScriptLimit {
     std::int64_t b;  // burst | window_us | window_us
     std::int64_t cost = 1;
     std::string calendar;  // fixed_window: "b0,b1,b2,b3" instead of b
+    std::string token = {};  // concurrency: the request's owner token
 };
 
 ScriptLimit bucket(std::string key, std::int64_t interval_us, std::int64_t burst, bool shadow = false) {
@@ -37,6 +38,9 @@ ScriptLimit calendar(std::string key, std::int64_t limit, std::vector<std::int64
     std::string spec;
     for (auto b : bounds) spec += (spec.empty() ? "" : ",") + std::to_string(b);
     return {std::move(key), "fixed_window", false, limit, 0, 1, spec};
+}
+ScriptLimit slots(std::string key, std::int64_t limit, std::int64_t lease_us, std::string token) {
+    return {std::move(key), "concurrency", false, limit, lease_us, 1, {}, std::move(token)};
 }
 ScriptLimit window(std::string key, std::int64_t limit, std::int64_t window_us, bool shadow = false) {
     return {std::move(key), "sliding_window", shadow, limit, window_us, 1, {}};
@@ -67,7 +71,11 @@ struct Script {
                                       l.calendar.empty() ? std::to_string(l.b) : l.calendar});
             }
             for (const auto& a : limit_args) builder.limit(a);
-            builder.end_request();
+            std::string token;
+            for (const auto& l : limits)
+                if (!l.token.empty()) token = l.token;
+            if (token.empty()) builder.end_request();
+            else builder.end_request(token);
         }
         const auto argv = builder.take();
         std::vector<std::string> args{"EVALSHA", sha};
@@ -842,4 +850,73 @@ TEST_CASE("decide script: a request's cost, in every algorithm", "[lua][redis]")
     CHECK(r.results[1].allowed);
     CHECK(r.results[0].remaining == 5);
     CHECK(r.results[1].remaining == 0);
+}
+
+TEST_CASE("decide script: concurrency slots are taken, given back by their owner, renewed and reclaimed", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::string release_sha = redis.text({"SCRIPT", "LOAD", limit::release_script_source()});
+    auto release = [&](const std::string& op, const std::string& token, std::vector<std::string> keys,
+                        std::int64_t lease_us) {
+        std::vector<std::string> args{"EVALSHA", release_sha, std::to_string(keys.size())};
+        args.insert(args.end(), keys.begin(), keys.end());
+        args.push_back(op);
+        args.push_back(token);
+        for (std::size_t i = 0; i < keys.size(); ++i) args.push_back(std::to_string(lease_us));
+        return redis.run(args);
+    };
+    const std::int64_t lease = 2'000'000;
+    auto r = decide({slots("c", 2, lease, "a")});
+    CHECK(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 1);
+    CHECK(r.results[0].reset.count() == lease / 1000);  // the newest lease ends last
+    const std::int64_t first = r.now_us;
+    CHECK(decide({slots("c", 2, lease, "b")}).results[0].remaining == 0);
+    r = decide({slots("c", 2, lease, "x")});
+    CHECK_FALSE(r.results[0].allowed);
+    CHECK(r.results[0].retry_after == 1000ms);  // a slot may come back any time: a second at most
+    CHECK(redis.integer({"ZCARD", "c"}) == 2);
+    CHECK(redis.integer({"EXISTS", "c"}) == 1);
+    CHECK(redis.integer({"PTTL", "c"}) > 0);
+    // Only the owner's slot goes; a stranger's token releases nothing.
+    auto released = release("release", "stranger", {"c"}, lease);
+    REQUIRE(released.ok());
+    CHECK(released.reply.integer == 0);
+    released = release("release", "a", {"c"}, lease);
+    REQUIRE(released.ok());
+    CHECK(released.reply.integer == 1);
+    CHECK(decide({slots("c", 2, lease, "d")}).results[0].allowed);
+    // Renewing moves the lease end to TIME + lease, and only for a slot that is still ours.
+    const auto renewed = release("renew", "b", {"c"}, 5'000'000);
+    REQUIRE(renewed.ok());
+    CHECK(renewed.reply.integer == 1);
+    const auto score = std::stoll(redis.text({"ZSCORE", "c", "b"}));
+    CHECK(score > first + lease);
+    CHECK(redis.integer({"PEXPIRETIME", "c"}) == (score + 999) / 1000);
+    // A slot whose instance died comes back when its lease ends.
+    auto short_lease = decide({slots("s", 1, 300'000, "gone")});
+    CHECK(short_lease.results[0].allowed);
+    CHECK_FALSE(decide({slots("s", 1, 300'000, "next")}).results[0].allowed);
+    while (redis_time_us(redis) < short_lease.now_us + 300'000) std::this_thread::sleep_for(20ms);
+    CHECK(release("renew", "gone", {"s"}, 300'000).reply.integer == 0);  // too late: no longer ours
+    r = decide({slots("s", 1, 300'000, "next")});
+    CHECK(r.results[0].allowed);
+    CHECK(redis.integer({"ZCARD", "s"}) == 1);  // the ended slot was trimmed
+    // With another limit that refuses, no slot is taken.
+    r = decide({slots("c2", 5, lease, "y"), fixed("f", 1, 60'000'000, 1)});
+    CHECK(r.results[1].allowed);
+    r = decide({slots("c2", 5, lease, "z"), fixed("f", 1, 60'000'000, 1)});
+    CHECK(r.results[0].allowed);
+    CHECK_FALSE(r.results[1].allowed);
+    CHECK(redis.must({"ZSCORE", "c2", "z"}).type == redis::RedisReply::Type::nil);
+    CHECK(redis.integer({"ZCARD", "c2"}) == 1);
+    // Malformed: a plan with a concurrency limit needs a token; release needs its arguments.
+    std::vector<std::string> bad{"EVALSHA", decide.sha, "1", "k", "1", "1", "concurrency", "0", "1", "2", "1000000", "1"};
+    const auto no_token = redis.run(bad);
+    REQUIRE_FALSE(no_token.ok());
+    CHECK_THAT(no_token.error->message, Catch::Contains("is not an owner token"));
+    const auto odd = redis.run({"EVALSHA", release_sha, "1", "c", "steal", "a", "1"});
+    REQUIRE_FALSE(odd.ok());
+    CHECK_THAT(odd.error->message, Catch::Contains("expected release|renew"));
 }

@@ -70,6 +70,17 @@ struct Differential {
     std::unique_ptr<redis::Topology> topology;
     std::unique_ptr<limit::RedisLimiter> redis_limiter;
     std::int64_t memory_now = 0;
+    int slots_taken = 0;
+    // Slots to give back on both sides, once the decisions asked together are all answered
+    // (a batch is decided in Redis before any of its slots could be given back).
+    std::vector<std::pair<limit::Slots, limit::Slots>> to_release;
+    void release_now() {
+        for (const auto& [in_redis, in_memory] : to_release) {
+            redis_limiter->release(in_redis, false);
+            memory_limiter.release(in_memory);
+        }
+        to_release.clear();
+    }
     limit::MemoryLimiter memory_limiter{"sluice", [this] { return memory_now; }};
 
     // Small windows and intervals so that a couple of seconds cross many edges.
@@ -98,7 +109,13 @@ struct Differential {
         calendar_window("minute", 40, time::CalendarUnit::minute, "Asia/Kolkata"),
         costing(fixed_window("fixed_cost", 4, 90ms), "x-cost"),
     };
-    const std::vector<limit::RouteLimits> routes{{"login", limits},
+    // Concurrency slots, half of them given back at once (both sides alike), the others
+    // reclaimed when their lease ends.
+    const std::vector<config::LimitConfig> in_flight{slots_limit("slots", 3, 150ms), token_bucket("tb_slots", 20, 100ms, 8)};
+    const std::vector<config::LimitConfig> slots_alone{slots_limit("slots_alone", 2, 90ms, {client_ip(), method()})};
+    const std::vector<limit::RouteLimits> routes{{"in_flight", in_flight},
+                                                 {"slots_alone", slots_alone},
+                                                 {"login", limits},
                                                  {"alone", alone},
                                                  {"watch", watch},
                                                  {"window_alone", window_alone},
@@ -133,10 +150,16 @@ struct Differential {
     }
 
     // MemoryLimiter asked what Redis was asked, at the instant Redis decided it: the same answer.
+    // Slots taken are given back on both sides when `give_back` says so.
     void compare(const limit::RouteLimits& route, const Client& client, const Decision& from_redis) {
         REQUIRE(from_redis.outcome != Decision::Outcome::store_error);
         memory_now = from_redis.time_us;
         const Decision from_memory = memory_limiter.decide(route, client.values());
+        REQUIRE(from_memory.slots.keys == from_redis.slots.keys);
+        if (!from_redis.slots.empty()) {
+            ++slots_taken;
+            if (random() % 2 == 0) to_release.emplace_back(from_redis.slots, from_memory.slots);
+        }
         INFO("route " << route.route << " at " << memory_now << " from " << *client.ip << " " << *client.method);
         REQUIRE(from_memory.outcome == from_redis.outcome);
         REQUIRE(from_memory.limited_by == from_redis.limited_by);
@@ -163,7 +186,7 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
     INFO((cluster ? "Redis Cluster of 3 masters" : "one Redis"));
     Differential d(cluster);
     int alone_limited = 0, watch_shadow_limited = 0, window_alone_limited = 0, window_watch_shadow_limited = 0;
-    int quota_limited = 0, quota_allowed = 0, fixed_alone_limited = 0, calendar_limited = 0;
+    int quota_limited = 0, quota_allowed = 0, fixed_alone_limited = 0, calendar_limited = 0, in_flight_limited = 0;
     int allowed = 0, limited = 0, shadow_limited = 0;
     for (int i = 0; i < 400; ++i) {
         const auto client = d.any_client();
@@ -173,6 +196,7 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
             REQUIRE(run_until(d.io, [&] { return from_redis.has_value(); }));
             INFO("request " << i);
             d.compare(route, client, *from_redis);
+            d.release_now();
             if (route.route == "login") {
                 allowed += from_redis->outcome == Decision::Outcome::allowed;
                 limited += from_redis->outcome == Decision::Outcome::limited;
@@ -184,6 +208,8 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
             } else if (route.route == "quota") {
                 quota_limited += from_redis->outcome == Decision::Outcome::limited;
                 quota_allowed += from_redis->outcome == Decision::Outcome::allowed;
+            } else if (route.route == "in_flight" || route.route == "slots_alone") {
+                in_flight_limited += from_redis->outcome == Decision::Outcome::limited;
             } else if (route.route == "fixed_alone") {
                 fixed_alone_limited += from_redis->outcome == Decision::Outcome::limited;
             } else if (route.route == "calendar") {
@@ -205,6 +231,8 @@ TEST_CASE("differential: redis scripts and memory limiter agree decision by deci
     CHECK(watch_shadow_limited > 20);
     CHECK(window_alone_limited > 20);
     CHECK(window_watch_shadow_limited > 20);
+    CHECK(d.slots_taken > 100);
+    CHECK(in_flight_limited > 20);
     CHECK(quota_limited > 20);
     CHECK(quota_allowed > 20);
     CHECK(fixed_alone_limited > 20);
@@ -220,7 +248,7 @@ TEST_CASE("differential: batches agree with the memory limiter asked in order", 
     INFO((cluster ? "Redis Cluster of 3 masters" : "one Redis"));
     Differential d(cluster);
     int batches = 0, limited = 0, allowed = 0, repeated_keys = 0;
-    for (int i = 0; i < 260; ++i) {
+    for (int i = 0; i < 360; ++i) {
         struct Asked {
             const limit::RouteLimits* route;
             Differential::Client client;
@@ -254,10 +282,11 @@ TEST_CASE("differential: batches agree with the memory limiter asked in order", 
             limited += asked[k].answer->outcome == Decision::Outcome::limited;
             allowed += asked[k].answer->outcome == Decision::Outcome::allowed;
         }
+        d.release_now();
         std::this_thread::sleep_for(std::chrono::microseconds(d.random() % 20'000));
     }
-    CHECK(batches == 260);
-    CHECK(repeated_keys > 200);  // clients came back within their batch (8 routes: about 240)
+    CHECK(batches == 360);
+    CHECK(repeated_keys > 200);  // clients came back within their batch (10 routes: about 240)
     CHECK(limited > 100);
     CHECK(allowed > 100);
 }

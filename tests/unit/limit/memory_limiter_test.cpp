@@ -296,3 +296,40 @@ TEST_CASE("memory limiter: costs from a header", "[memory_limiter]") {
         CHECK(limit::bounded_cost(f.limits[0], RequestKeyValues{f.ip, "GET", "/", [&](std::string_view) -> std::optional<std::string_view> { return *cost; }}) == 11u);
     }
 }
+
+TEST_CASE("memory limiter: concurrency slots", "[memory_limiter]") {
+    Fixture f;
+    auto slots_limit = sliding_window("inflight", 2, 0ms);
+    slots_limit.algorithm = config::Algorithm::concurrency;
+    slots_limit.lease = 2s;
+    f.limits = {slots_limit};
+    const auto t0 = f.now;
+    auto a = f.at(t0);
+    CHECK(a.outcome == Outcome::allowed);
+    REQUIRE(a.slots.keys.size() == 1);
+    CHECK(a.slots.keys[0].second == 2 * second);
+    CHECK(a.limits[0].remaining == 1);
+    CHECK(a.limits[0].reset == 2000ms);
+    auto b = f.at(t0 + 1000);
+    CHECK(b.outcome == Outcome::allowed);
+    CHECK(b.slots.token != a.slots.token);
+    auto refused = f.at(t0 + 2000);
+    CHECK(refused.outcome == Outcome::limited);
+    CHECK(refused.slots.empty());
+    CHECK(refused.limits[0].retry_after == 1000ms);
+    // Released by its owner: the place is free at once; another token frees nothing.
+    limit::Slots stranger = a.slots;
+    stranger.token = "stranger";
+    f.limiter.release(stranger);
+    CHECK(f.at(t0 + 3000).outcome == Outcome::limited);
+    f.limiter.release(a.slots);
+    auto c = f.at(t0 + 4000);
+    CHECK(c.outcome == Outcome::allowed);
+    // Renewed while it runs; an unrenewed slot comes back when its lease ends.
+    f.now = t0 + second;
+    f.limiter.renew(b.slots);  // b now ends at t0 + 3 s; c at t0 + 2.004 s
+    auto late = f.at(t0 + 2 * second + 4000);
+    CHECK(late.outcome == Outcome::allowed);  // c's lease ended
+    CHECK(f.at(t0 + 2 * second + 5000).outcome == Outcome::limited);  // b (renewed) and late
+    CHECK(f.at(t0 + 3 * second + 1000).outcome == Outcome::allowed);  // b's renewed lease ended
+}

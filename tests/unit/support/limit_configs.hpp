@@ -64,6 +64,15 @@ inline config::LimitConfig calendar_window(std::string name, std::uint64_t max, 
     return limit;
 }
 
+// At most `max` requests in flight, each slot leased for `lease`.
+inline config::LimitConfig slots_limit(std::string name, std::uint64_t max, std::chrono::milliseconds lease,
+                                       std::vector<KeyPart> key = {client_ip()}) {
+    config::LimitConfig limit = sliding_window(std::move(name), max, std::chrono::milliseconds(0), std::move(key));
+    limit.algorithm = config::Algorithm::concurrency;
+    limit.lease = lease;
+    return limit;
+}
+
 // `limit` taking its cost from header `name` (lower-case), `fallback` when absent or invalid.
 inline config::LimitConfig costing(config::LimitConfig limit, std::string name, std::uint64_t fallback = 1) {
     limit.cost_header = std::move(name);

@@ -1,0 +1,113 @@
+-- concurrency: at most `limit` requests of a key in flight at once, across every instance.
+--
+-- Part of the decide script (see token_bucket.lua): this file only defines a local function
+-- that builds the algorithm's table.
+--
+-- State: a sorted set of slots, one member per request in flight, named by the request's
+-- owner token (unique per request, made by the proxy) and scored by when its lease ends, in
+-- microseconds of Redis TIME. A slot counts while its lease has not ended; the proxy gives
+-- it back when the response is sent or the client goes away (lua/release.lua, which removes
+-- only its own token), and renews the lease of a request that runs longer. A slot whose
+-- instance died is reclaimed when its lease ends: ended slots are trimmed whenever the set
+-- is written. The key expires when the last lease ends. A key of another type (the limit's
+-- algorithm changed on reload) reads as empty and is replaced when written.
+-- `read_failed(error)`: as for token_bucket_algorithm.
+local function concurrency_algorithm(read_failed)
+  local concurrency = {}
+
+  local format = string.format
+
+  -- What this call knows of its keys: sets[key] = { now, count, foreign, adds, last }, where
+  -- adds holds the slots taken in this call (token, lease end), written at the end (flush).
+  local sets = {}
+
+  local function entry(key, now)
+    local e = sets[key]
+    if e then return e end
+    local count = redis.pcall('ZCOUNT', key, '(' .. format('%d', now), '+inf')
+    if type(count) == 'table' then read_failed(count) end
+    local foreign = type(count) ~= 'number'
+    if foreign then count = 0 end
+    e = { now = now, count = count, foreign = foreign, adds = {}, last = 0 }
+    sets[key] = e
+    return e
+  end
+
+  local function write(key, e)
+    local n = #e.adds
+    if n == 0 then return end
+    if e.foreign then
+      redis.call('DEL', key)
+      e.foreign = false
+    else
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', e.now))
+    end
+    local args = {}
+    for i = 1, n do
+      args[2 * i - 1], args[2 * i] = format('%d', e.adds[i][2]), e.adds[i][1]
+    end
+    redis.call('ZADD', key, unpack(args))
+    -- Every slot is written with now + lease and renewed the same way, so the newest end is
+    -- the set's last one, unless a longer lease was configured before a reload: keep the later.
+    e.last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    redis.call('PEXPIREAT', key, format('%d', math.ceil(e.last / 1000)))
+    e.adds = {}
+  end
+
+  -- remaining, retry_after_us, reset_us of a key: a refused request may retry when a slot
+  -- could come back (requests end at any time: in a second, or when the earliest lease ends
+  -- if that is sooner); every slot is free when the latest lease ends, at the latest.
+  local function figures(key, e, limit, allowed)
+    local remaining = limit - e.count
+    if remaining < 0 then remaining = 0 end
+    if e.count == 0 then return remaining, 0, 0 end
+    write(key, e)  -- the slots this call took are part of the answer
+    if e.last == 0 then
+      e.last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] or e.now)
+    end
+    local retry_us = 0
+    if not allowed then
+      local first = redis.call('ZRANGEBYSCORE', key, '(' .. format('%d', e.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      retry_us = tonumber(first[2] or e.now) - e.now
+      if retry_us > 1000000 then retry_us = 1000000 end
+      if retry_us < 1 then retry_us = 1 end
+    end
+    local reset_us = e.last - e.now
+    if reset_us < 0 then reset_us = 0 end
+    return remaining, retry_us, reset_us
+  end
+
+  function concurrency.check(key, now, limit, lease, cost, token)
+    local e = entry(key, now)
+    return { key = key, e = e, limit = limit, lease = lease, token = token, allowed = e.count + 1 <= limit }
+  end
+
+  function concurrency.commit(c)
+    local e = c.e
+    e.adds[#e.adds + 1] = { c.token, e.now + c.lease }
+    e.count = e.count + 1
+  end
+
+  function concurrency.report(c, consumed)
+    return figures(c.key, c.e, c.limit, c.allowed)
+  end
+
+  function concurrency.alone(key, now, limit, lease, cost, token)
+    local c = concurrency.check(key, now, limit, lease, cost, token)
+    if c.allowed then concurrency.commit(c) end
+    return c.allowed, figures(key, c.e, limit, c.allowed)
+  end
+
+  function concurrency.flush()
+    for key, e in pairs(sets) do write(key, e) end
+  end
+
+  function concurrency.release(key)
+    local e = sets[key]
+    if e then
+      write(key, e)
+      sets[key] = nil
+    end
+  end
+  return concurrency
+end
