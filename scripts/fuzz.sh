@@ -22,6 +22,7 @@ declare -A sources=(
   [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp"
   [pem]="src/tls/pem.cpp"
   [time_zone]="src/time/time_zone.cpp src/time/calendar.cpp"
+  [query_string]="src/observe/query_string.cpp"
 )
 declare -A libs=(
   [redis_reply]="$(pkg-config --libs hiredis)"
@@ -34,7 +35,7 @@ declare -A cflags=(
   [topology_parse]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
   [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan redis_reply topology_parse config_loader pem time_zone"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan redis_reply topology_parse config_loader pem time_zone query_string"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 

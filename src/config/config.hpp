@@ -61,6 +61,9 @@ struct ServerConfig {
 
 struct AdminConfig {
     std::optional<Endpoint> listen = Endpoint{"127.0.0.1", 9901};  // nullopt: disabled ("")
+    // Bearer token /limits requires (Authorization: Bearer TOKEN). Without one, /limits is
+    // served, and its resets only to loopback peers.
+    std::string token;
 };
 
 struct ClientIpConfig {

@@ -39,7 +39,7 @@ const Keys listener_keys{"address", "tls"};
 const Keys listener_tls_keys{"cert", "key", "certificates", "min_version", "handshake_timeout"};
 const Keys certificate_keys{"cert", "key"};
 const Keys upstream_tls_keys{"ca", "server_name", "verify", "cert", "key"};
-const Keys admin_keys{"listen"};
+const Keys admin_keys{"listen", "token"};
 const Keys client_ip_keys{"trusted_proxies"};
 const Keys store_keys{"type", "redis", "on_error"};
 const Keys redis_keys{"mode",       "address",     "username",          "password",          "database",
@@ -228,6 +228,7 @@ private:
     std::optional<UpstreamTls> read_upstream_tls(const Field& field);
     std::string file_path(const std::string& written) const;
     void read_admin(const Field& field);
+    void read_admin_token(const Field& field);
     void read_client_ip(const Field& field);
     void read_store(const Field& field);
     void read_redis(const Field& field);
@@ -621,6 +622,7 @@ std::optional<UpstreamTls> ConfigReader::read_upstream_tls(const Field& field) {
 void ConfigReader::read_admin(const Field& field) {
     if (!expect_map(field)) return;
     const Section section(field, "in admin", admin_keys, diagnostics_);
+    if (const Field* token = section.find("token")) read_admin_token(*token);
     const Field* listen = section.find("listen");
     if (!listen) return;
     const auto written = text(*listen);
@@ -630,6 +632,25 @@ void ConfigReader::read_admin(const Field& field) {
         return;
     }
     if (auto address = endpoint(*listen, false)) config_.admin.listen = *address;
+}
+
+// A bearer token (RFC 6750 b64token characters), long enough not to be guessed.
+void ConfigReader::read_admin_token(const Field& field) {
+    const auto written = text(field);
+    if (!written) return;
+    const bool valid = !written->empty() && std::all_of(written->begin(), written->end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' || c == '~' ||
+               c == '+' || c == '/' || c == '=';
+    });
+    if (!valid) {
+        diagnostics_.error(field.at, "'token' must be letters, digits and - . _ ~ + / = only (a bearer token), "
+                                     "and not empty");
+        return;
+    }
+    if (written->size() < 16)
+        diagnostics_.warning(field.at, "'token' is shorter than 16 characters: easy to guess (openssl rand -hex 32 "
+                                       "makes a good one)");
+    config_.admin.token = *written;
 }
 
 void ConfigReader::read_client_ip(const Field& field) {

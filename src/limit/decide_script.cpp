@@ -65,7 +65,7 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
                                  window.empty() ? std::to_string(fixed_window_us(limit)) : std::string(window)});
         break;
     case config::Algorithm::concurrency:
-        args.insert(args.end(), {"concurrency", shadow, "1", std::to_string(limit.limit),
+        args.insert(args.end(), {"concurrency", shadow, std::to_string(cost), std::to_string(limit.limit),
                                  std::to_string(lease_us(limit))});
         break;
     }

@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/config.hpp"
@@ -60,6 +61,21 @@ struct RequestKeyValues {
     // The value of a header by lower-case name, nullopt when absent. A lambda capturing one
     // reference fits std::function's small buffer, so this does not allocate.
     std::function<std::optional<std::string_view>(std::string_view)> header;
+};
+
+// The same values, owned (a request made up by the admin port's /limits).
+struct OwnedKeyValues {
+    std::string client_ip;
+    std::string method;
+    std::string path;
+    std::vector<std::pair<std::string, std::string>> headers;  // lower-case names
+    RequestKeyValues view() const {
+        return {client_ip, method, path, [this](std::string_view name) -> std::optional<std::string_view> {
+                    for (const auto& [n, v] : headers)
+                        if (n == name) return std::string_view(v);
+                    return std::nullopt;
+                }};
+    }
 };
 
 // One key per limit of the route, in order; nullopt for a limit that does not apply

@@ -49,7 +49,14 @@ std::size_t MemoryLimiter::size() const {
     return states_.size();
 }
 
-Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues& request) {
+std::int64_t MemoryLimiter::reset(const std::vector<std::string>& keys) {
+    std::lock_guard lock(mutex_);
+    std::int64_t deleted = 0;
+    for (const auto& key : keys) deleted += static_cast<std::int64_t>(states_.erase(key));
+    return deleted;
+}
+
+Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, bool inspect) {
     auto keys = build_limit_keys(key_prefix_, route, request);
     const std::size_t n = route.limits.size();
     std::vector<Check> checks(n);
@@ -66,7 +73,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         if (!keys[i]) continue;
         results[i].applies = true;
         Check& c = checks[i];
-        c.cost = static_cast<std::int64_t>(bounded_cost(limit, request));
+        c.cost = inspect ? 0 : static_cast<std::int64_t>(bounded_cost(limit, request));
         const auto found = states_.find(*keys[i]);
         if (limit.algorithm == config::Algorithm::token_bucket) {
             const auto params = token_bucket_params(limit);
@@ -81,7 +88,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             c.allowed = allow_at <= now;
             c.retry_us = allow_at - now;
         } else if (limit.algorithm == config::Algorithm::concurrency) {
-            c.cost = 1;
+            c.cost = inspect ? 0 : 1;
             if (found != states_.end())
                 if (const auto* held = std::get_if<Concurrency>(&found->second))
                     for (const auto& [token, end] : held->slots) {

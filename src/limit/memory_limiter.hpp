@@ -25,8 +25,11 @@ public:
 
     explicit MemoryLimiter(std::string key_prefix, Clock clock = &wall_microseconds);
 
-    // Thread-safe. Decision::time_us is the clock's value.
-    Decision decide(const RouteLimits& route, const RequestKeyValues& request);
+    // Thread-safe. Decision::time_us is the clock's value. `inspect`: the state for this
+    // key, taking nothing (every cost 0, no slot).
+    Decision decide(const RouteLimits& route, const RequestKeyValues& request, bool inspect = false);
+    // Deletes these keys' state; returns how many there were.
+    std::int64_t reset(const std::vector<std::string>& keys);
 
     // Gives back (renew: renews the leases of) a request's concurrency slots. Thread-safe.
     void release(const Slots& slots);

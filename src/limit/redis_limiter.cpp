@@ -197,6 +197,25 @@ std::optional<Decision> RedisLimiter::remembered(const std::vector<std::optional
     return std::nullopt;
 }
 
+void RedisLimiter::reset(const std::vector<std::string>& keys, ResetCallback callback) {
+    if (keys.empty()) {
+        asio::post(io_context_, [callback = std::move(callback)] { callback({}, 0); });
+        return;
+    }
+    redis::RedisConnection* connection = topology_.route(sharded_ ? redis::key_slot(keys.front()) : 0);
+    if (connection == nullptr) {
+        asio::post(io_context_, [callback = std::move(callback)] { callback("no redis master is known for the key", 0); });
+        return;
+    }
+    std::vector<std::string> args{"DEL"};
+    args.insert(args.end(), keys.begin(), keys.end());
+    connection->command(args, [callback = std::move(callback)](redis::RedisResult result) {
+        if (!result.ok()) return callback(result.error ? result.error->message : std::string("redis error"), 0);
+        if (result.reply.type != redis::RedisReply::Type::integer) return callback("unexpected reply to DEL", 0);
+        callback({}, result.reply.integer);
+    });
+}
+
 std::string RedisLimiter::next_token() {
     return token_prefix_ + std::to_string(++tokens_made_);
 }
@@ -246,12 +265,12 @@ void RedisLimiter::remember(const std::string& key, std::chrono::steady_clock::t
     rejections_[key] = Rejection{sent + retry, decision.limits[index], index};
 }
 
-void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) {
+void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback, bool inspect) {
     std::optional<KeyPlan> own_plan;  // only when the caller has none
     if (!route.plan) own_plan = make_key_plan(route.route, route.limits);
     const KeyPlan& plan = route.plan ? *route.plan : *own_plan;
     auto keys = build_limit_keys(key_prefix_, RouteLimits{route.route, route.limits, &plan}, request);
-    if (auto known = remembered(keys, route)) {
+    if (auto known = inspect ? std::nullopt : remembered(keys, route)) {
         asio::post(io_context_, [callback = std::move(callback), d = std::move(*known)]() mutable { callback(std::move(d)); });
         return;
     }
@@ -294,18 +313,22 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         pending->sent.push_back(i);
         const auto& limit = route.limits[i];
         const bool concurrency = limit.algorithm == config::Algorithm::concurrency;
-        if (!limit.cost_header.empty() || concurrency)
+        if (!limit.cost_header.empty() || concurrency || inspect)
             pending->not_remembered |= std::uint64_t{1} << std::min<std::size_t>(i, 63);
-        if (concurrency) {
+        if (concurrency && inspect) {
+            pending->token = "inspect";  // required by the script, never written: nothing is taken
+        } else if (concurrency) {
             if (pending->token.empty()) pending->token = next_token();
             pending->concurrency.push_back({i, *keys[i], lease_us(limit)});
         }
         if (sharded_) pending->keys.push_back(*keys[i]);
         batch.keys.push_back(std::move(*keys[i]));
-        if (decide_args_vary(limit)) {
+        if (inspect || decide_args_vary(limit)) {
+            // An inspection is a decision that costs nothing: it reports and writes nothing.
             std::vector<std::string> args;
             args.reserve(decide_args_per_limit);
-            append_decide_args(limit, bounded_cost(limit, request), limit.calendar ? calendar_text(limit) : "", args);
+            append_decide_args(limit, inspect ? 0 : bounded_cost(limit, request),
+                               limit.calendar ? calendar_text(limit) : "", args);
             if (sharded_) single.limit(std::vector<std::string>(args));
             batch.args.limit(std::move(args));
         } else {

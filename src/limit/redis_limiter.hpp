@@ -55,7 +55,15 @@ public:
     //    within `timeout` (then at the deadline; the late reply is ignored);
     //  - allowed without a round trip when no limit of the route applies.
     // `route` and `request` are only read during the call.
-    void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback);
+    // `inspect`: the state of the limits for this key, taking nothing (every cost 0, no
+    // slot, no remembered rejection): for the admin port's /limits.
+    void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback, bool inspect = false);
+
+    // Deletes `keys` (all in one hash slot): the limits' state for a key, back to empty.
+    // The callback runs once, on the io_context: an error text (empty: done) and how many
+    // keys existed.
+    using ResetCallback = std::function<void(std::string, std::int64_t)>;
+    void reset(const std::vector<std::string>& keys, ResetCallback callback);
 
     // Gives back (renew: renews) a request's concurrency slots; lua/release.lua. Nothing to
     // wait for: failures are logged at debug level, and the lease takes back what is lost.
@@ -68,6 +76,10 @@ public:
         calendars_.clear();
     }
     std::size_t remembered_rejections() const { return rejections_.size(); }
+    // Forgets the rejections remembered for these keys (their state was reset).
+    void forget(const std::vector<std::string>& keys) {
+        for (const auto& key : keys) rejections_.erase(key);
+    }
 
 private:
     // A rejection Redis computed stays exact until its retry time: other instances can only

@@ -27,6 +27,14 @@ public:
             callback(std::move(d));
         });
     }
+    void inspect(const RouteLimits& route, const RequestKeyValues& request, Callback callback) override {
+        boost::asio::post(io_, [callback = std::move(callback), d = limiter_.decide(route, request, true)]() mutable {
+            callback(std::move(d));
+        });
+    }
+    void reset(const std::vector<std::string>& keys, ResetCallback callback) override {
+        boost::asio::post(io_, [callback = std::move(callback), n = limiter_.reset(keys)] { callback({}, n); });
+    }
     void release(const Slots& slots) override { limiter_.release(slots); }
     void renew(const Slots& slots) override { limiter_.renew(slots); }
     std::vector<redis::NodeState> nodes() const override { return {}; }
@@ -55,6 +63,13 @@ public:
     void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) override {
         limiter_->decide(route, request, std::move(callback));
     }
+    void inspect(const RouteLimits& route, const RequestKeyValues& request, Callback callback) override {
+        limiter_->decide(route, request, std::move(callback), true);
+    }
+    void reset(const std::vector<std::string>& keys, ResetCallback callback) override {
+        limiter_->reset(keys, std::move(callback));
+    }
+    void forget(const std::vector<std::string>& keys) override { limiter_->forget(keys); }
     void release(const Slots& slots) override { limiter_->release(slots, false); }
     void renew(const Slots& slots) override { limiter_->release(slots, true); }
     void reloaded() override { limiter_->clear_rejections(); }

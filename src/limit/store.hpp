@@ -48,6 +48,14 @@ public:
     // given back is reclaimed when its lease ends.
     virtual void release(const Slots& slots) = 0;
     virtual void renew(const Slots& slots) = 0;
+    // The admin port's /limits: the state of a route's limits for one key, taking nothing
+    // (callback as for decide), and deleting keys' state (callback: error text or empty,
+    // keys that existed). Both answer on the io_context, never inside the call.
+    virtual void inspect(const RouteLimits& route, const RequestKeyValues& request, Callback callback) = 0;
+    using ResetCallback = std::function<void(std::string, std::int64_t)>;
+    virtual void reset(const std::vector<std::string>& keys, ResetCallback callback) = 0;
+    // Forgets what this worker remembered about these keys (another worker reset them).
+    virtual void forget(const std::vector<std::string>& keys) { (void)keys; }
     // The configuration was reloaded: a limit's parameters may have changed.
     virtual void reloaded() {}
     virtual std::vector<redis::NodeState> nodes() const = 0;

@@ -1,5 +1,6 @@
 #include "observe/admin_server.hpp"
 
+#include <cctype>
 #include <chrono>
 #include <unordered_set>
 
@@ -40,6 +41,9 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
     const Metrics& metrics;
     tcp::acceptor acceptor;
     std::unordered_set<beast::tcp_stream*> connections;
+    LimitsHandler limits;
+    std::string token;
+    std::function<RecentLimited::Top()> top_limited;
     const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
     // " (down: ADDRESS ROLE, ...)" when the store has nodes that are down.
@@ -71,12 +75,72 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
             a.body = std::string(stats_page_html);
         } else if (path == "/stats.json") {
             a.content_type = "application/json";
-            a.body = stats_json(metrics, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+            a.body = stats_json(metrics, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                                top_limited ? top_limited() : RecentLimited::Top{});
         } else {
             a.status = bhttp::status::not_found;
             a.body = "not found: try /metrics, /healthz, /readyz, /stats or /stats.json\n";
         }
         return a;
+    }
+
+    // Whether `authorization` is "Bearer <token>" (the scheme in any case), compared in
+    // constant time.
+    bool authorized(std::string_view authorization) const {
+        constexpr std::string_view scheme = "bearer ";
+        if (authorization.size() < scheme.size()) return false;
+        for (std::size_t i = 0; i < scheme.size(); ++i)
+            if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return false;
+        const auto given = authorization.substr(scheme.size());
+        unsigned char differ = given.size() == token.size() ? 0 : 1;
+        for (std::size_t i = 0; i < token.size(); ++i)
+            differ |= static_cast<unsigned char>(token[i] ^ (i < given.size() ? given[i] : 0));
+        return differ == 0;
+    }
+
+    // /limits and /limits/reset: method, token or loopback, query; then the server's answer.
+    net::awaitable<Answer> limits_answer(const bhttp::request<bhttp::empty_body>& req, std::string_view target,
+                                         beast::tcp_stream& stream) {
+        Answer a;
+        a.content_type = "application/json";
+        const auto path = target.substr(0, target.find('?'));
+        const auto method = req.method();
+        const bool reset = (path == "/limits" && method == bhttp::verb::delete_) ||
+                           (path == "/limits/reset" && method == bhttp::verb::post);
+        const bool look = path == "/limits" && (method == bhttp::verb::get || method == bhttp::verb::head);
+        auto fail = [&](bhttp::status status, const std::string& message) {
+            a.status = status;
+            a.body = "{\"error\":\"" + message + "\"}\n";
+            return a;
+        };
+        if (!reset && !look) co_return fail(bhttp::status::method_not_allowed, "method not allowed here");
+        if (!token.empty()) {
+            const auto it = req.find(bhttp::field::authorization);
+            if (it == req.end() || !authorized(std::string_view(it->value().data(), it->value().size())))
+                co_return fail(bhttp::status::unauthorized, "a bearer token is needed (admin.token)");
+        } else if (reset) {
+            boost::system::error_code ec;
+            const auto peer = stream.socket().remote_endpoint(ec);
+            auto address = peer.address();
+            if (address.is_v6() && address.to_v6().is_v4_mapped())
+                address = net::ip::make_address_v4(net::ip::v4_mapped, address.to_v6());
+            if (ec || !address.is_loopback())
+                co_return fail(bhttp::status::forbidden, "resets are served to loopback only unless admin.token is set");
+        }
+        if (!limits) co_return fail(bhttp::status::not_found, "no limits here");
+        std::string error;
+        const auto q = target.find('?');
+        auto query = parse_query(q == std::string_view::npos ? std::string_view() : target.substr(q + 1), error);
+        if (!query) co_return fail(bhttp::status::bad_request, error);
+        auto answer = co_await net::async_initiate<decltype(net::use_awaitable), void(LimitsAnswer)>(
+            [&](auto handler) {
+                auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+                limits(LimitsCall{reset, std::move(*query)}, [shared](LimitsAnswer answer) { (*shared)(std::move(answer)); });
+            },
+            net::use_awaitable);
+        a.status = static_cast<bhttp::status>(answer.status);
+        a.body = std::move(answer.json);
+        co_return a;
     }
 
     // `self` is a parameter, so the coroutine frame owns it from the start.
@@ -93,14 +157,24 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
             if (ec) break;
             const auto& req = parser.get();
             bhttp::response<bhttp::string_body> res;
-            if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
+            std::string_view target(req.target().data(), req.target().size());
+            const auto path = target.substr(0, target.find('?'));
+            if (path == "/limits" || path == "/limits/reset") {
+                auto a = co_await self->limits_answer(req, target, stream);
+                res.result(a.status);
+                res.set(bhttp::field::content_type, a.content_type);
+                if (a.status == bhttp::status::unauthorized)
+                    res.set(bhttp::field::www_authenticate, "Bearer realm=\"sluice-admin\"");
+                if (a.status == bhttp::status::method_not_allowed)
+                    res.set(bhttp::field::allow, path == "/limits" ? "GET, HEAD, DELETE" : "POST");
+                res.body() = std::move(a.body);
+            } else if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
                 res.result(bhttp::status::method_not_allowed);
                 res.set(bhttp::field::allow, "GET, HEAD");
                 res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
                 res.body() = "only GET and HEAD\n";
             } else {
-                std::string_view target(req.target().data(), req.target().size());
-                auto a = self->answer(target.substr(0, target.find('?')));
+                auto a = self->answer(path);
                 res.result(a.status);
                 res.set(bhttp::field::content_type, a.content_type);
                 res.body() = std::move(a.body);
@@ -142,6 +216,14 @@ tcp::endpoint AdminServer::listen(const tcp::endpoint& endpoint) {
 }
 
 void AdminServer::start() { state_->accept(); }
+
+void AdminServer::set_limits_handler(LimitsHandler handler) { state_->limits = std::move(handler); }
+
+void AdminServer::set_token(std::string token) { state_->token = std::move(token); }
+
+void AdminServer::set_top_limited(std::function<RecentLimited::Top()> provider) {
+    state_->top_limited = std::move(provider);
+}
 
 void AdminServer::stop() {
     boost::system::error_code ec;

@@ -111,6 +111,15 @@ std::string prometheus_text(const Metrics& m) {
                                    label(r.name), label(l.name), decision_names[d], n);
     });
     fmt::format_to(it,
+                   "# HELP sluice_limit_resets_total Limits reset for a key through the admin port (/limits).\n"
+                   "# TYPE sluice_limit_resets_total counter\n");
+    m.for_each_route([&](const RouteMetrics& r) {
+        for (const auto& l : r.limits)
+            if (auto n = read(l.resets))
+                fmt::format_to(it, "sluice_limit_resets_total{{route=\"{}\",limit=\"{}\"}} {}\n", label(r.name),
+                               label(l.name), n);
+    });
+    fmt::format_to(it,
                    "# HELP sluice_store_errors_total Rate-limit decisions the store could not make in time.\n"
                    "# TYPE sluice_store_errors_total counter\nsluice_store_errors_total {}\n",
                    read(m.store_errors));
@@ -161,7 +170,9 @@ std::string prometheus_text(const Metrics& m) {
     return out;
 }
 
-std::string stats_json(const Metrics& m, double uptime_seconds) {
+std::string stats_json(const Metrics& m, double uptime_seconds,
+                       const std::unordered_map<std::string, std::vector<std::pair<std::string, std::uint64_t>>>&
+                           top_limited) {
     std::string out = fmt::format("{{\"uptime_seconds\":{:.3f},\"connections_active\":{},\"store_up\":{},\"routes\":[",
                                   uptime_seconds, m.connections_active(), m.store_ready() ? "true" : "false");
     bool first = true;
@@ -170,9 +181,15 @@ std::string stats_json(const Metrics& m, double uptime_seconds) {
         first = false;
         fmt::format_to(std::back_inserter(out),
                        "{{\"route\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},\"shadow_limited\":{},"
-                       "\"store_errors\":{}}}",
+                       "\"store_errors\":{},\"top_limited\":[",
                        json_string(r.name), read(r.requests), read(r.forwarded), read(r.limited),
                        read(r.shadow_limited), read(r.store_errors));
+        if (auto it = top_limited.find(r.name); it != top_limited.end()) {
+            for (std::size_t i = 0; i < it->second.size(); ++i)
+                fmt::format_to(std::back_inserter(out), "{}[{},{}]", i == 0 ? "" : ",", json_string(it->second[i].first),
+                               it->second[i].second);
+        }
+        out += "]}";
     });
     out += "]}";
     return out;

@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace sluice::observe {
@@ -56,6 +58,7 @@ struct LimitMetrics {
     explicit LimitMetrics(std::string n) : name(std::move(n)) {}
     std::string name;
     std::array<Counter, 5> decisions{};
+    Counter resets{0};  // keys reset through the admin port's /limits
 };
 
 struct RouteMetrics {
@@ -119,6 +122,9 @@ private:
 std::string prometheus_text(const Metrics& metrics);
 
 // What /stats.json serves: cumulative per-route counters; the page derives rates.
-std::string stats_json(const Metrics& metrics, double uptime_seconds);
+// `top_limited`: per route, the clients limited most in the last minute (RecentLimited).
+std::string stats_json(const Metrics& metrics, double uptime_seconds,
+                       const std::unordered_map<std::string, std::vector<std::pair<std::string, std::uint64_t>>>&
+                           top_limited = {});
 
 }  // namespace sluice::observe

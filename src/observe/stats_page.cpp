@@ -23,7 +23,8 @@ const std::string_view stats_page_html = R"html(<!DOCTYPE html>
   th, td { padding:10px 14px; text-align:right; border-bottom:1px solid var(--line); white-space:nowrap; }
   th { color:var(--dim); font-weight:500; font-size:12px; text-transform:uppercase; letter-spacing:.6px; }
   th:first-child, td:first-child { text-align:left; }
-  td.route { font-family:ui-monospace, SFMono-Regular, Menlo, monospace; }
+  td.route, td.top { font-family:ui-monospace, SFMono-Regular, Menlo, monospace; }
+  td.top { text-align:left; font-size:12px; color:var(--dim); }
   td.pct.hot { color:var(--bad); font-weight:600; } td.pct.warm { color:var(--warn); }
   .bar { display:inline-block; height:8px; border-radius:4px; background:var(--bad); vertical-align:middle; margin-left:8px; }
   canvas { vertical-align:middle; }
@@ -42,7 +43,7 @@ const std::string_view stats_page_html = R"html(<!DOCTYPE html>
 <main>
   <table>
     <thead>
-      <tr><th>route</th><th>requests/s</th><th>forwarded/s</th><th>limited/s</th><th>limited %</th><th>shadow/s</th><th>store errors/s</th><th>total requests</th><th>limited % (last 2 min)</th></tr>
+      <tr><th>route</th><th>requests/s</th><th>forwarded/s</th><th>limited/s</th><th>limited %</th><th>shadow/s</th><th>store errors/s</th><th>total requests</th><th>limited % (last 2 min)</th><th>most limited clients (last min)</th></tr>
     </thead>
     <tbody id="routes"></tbody>
   </table>
@@ -97,6 +98,7 @@ function render(now, rates) {
     tr.appendChild(cell(fmtRate(r.eps), "eps"));
     tr.appendChild(cell(String(r.total), "total"));
     const sparkCell = cell(""); sparkCell.appendChild(spark(history.get(r.route) || [])); tr.appendChild(sparkCell);
+    tr.appendChild(cell(r.top.length ? r.top.map(([client, n]) => client + " (" + n + ")").join(", ") : "-", "top"));
     body.appendChild(tr);
   }
   document.getElementById("empty").style.display = rates.length ? "none" : "block";
@@ -116,7 +118,8 @@ async function poll() {
       const rps = d("requests"), lps = d("limited");
       const pct = rps > 0 ? Math.min(100, 100 * lps / rps) : 0;
       const h = history.get(r.route) || []; h.push(pct); if (h.length > HISTORY) h.shift(); history.set(r.route, h);
-      rates.push({ route: r.route, rps, fps: d("forwarded"), lps, pct, sps: d("shadow_limited"), eps: d("store_errors"), total: r.requests });
+      rates.push({ route: r.route, rps, fps: d("forwarded"), lps, pct, sps: d("shadow_limited"), eps: d("store_errors"),
+                   total: r.requests, top: r.top_limited || [] });
     }
     previous = now;
     render(now, rates);

@@ -13,6 +13,8 @@
 #include "config/loader.hpp"
 #include "limit/memory_limiter.hpp"
 #include "observe/admin_server.hpp"
+#include "observe/recent_limited.hpp"
+#include "server/limits_api.hpp"
 #include "observe/logging.hpp"
 #include "observe/summary.hpp"
 #include "server/snapshot.hpp"
@@ -83,7 +85,12 @@ private:
     void wait_drained(std::chrono::steady_clock::time_point deadline);
     void schedule_summary();
     void write_summary();
+    // Every 5 s: the workers' limited clients, into the summary's interval and /stats's minute.
+    void schedule_limited_collect();
+    void collect_limited();
     bool all_finished() const;
+    // The admin port's /limits (server/limits_api.hpp), on the main thread.
+    void limits_call(observe::AdminServer::LimitsCall call, std::function<void(observe::AdminServer::LimitsAnswer)> done);
 
     std::shared_ptr<const config::Config> config_;  // as started: what a reload cannot change
     net::io_context io_{1};
@@ -96,9 +103,65 @@ private:
     std::unique_ptr<observe::AdminServer> admin_;
     net::steady_timer shutdown_timer_{io_};
     net::steady_timer summary_timer_{io_};
+    net::steady_timer limited_timer_{io_};
+    observe::LimitedClients::Counts limited_interval_;  // since the last summary line
+    observe::RecentLimited recent_limited_;
     observe::SummaryReporter summaries_;
     bool stopping_ = false;
 };
+
+void Server::limits_call(observe::AdminServer::LimitsCall call,
+                         std::function<void(observe::AdminServer::LimitsAnswer)> done) {
+    auto snapshot = snapshot_;
+    LimitsProblem problem;
+    auto query = read_limits_query(*snapshot->config, call.query, problem);
+    if (!query) return done({problem.status, limits_error_json(problem.message)});
+    if (workers_.empty()) return done({503, limits_error_json("no worker is running")});
+    auto values = std::make_shared<const limit::OwnedKeyValues>(query->values);
+    Worker& worker = *workers_.front();
+    if (!call.reset) {
+        worker.inspect_limits(snapshot, query->route, values,
+                              [this, snapshot, query = *query, done = std::move(done)](limit::Decision d) mutable {
+                                  net::post(io_, [snapshot, query, d = std::move(d), done = std::move(done)] {
+                                      if (d.outcome == limit::Decision::Outcome::store_error)
+                                          return done({503, limits_error_json("the rate-limit store did not answer: " + d.error)});
+                                      done({200, limits_state_json(*snapshot->config, query, d)});
+                                  });
+                              });
+        return;
+    }
+    const auto& route = snapshot->config->routes[query->route];
+    const auto keys = limit::build_limit_keys(config_->store.redis.key_prefix,
+                                              limit::RouteLimits{route.name, route.limits, &snapshot->key_plans[query->route]},
+                                              values->view());
+    std::vector<std::string> chosen;
+    std::vector<std::size_t> reset;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (!keys[i] || (query->limit && *query->limit != i)) continue;
+        chosen.push_back(*keys[i]);
+        reset.push_back(i);
+    }
+    // Every worker forgets the rejections it remembered for those keys.
+    for (std::size_t w = 1; w < workers_.size(); ++w) workers_[w]->forget_limits(chosen);
+    worker.reset_limits(chosen, [this, snapshot, query = *query, reset, chosen, done = std::move(done)](
+                                    std::string error, std::int64_t existed) mutable {
+        net::post(io_, [snapshot, query, reset, chosen, error = std::move(error), existed, done = std::move(done)] {
+            const auto& route = snapshot->config->routes[query.route];
+            if (!error.empty()) {
+                spdlog::warn("admin: resetting route {} failed: {}", route.name, error);
+                return done({503, limits_error_json("the rate-limit store did not answer: " + error)});
+            }
+            std::string names;
+            for (auto i : reset) {
+                names += (names.empty() ? "" : ",") + route.limits[i].name;
+                ++snapshot->limit_metrics[query.route][i]->resets;
+            }
+            spdlog::info("admin: reset route {} limits {} for key {} ({} of {} keys existed)", route.name,
+                         names.empty() ? "-" : names, chosen.empty() ? "-" : chosen.front(), existed, chosen.size());
+            done({200, limits_reset_json(*snapshot->config, query, reset, existed)});
+        });
+    });
+}
 
 int Server::run() {
     std::signal(SIGPIPE, SIG_IGN);
@@ -106,6 +169,7 @@ int Server::run() {
     if (!start()) return 2;
     wait_signal();
     schedule_summary();
+    schedule_limited_collect();
     io_.run();
     for (auto& w : workers_) w->join();
     workers_.clear();
@@ -197,6 +261,9 @@ bool Server::start() {
     if (config_->admin.listen) {
         try {
             admin_ = std::make_unique<observe::AdminServer>(io_, metrics_);
+            admin_->set_token(config_->admin.token);
+            admin_->set_top_limited([this] { return recent_limited_.top(5); });
+            admin_->set_limits_handler([this](auto call, auto done) { limits_call(std::move(call), std::move(done)); });
             admin_text = "admin on " + endpoint_text(admin_->listen(resolve_endpoint(*config_->admin.listen)));
         } catch (const std::exception& e) {
             spdlog::error("cannot listen on {} (admin): {}", config_->admin.listen->str(), e.what());
@@ -257,6 +324,7 @@ void Server::begin_stop(int signo) {
     spdlog::info("{}: stopping; finishing in-flight requests (up to {} ms)", signo == SIGTERM ? "SIGTERM" : "SIGINT",
                  config_->server.shutdown_timeout.count());
     summary_timer_.cancel();
+    limited_timer_.cancel();
     for (auto& w : workers_) w->shutdown();
     wait_signal();
     wait_drained(std::chrono::steady_clock::now() + config_->server.shutdown_timeout);
@@ -308,6 +376,7 @@ void Server::reload() {
     const bool summary_changed = next->config->logging.summary_interval != snapshot_->config->logging.summary_interval;
     snapshot_ = next;
     for (auto& w : workers_) w->publish(next);
+    if (admin_) admin_->set_token(next->config->admin.token);
     observe::add(metrics_.reloads_ok);
     if (summary_changed) schedule_summary();
     spdlog::info("reloaded {}: {} routes, {} upstreams", path, next->config->routes.size(),
@@ -326,9 +395,27 @@ void Server::schedule_summary() {
     });
 }
 
-void Server::write_summary() {
+void Server::collect_limited() {
     observe::LimitedClients::Counts limited;
     for (auto& w : workers_) observe::merge(limited, w->limited_clients().take());
+    observe::merge(limited_interval_, limited);
+    recent_limited_.push(limited);
+}
+
+void Server::schedule_limited_collect() {
+    limited_timer_.expires_after(std::chrono::seconds(5));
+    limited_timer_.async_wait([this](boost::system::error_code ec) {
+        if (ec || stopping_) return;
+        collect_limited();
+        schedule_limited_collect();
+    });
+}
+
+void Server::write_summary() {
+    // What the workers counted since the last collection goes into this interval too.
+    collect_limited();
+    observe::LimitedClients::Counts limited = std::move(limited_interval_);
+    limited_interval_.clear();
     const auto& logging = snapshot_->config->logging;
     for (const auto& r : summaries_.take(metrics_, limited)) {
         observe::log_summary_line(logging.format == config::LogFormat::json

@@ -51,6 +51,28 @@ net::awaitable<limit::Decision> Worker::decide(const limit::RouteLimits& route, 
         net::use_awaitable);
 }
 
+void Worker::inspect_limits(std::shared_ptr<const Snapshot> snapshot, std::size_t route,
+                            std::shared_ptr<const limit::OwnedKeyValues> values,
+                            std::function<void(limit::Decision)> done) {
+    net::post(io_, [this, snapshot = std::move(snapshot), route, values = std::move(values), done = std::move(done)]() mutable {
+        const auto& config = snapshot->config->routes[route];
+        const limit::RouteLimits limits{config.name, config.limits, &snapshot->key_plans[route]};
+        store_->inspect(limits, values->view(),
+                        [snapshot, values, done = std::move(done)](limit::Decision d) { done(std::move(d)); });
+    });
+}
+
+void Worker::reset_limits(std::vector<std::string> keys, std::function<void(std::string, std::int64_t)> done) {
+    net::post(io_, [this, keys = std::move(keys), done = std::move(done)]() mutable {
+        store_->reset(keys, std::move(done));
+        store_->forget(keys);
+    });
+}
+
+void Worker::forget_limits(std::vector<std::string> keys) {
+    net::post(io_, [this, keys = std::move(keys)] { store_->forget(keys); });
+}
+
 void Worker::release_slots(const limit::Slots& slots) {
     if (store_) store_->release(slots);
 }

@@ -73,6 +73,14 @@ public:
     // Decision with Outcome::store_error.
     boost::asio::awaitable<limit::Decision> decide(const limit::RouteLimits& route,
                                                    const limit::RequestKeyValues& request);
+    // The admin port's /limits, from the main thread: run on this worker's thread, against
+    // its store; `done` runs on the worker's thread (post it back where it belongs).
+    // `snapshot` and `values` are kept alive until then.
+    void inspect_limits(std::shared_ptr<const Snapshot> snapshot, std::size_t route,
+                        std::shared_ptr<const limit::OwnedKeyValues> values,
+                        std::function<void(limit::Decision)> done);
+    void reset_limits(std::vector<std::string> keys, std::function<void(std::string, std::int64_t)> done);
+    void forget_limits(std::vector<std::string> keys);
     // A request's concurrency slots given back, or renewed while it runs (see Store).
     void release_slots(const limit::Slots& slots);
     void renew_slots(const limit::Slots& slots);

@@ -24,7 +24,7 @@ READ_PAGE = r"""(() => {
   for (const tr of document.querySelectorAll('tr[data-route]')) {
     const cell = cls => { const td = tr.querySelector('td.' + cls); return td ? td.textContent.trim() : null; };
     rows[tr.dataset.route] = {};
-    for (const cls of ['rps', 'fps', 'lps', 'pct', 'sps', 'eps', 'total']) rows[tr.dataset.route][cls] = cell(cls);
+    for (const cls of ['rps', 'fps', 'lps', 'pct', 'sps', 'eps', 'total', 'top']) rows[tr.dataset.route][cls] = cell(cls);
   }
   return {rows, store: text('#store'), uptime: text('#uptime'), connections: text('#connections'),
           updated: text('#updated'), title: document.title};
@@ -143,6 +143,17 @@ class StatsPageTest(SluiceTestCase):
         self.assertRegex(first["connections"], r"^\d+$")
         self.assertGreaterEqual(int(first["connections"]), 1, "the traffic connection is open")
         self.assertNotIn(first["updated"], (None, "", "never"))
+
+        # The clients limited most in the last minute (collected every 5 s): this test's
+        # traffic comes from 127.0.0.1, limited on login only.
+        tops = self.wait_page(page, lambda s: (s["rows"]["login"]["top"] or "").startswith("127.0.0.1 ("), 12.0,
+                              "the login row naming 127.0.0.1 as the most limited client")
+        self.assertRegex(tops["rows"]["login"]["top"], r"^127\.0\.0\.1 \(\d+\)$")
+        self.assertEqual(tops["rows"]["browse"]["top"], "-")
+        top = {r["route"]: r["top_limited"] for r in stats_json(self.admin)["routes"]}
+        self.assertEqual([client for client, n in top["login"]], ["127.0.0.1"])
+        self.assertGreater(top["login"][0][1], 0)
+        self.assertEqual(top["browse"], [])
 
         # Totals are the cumulative request counts; they move while the page is open.
         time.sleep(2.5)

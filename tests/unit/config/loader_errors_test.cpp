@@ -2,6 +2,7 @@
 // a table of inputs and what each must produce).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -75,7 +76,7 @@ TEST_CASE("loader errors: unknown keys at every level, with suggestions", "[conf
          {"1:1: unknown key 'frobnicate' at the top level (known keys: server, admin, client_ip, store, "
           "upstreams, routes, responses, logging)"}},
         {"server:\n  listne: [\"a:1\"]\n", {"2:3: unknown key 'listne' in server (did you mean 'listen'?)"}},
-        {"admin:\n  address: \"\"\n", {"2:3: unknown key 'address' in admin (known keys: listen)"}},
+        {"admin:\n  address: \"\"\n", {"2:3: unknown key 'address' in admin (known keys: listen, token)"}},
         {"client_ip:\n  trusted_proxy: []\n",
          {"2:3: unknown key 'trusted_proxy' in client_ip (did you mean 'trusted_proxies'?)"}},
         {"store:\n  typ: memory\n", {"2:3: unknown key 'typ' in store (did you mean 'type'?)"}},
@@ -286,6 +287,23 @@ TEST_CASE("loader errors: fixed windows and costs", "[config][loader]") {
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 1\n        burst: 1\n        limit: 3\n",
          {"12:9: 'limit' is a sliding_window, fixed_window and concurrency parameter, but limit 'l' is token_bucket"}},
     });
+}
+
+TEST_CASE("loader errors: admin token", "[config][loader]") {
+    check_cases({
+        {"admin: {token: \"\"}\n", {"1:16: 'token' must be letters, digits and - . _ ~ + / = only (a bearer token), and not empty"}},
+        {"admin: {token: \"has space\"}\n",
+         {"1:16: 'token' must be letters, digits and - . _ ~ + / = only (a bearer token), and not empty"}},
+        {"admin: {token: [a]}\n", {"1:16: 'token' must be a single value, got a list"}},
+    });
+    auto result = load_string("admin: {token: short}\n", "t.yaml");
+    REQUIRE(result.ok());
+    CHECK(result.config->admin.token == "short");
+    REQUIRE(result.diagnostics.size() == 2);  // and "no routes"
+    const bool warned = std::any_of(result.diagnostics.begin(), result.diagnostics.end(), [](const Diagnostic& d) {
+        return d.warning && d.line == 1 && d.message.find("shorter than 16 characters") != std::string::npos;
+    });
+    CHECK(warned);
 }
 
 TEST_CASE("loader: fixed windows, time zones and costs as written", "[config][loader]") {

@@ -1,0 +1,197 @@
+#include "server/limits_api.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "limit/limit_params.hpp"
+#include "net/cidr.hpp"
+#include "observe/json_text.hpp"
+
+namespace sluice::server {
+namespace {
+
+std::string lower(std::string text) {
+    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+    return text;
+}
+
+bool uses(const config::LimitConfig& limit, config::KeyPart::Kind kind) {
+    return std::any_of(limit.key.begin(), limit.key.end(), [kind](const auto& part) { return part.kind == kind; });
+}
+
+const char* algorithm_name(config::Algorithm algorithm) {
+    switch (algorithm) {
+    case config::Algorithm::token_bucket: return "token_bucket";
+    case config::Algorithm::sliding_window: return "sliding_window";
+    case config::Algorithm::fixed_window: return "fixed_window";
+    case config::Algorithm::concurrency: return "concurrency";
+    }
+    return "?";
+}
+
+bool selected(const LimitsQuery& query, std::size_t index) { return !query.limit || *query.limit == index; }
+
+void append_key(std::string& out, const config::RouteConfig& route, const LimitsQuery& query) {
+    bool any = false;
+    auto field = [&](std::string_view name, std::string_view value) {
+        out += any ? "," : "";
+        observe::append_json_string(out, name);
+        out += ':';
+        observe::append_json_string(out, value);
+        any = true;
+    };
+    out += "{";
+    bool client = false, method = false, path = false;
+    for (const auto& limit : route.limits) {
+        client |= uses(limit, config::KeyPart::Kind::client_ip);
+        method |= uses(limit, config::KeyPart::Kind::method);
+        path |= uses(limit, config::KeyPart::Kind::path);
+    }
+    if (client) field("client", query.values.client_ip);
+    if (method) field("method", query.values.method);
+    if (path) field("path", query.values.path);
+    for (const auto& [name, value] : query.values.headers) field("header." + name, value);
+    out += "}";
+}
+
+}  // namespace
+
+std::optional<LimitsQuery> read_limits_query(const config::Config& config, const std::vector<observe::QueryParam>& query,
+                                             LimitsProblem& problem) {
+    LimitsQuery out;
+    std::optional<std::string> route_name, client, method, path, limit_name;
+    auto once = [&](std::optional<std::string>& slot, const observe::QueryParam& p) {
+        if (slot) {
+            problem = {400, "'" + p.name + "' is given twice"};
+            return false;
+        }
+        slot = p.value;
+        return true;
+    };
+    for (const auto& p : query) {
+        bool ok = true;
+        if (p.name == "route") ok = once(route_name, p);
+        else if (p.name == "client") ok = once(client, p);
+        else if (p.name == "method") ok = once(method, p);
+        else if (p.name == "path") ok = once(path, p);
+        else if (p.name == "limit") ok = once(limit_name, p);
+        else if (p.name.rfind("header.", 0) == 0 && p.name.size() > 7) {
+            const std::string name = lower(p.name.substr(7));
+            for (const auto& [n, v] : out.values.headers)
+                if (n == name) {
+                    problem = {400, "'" + p.name + "' is given twice"};
+                    return std::nullopt;
+                }
+            out.values.headers.emplace_back(name, p.value);
+        } else {
+            problem = {400, "unknown parameter '" + p.name + "' (route, client, method, path, header.NAME, limit)"};
+            return std::nullopt;
+        }
+        if (!ok) return std::nullopt;
+    }
+    if (!route_name) {
+        problem = {400, "'route' is needed"};
+        return std::nullopt;
+    }
+    const auto route = std::find_if(config.routes.begin(), config.routes.end(),
+                                    [&](const auto& r) { return r.name == *route_name; });
+    if (route == config.routes.end()) {
+        problem = {404, "no route named '" + *route_name + "'"};
+        return std::nullopt;
+    }
+    out.route = static_cast<std::size_t>(route - config.routes.begin());
+    if (limit_name) {
+        const auto limit = std::find_if(route->limits.begin(), route->limits.end(),
+                                        [&](const auto& l) { return l.name == *limit_name; });
+        if (limit == route->limits.end()) {
+            problem = {404, "route '" + *route_name + "' has no limit named '" + *limit_name + "'"};
+            return std::nullopt;
+        }
+        out.limit = static_cast<std::size_t>(limit - route->limits.begin());
+    }
+    for (std::size_t i = 0; i < route->limits.size(); ++i) {
+        if (!selected(out, i)) continue;
+        const auto& limit = route->limits[i];
+        if (uses(limit, config::KeyPart::Kind::client_ip) && !client) {
+            problem = {400, "'client' is needed: limit '" + limit.name + "' is keyed on client_ip"};
+            return std::nullopt;
+        }
+        if (uses(limit, config::KeyPart::Kind::method) && !method) {
+            problem = {400, "'method' is needed: limit '" + limit.name + "' is keyed on method"};
+            return std::nullopt;
+        }
+        if (uses(limit, config::KeyPart::Kind::path) && !path) {
+            problem = {400, "'path' is needed: limit '" + limit.name + "' is keyed on path"};
+            return std::nullopt;
+        }
+    }
+    if (client) {
+        // The address as sluice writes it in keys: one client is one key however written.
+        const auto ip = net::IpAddress::parse(*client);
+        if (!ip) {
+            problem = {400, "'client' is not an IP address"};
+            return std::nullopt;
+        }
+        out.values.client_ip = ip->unmapped().str();
+    }
+    if (method) out.values.method = *method;
+    if (path) out.values.path = *path;
+    return out;
+}
+
+std::string limits_error_json(const std::string& message) {
+    std::string out = "{\"error\":";
+    observe::append_json_string(out, message);
+    return out + "}\n";
+}
+
+std::string limits_state_json(const config::Config& config, const LimitsQuery& query, const limit::Decision& inspected) {
+    const auto& route = config.routes[query.route];
+    std::string out = "{\"route\":";
+    observe::append_json_string(out, route.name);
+    out += ",\"key\":";
+    append_key(out, route, query);
+    out += ",\"limits\":[";
+    bool first = true;
+    for (std::size_t i = 0; i < route.limits.size(); ++i) {
+        if (!selected(query, i)) continue;
+        const auto& limit = route.limits[i];
+        out += first ? "{" : ",{";
+        first = false;
+        out += "\"name\":";
+        observe::append_json_string(out, limit.name);
+        out += ",\"algorithm\":\"";
+        out += algorithm_name(limit.algorithm);
+        out += "\",\"shadow\":";
+        out += limit.shadow ? "true" : "false";
+        const auto capacity = limit::capacity_of(limit);
+        out += ",\"capacity\":" + std::to_string(capacity);
+        const limit::LimitResult* result = i < inspected.limits.size() ? &inspected.limits[i] : nullptr;
+        if (!result || !result->applies) {
+            out += ",\"applies\":false}";
+            continue;
+        }
+        out += ",\"applies\":true,\"remaining\":" + std::to_string(result->remaining);
+        if (limit.algorithm == config::Algorithm::concurrency)
+            out += ",\"in_flight\":" + std::to_string(capacity > result->remaining ? capacity - result->remaining : 0);
+        out += ",\"reset_ms\":" + std::to_string(result->reset.count()) + "}";
+    }
+    return out + "]}\n";
+}
+
+std::string limits_reset_json(const config::Config& config, const LimitsQuery& query,
+                              const std::vector<std::size_t>& reset, std::int64_t existed) {
+    const auto& route = config.routes[query.route];
+    std::string out = "{\"route\":";
+    observe::append_json_string(out, route.name);
+    out += ",\"key\":";
+    append_key(out, route, query);
+    out += ",\"reset\":[";
+    for (std::size_t i = 0; i < reset.size(); ++i) {
+        if (i > 0) out += ",";
+        observe::append_json_string(out, route.limits[reset[i]].name);
+    }
+    return out + "],\"keys_deleted\":" + std::to_string(existed) + "}\n";
+}
+
+}  // namespace sluice::server
