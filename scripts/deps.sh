@@ -10,6 +10,7 @@ packages=(
   redis-server python3 curl
   tzdata                   # fixed_window calendar windows: time_zone reads /usr/share/zoneinfo
   python3-websockets       # tests/integration/test_websocket.py: a real WebSocket client and server
+  nginx-light              # tests/integration/test_check_action.py: nginx auth_request in front of sluice
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer targets with ASan + UBSan
   chromium                 # tests/integration/test_stats_page.py: the /stats page in a real browser
   docker-compose systemd   # tests/integration/test_containers.py: `docker-compose config`,

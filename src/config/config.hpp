@@ -158,10 +158,17 @@ struct RouteMatch {
     std::optional<std::string> host;         // lower-case; "*.example.com" matches subdomains
 };
 
+// forward: to the route's upstream. check: answered by sluice itself, 200 or limited, for
+// another proxy asking whether to let a request through (nginx auth_request, Traefik
+// ForwardAuth).
+enum class RouteAction { forward, check };
+
 struct RouteConfig {
     std::string name;
     RouteMatch match;
-    std::string upstream;
+    RouteAction action = RouteAction::forward;
+    std::optional<unsigned> limited_status;  // overrides responses.limited_status
+    std::string upstream;                    // empty for action check
     std::size_t upstream_index = 0;  // index into Config::upstreams
     std::optional<OnError> on_error;
     std::vector<LimitConfig> limits;

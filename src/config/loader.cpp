@@ -46,7 +46,7 @@ const Keys redis_keys{"mode",       "address",     "username",          "passwor
                       "timeout",    "key_prefix",  "sentinels",         "master_name",       "sentinel_username",
                       "sentinel_password", "nodes"};
 const Keys upstream_keys{"servers", "connect_timeout", "timeout", "max_idle", "tls"};
-const Keys route_keys{"name", "match", "upstream", "on_error", "limits"};
+const Keys route_keys{"name", "match", "action", "upstream", "on_error", "limited_status", "limits"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
 const Keys limit_keys{"name",      "algorithm", "rate",   "per",  "burst",        "limit", "window",
                       "time_zone", "lease",     "key",    "shadow", "cost",       "default_cost"};
@@ -872,7 +872,17 @@ void ConfigReader::read_route(const Field& field) {
     site.at = field.at;
     read_route_name(section, route, site);
     site.match_valid = read_match(section, route);
-    read_route_upstream(section, route, site);
+    bool action_known = true;
+    if (const Field* f = section.find("action")) {
+        const auto action = choice<RouteAction>(*f, {{"forward", RouteAction::forward}, {"check", RouteAction::check}});
+        action_known = action.has_value();
+        assign(route.action, action);
+    }
+    if (action_known) read_route_upstream(section, route, site);  // (else whether one is needed is unknown)
+    if (const Field* f = section.find("limited_status")) {
+        const auto status = integer(*f, 400, 599);
+        if (status) route.limited_status = static_cast<unsigned>(*status);
+    }
     if (const Field* f = section.find("on_error"))
         route.on_error = choice<OnError>(*f, {{"allow", OnError::allow}, {"deny", OnError::deny}});
     if (const Field* f = section.find("limits")) read_limits(*f, route, site);
@@ -893,8 +903,14 @@ void ConfigReader::read_route_name(const Section& section, RouteConfig& route, R
 void ConfigReader::read_route_upstream(const Section& section, RouteConfig& route, RouteSite& site) {
     const Field* field = section.find("upstream");
     site.upstream_at = field ? field->at : section.at();
+    if (route.action == RouteAction::check) {
+        if (field)
+            diagnostics_.error(field->key_at, named("route", route.name) +
+                                                  " answers requests itself (action: check): it has no 'upstream'");
+        return;
+    }
     if (!field) {
-        diagnostics_.error(section.at(), named("route", route.name) + " needs an 'upstream'");
+        diagnostics_.error(section.at(), named("route", route.name) + " needs an 'upstream' (or 'action: check')");
         return;
     }
     assign(route.upstream, text(*field));

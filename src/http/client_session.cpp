@@ -26,6 +26,7 @@
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
+#include "config/value_syntax.hpp"
 #include "http/body_reader.hpp"
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
@@ -51,6 +52,7 @@ using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 // Beast parses heads only: bodies are read by BodyReader and framed again by sluice.
 using RequestParser = bhttp::request_parser<bhttp::empty_body>;
+using Request = bhttp::request<bhttp::empty_body>;
 using ResponseParser = bhttp::response_parser<bhttp::empty_body>;
 
 namespace {
@@ -284,7 +286,11 @@ private:
     // to keep the connection, when small enough).
     net::awaitable<bool> reply(const config::ServerConfig& server, bool unread_body, unsigned status,
                                std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
-                               const limit::HeaderList* headers = nullptr, bool name_route_and_limit = false);
+                               const limit::HeaderList* headers = nullptr, bool name_route_and_limit = false,
+                               bool problem_body = true);
+    // Where a check route's key parts find the original request's method and path.
+    bool original_request(const config::Config& cfg, const Request& req, std::string& method, std::string& path,
+                          std::string_view& problem);
     net::awaitable<bool> drain_body(const config::ServerConfig& server);
     // After the upstream's 101 to a WebSocket handshake: the 101 to the client, then bytes
     // both ways until both sides are done, either fails, or nothing moved for
@@ -672,6 +678,17 @@ net::awaitable<bool> Session::serve_one(bool first) {
     // Concurrency slots the request holds until it is done (declared before anything that
     // answers it, so they are given back after the answer has been written).
     std::optional<SlotHold> slots_held;
+    const bool check = route->action == config::RouteAction::check;
+    const unsigned limited_status = route->limited_status.value_or(cfg.responses.limited_status);
+    // A check route decides for another proxy: the method and path its key parts see are the
+    // original request's, as that proxy names them (from a trusted peer only).
+    std::string key_method(sv(req.method_string()));
+    std::string key_path(path);
+    if (check) {
+        std::string_view problem;
+        if (!original_request(cfg, req, key_method, key_path, problem))
+            co_return finish(co_await reply(cfg.server, true, 400, problem, keep_alive, rec));
+    }
     if (!route->limits.empty()) {
         std::vector<std::string_view> xff;  // only read from a trusted peer
         if (!cfg.client_ip.trusted_proxies.empty())
@@ -680,7 +697,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
         const std::string client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
         const limit::RouteLimits limits{route->name, route->limits,
                                         &snap.key_plans[static_cast<std::size_t>(route - cfg.routes.data())]};
-        const limit::RequestKeyValues values{client, sv(req.method_string()), path,
+        const limit::RequestKeyValues values{client, key_method, key_path,
                                              [&req](std::string_view name) -> std::optional<std::string_view> {
                                                  auto it = req.find(name);
                                                  if (it == req.end()) return std::nullopt;
@@ -727,8 +744,8 @@ net::awaitable<bool> Session::serve_one(bool first) {
                     "Retry-After", std::to_string(limit::retry_after_seconds(decision.limits[index].retry_after)));
                 const std::string detail =
                     fmt::format("rate limit '{}' of route '{}' exceeded", route->limits[index].name, route->name);
-                co_return finish(co_await reply(cfg.server, true, cfg.responses.limited_status, detail, keep_alive,
-                                                rec, &rate_headers, true));
+                co_return finish(co_await reply(cfg.server, true, limited_status, detail, keep_alive, rec,
+                                                &rate_headers, true));
             }
             if (decision.shadow_limited()) {
                 rec.decision = "shadow_limited";
@@ -744,7 +761,50 @@ net::awaitable<bool> Session::serve_one(bool first) {
         }
     }
 
+    if (check) {
+        // Let it through: 200 and the rate-limit headers, no body.
+        if (rec.decision.empty()) rec.decision = "unlimited";
+        co_return finish(co_await reply(cfg.server, true, 200, {}, keep_alive, rec, &rate_headers, false, false));
+    }
     co_return finish(co_await forward(snap, *route, parser, keep_alive, rate_headers, rec));
+}
+
+// The original request of a check: X-Original-Method / X-Original-URI (nginx
+// auth_request, as its config sets them) or X-Forwarded-Method / X-Forwarded-Uri (Traefik
+// ForwardAuth), from a trusted peer; else the check request's own method and path. A
+// method that is not a token or a URI that is not a valid origin-form target is a 400.
+bool Session::original_request(const config::Config& cfg, const Request& req, std::string& method, std::string& path,
+                               std::string_view& problem) {
+    if (cfg.client_ip.trusted_proxies.empty()) return true;
+    const auto peer = sluice::net::IpAddress::parse(peer_ip_);
+    if (!peer || !limit::is_trusted(cfg.client_ip.trusted_proxies, *peer)) return true;
+    auto field = [&req](std::string_view a, std::string_view b) -> std::optional<std::string_view> {
+        std::optional<std::string_view> found;
+        for (const auto& f : req)
+            if (beast::iequals(f.name_string(), a) || beast::iequals(f.name_string(), b)) {
+                if (found) return std::string_view("\n");  // given twice: ambiguous, refused below
+                found = sv(f.value());
+            }
+        return found;
+    };
+    const auto original_method = field("x-original-method", "x-forwarded-method");
+    const auto original_uri = field("x-original-uri", "x-forwarded-uri");
+    if (original_method) {
+        if (!config::is_http_token(*original_method)) {
+            problem = "X-Original-Method (or X-Forwarded-Method) is not one method";
+            return false;
+        }
+        method = std::string(*original_method);
+    }
+    if (original_uri) {
+        const RequestTarget target = parse_request_target(method, *original_uri);
+        if (!target.ok() || !target.authority.empty() || original_uri->find('\n') != std::string_view::npos) {
+            problem = "X-Original-URI (or X-Forwarded-Uri) is not one valid request target";
+            return false;
+        }
+        path = target.path;
+    }
+    return true;
 }
 
 net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(const server::Snapshot& snap,
@@ -1335,14 +1395,16 @@ net::awaitable<bool> Session::drain_body(const config::ServerConfig& server) {
 
 net::awaitable<bool> Session::reply(const config::ServerConfig& server, bool unread_body, unsigned status,
                                     std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
-                                    const limit::HeaderList* headers, bool name_route_and_limit) {
+                                    const limit::HeaderList* headers, bool name_route_and_limit, bool problem_body) {
     // A request body we did not read must be read and discarded to keep the connection;
     // a large one (or one the client waits for a 100 Continue to send) closes it instead.
     if (keep_alive && unread_body && !request_body_.done())
         keep_alive = !request_expects_ && co_await drain_body(server);
     keep_alive = keep_alive && !worker_.stopping();
     std::string body;  // no conditional expression with temporaries in a coroutine (GCC 12)
-    if (name_route_and_limit)
+    if (!problem_body)
+        body.clear();
+    else if (name_route_and_limit)
         body = problem_json(status, detail, {{"route", rec.route}, {"limit", rec.limit}});
     else
         body = problem_json(status, detail);

@@ -38,7 +38,8 @@ std::string serialize(const ProblemResponse& response) {
     out += std::to_string(response.status);
     out += ' ';
     out.append(reason.data(), reason.size());
-    out += "\r\nServer: sluice\r\nContent-Type: application/problem+json\r\n";
+    out += "\r\nServer: sluice\r\n";
+    if (!response.body.empty()) out += "Content-Type: application/problem+json\r\n";
     if (response.headers)
         for (const auto& [name, value] : *response.headers) {
             out += name;

@@ -21,7 +21,7 @@ struct ProblemResponse {
     bool keep_alive = false;  // the connection stays open after it
     bool head = false;        // the request was HEAD: the same headers, no content (RFC 9110 9.3.2)
     const std::vector<std::pair<std::string_view, std::string>>* headers = nullptr;  // names unique
-    std::string_view body;    // a problem_json document
+    std::string_view body;    // a problem_json document; empty: no Content-Type is sent
 };
 
 // The response, serialized and ready to write: status line; Server, Content-Type and the

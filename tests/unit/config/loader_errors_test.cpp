@@ -217,7 +217,7 @@ TEST_CASE("loader errors: routes and matches", "[config][loader]") {
          {"6:15: route 'r' names upstream 'backend', which is not defined"}},
         {"routes:\n  - name: r\n    match: {path: /}\n    upstream: app\n",
          {"4:15: route 'r' names upstream 'app', which is not defined (the upstreams section defines none)"}},
-        {"routes:\n  - name: r\n    match: {path: /}\n", {"2:5: route 'r' needs an 'upstream'"}},
+        {"routes:\n  - name: r\n    match: {path: /}\n", {"2:5: route 'r' needs an 'upstream' (or 'action: check')"}},
         {route_head + "  - name: s\n    match: {path: /x}\n    upstream: \"\"\n", {"9:15: route 's' needs an 'upstream'"}},
         {route_head + "  - name: s\n    upstream: app\n", {"7:5: route 's' needs a 'match' with 'path' or 'path_prefix'"}},
         {route_head + "  - name: s\n    match: {methods: [GET]}\n    upstream: app\n",
@@ -287,6 +287,24 @@ TEST_CASE("loader errors: fixed windows and costs", "[config][loader]") {
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 1\n        burst: 1\n        limit: 3\n",
          {"12:9: 'limit' is a sliding_window, fixed_window and concurrency parameter, but limit 'l' is token_bucket"}},
     });
+}
+
+TEST_CASE("loader errors: check routes", "[config][loader]") {
+    check_cases({
+        {route_head + "    action: check\n", {"6:5: route 'r' answers requests itself (action: check): it has no 'upstream'"}},
+        {"routes:\n  - name: r\n    match: {path: /}\n    action: forward\n",
+         {"2:5: route 'r' needs an 'upstream' (or 'action: check')"}},
+        {"routes:\n  - name: r\n    match: {path: /}\n    action: ask\n",
+         {"4:13: 'action' must be forward or check, got 'ask'"}},
+        {"routes:\n  - name: r\n    match: {path: /}\n    action: check\n    limited_status: 200\n",
+         {"5:21: 'limited_status' must be between 400 and 599, got 200"}},
+    });
+    auto result = load_string("routes:\n  - name: r\n    match: {path: /check}\n    action: check\n    limited_status: 403\n",
+                              "t.yaml");
+    REQUIRE(result.ok());
+    CHECK(result.config->routes[0].action == sluice::config::RouteAction::check);
+    CHECK(result.config->routes[0].limited_status == 403u);
+    CHECK(result.config->routes[0].upstream.empty());
 }
 
 TEST_CASE("loader errors: admin token", "[config][loader]") {

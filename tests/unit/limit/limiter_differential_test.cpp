@@ -104,7 +104,7 @@ struct Differential {
         costing(token_bucket("units", 10, 100ms, 6), "x-cost"),
         costing(sliding_window("window_units", 6, 130ms), "x-cost", 2),
     };
-    const std::vector<config::LimitConfig> fixed_alone{fixed_window("fixed_alone", 3, 110ms, {client_ip(), method()})};
+    const std::vector<config::LimitConfig> fixed_alone{fixed_window("fixed_alone", 1, 200ms, {client_ip(), method()})};
     const std::vector<config::LimitConfig> calendar{
         calendar_window("minute", 40, time::CalendarUnit::minute, "Asia/Kolkata"),
         costing(fixed_window("fixed_cost", 4, 90ms), "x-cost"),
