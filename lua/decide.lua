@@ -34,6 +34,8 @@
 --                                  when it falls in none (the clocks differ by more than a
 --                                  window) the call is an error and writes nothing.
 --                  concurrency:    limit (requests in flight), lease_us
+--                  leaky_bucket:   interval_us (time for one request to leave the bucket),
+--                                  then "burst,delay_us,max_wait_us" (token_bucket.lua)
 --   then, per request in order, its plan's number: "1" to P, written plainly, followed,
 --   when the plan has a concurrency limit, by the request's owner token (the member its
 --   slots get); its keys are the next n KEYS. A request whose cost comes from a header has a plan of its own
@@ -52,7 +54,8 @@
 --   allowed (1: this limit alone admits the request, 0: it would reject, 2: not decided, a
 --     key of the request lives on another cluster node: see cluster_keys.lua),
 --   remaining (after this request; a rejected request took nothing),
---   retry_after_ms (0 when allowed; else ms until this limit admits, rounded up),
+--   retry_after_ms (when allowed: how long a leaky bucket holds the request back, else 0;
+--     when not: ms until this limit admits), rounded up,
 --   reset_ms (ms until this limit is back to its full quota, rounded up).
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -79,6 +82,7 @@ local makers = {
   sliding_window = sliding_window_algorithm,
   fixed_window = fixed_window_algorithm,
   concurrency = concurrency_algorithm,
+  leaky_bucket = function(failed) return token_bucket_algorithm(failed, true) end,
 }
 local algorithms = {}
 local function algorithm_named(name)
@@ -118,6 +122,13 @@ local function fixed_window_spec(text)
   return { bounds = b }
 end
 
+-- A leaky bucket's second parameter: "burst,delay_us,max_wait_us".
+local function leaky_bucket_spec(text)
+  local burst, delay, max_wait = string.match(text or '', '^(%d+),(%d+),(%d+)$')
+  if not burst then return nil end
+  return { burst = tonumber(burst), delay_us = tonumber(delay), max_wait_us = tonumber(max_wait) }
+end
+
 -- Shape first: the plans, then the requests' plan numbers, then the number of keys.
 local plans = {}  -- by plan number as ARGV writes it: "1", "2", ...
 local windows = {}  -- the fixed windows' specs, to place at TIME
@@ -137,6 +148,8 @@ for p = 1, count do
     if algorithm == algorithms.fixed_window then
       y = fixed_window_spec(ARGV[b + 4])
       windows[#windows + 1] = y
+    elseif algorithm == algorithms.leaky_bucket then
+      y = leaky_bucket_spec(ARGV[b + 4])
     else
       y = tonumber(ARGV[b + 4])
       if not whole(y) then y = nil end

@@ -16,7 +16,16 @@
 -- a full bucket and is replaced when written.
 -- `read_failed(error)` is called when reading a key answers an error (decide.lua: it raises
 -- when the key lives on another cluster node).
-local function token_bucket_algorithm(read_failed)
+--
+-- leaky_bucket (`leaky` true) is the same bucket turned around, as nginx's limit_req: it holds
+-- up to `burst` requests and lets one out per interval. The tat is when the bucket is empty
+-- again; a request fits when, with it, the bucket holds at most `burst` (the token bucket's
+-- test), and it leaves when what is ahead of it has drained, less `delay_us` (nginx's delay:
+-- that much of a burst goes at once): wait = max(0, tat - now - delay_us). A wait above
+-- `max_wait_us` limits the request instead. Its parameter y is { burst, delay_us, max_wait_us }
+-- (decide.lua parses "burst,delay_us,max_wait_us"); an admitted request reports its wait
+-- where a rejected one reports its retry time.
+local function token_bucket_algorithm(read_failed, leaky)
   local token_bucket = {}
 
   local floor = math.floor
@@ -93,13 +102,26 @@ local function token_bucket_algorithm(read_failed)
   end
 
   -- Reads the state and works out whether one more request fits. Writes nothing.
-  function token_bucket.check(key, now, interval, burst, cost)
+  function token_bucket.check(key, now, interval, y, cost)
+    local burst = y
+    if leaky then burst = y.burst end
     local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
+    local allowed, retry_us, wait = allow_at <= now, allow_at - now, 0
+    if leaky and cost > 0 then
+      wait = tat - now - y.delay_us
+      if wait < 0 then wait = 0 end
+      local over = wait - y.max_wait_us
+      if over > 0 then
+        allowed = false
+        if over > retry_us then retry_us = over end
+      end
+    end
     return {
       key = key, now = now, interval = interval, tolerance = tolerance,
       tat = tat, next_tat = next_tat,
-      allowed = allow_at <= now,
-      retry_us = allow_at - now,
+      allowed = allowed,
+      retry_us = retry_us,
+      wait = wait,
     }
   end
 
@@ -108,18 +130,21 @@ local function token_bucket_algorithm(read_failed)
     write(c.key, c.next_tat)
   end
 
-  -- remaining, retry_after_us, reset_us after this request (consumed or not).
+  -- remaining, retry_after_us (a leaky bucket's admitted request: its wait), reset_us after
+  -- this request (consumed or not).
   function token_bucket.report(c, consumed)
     local tat = c.tat
     if consumed then tat = c.next_tat end
     local retry_us = 0
-    if not c.allowed then retry_us = c.retry_us end
+    if not c.allowed then retry_us = c.retry_us elseif consumed then retry_us = c.wait end
     return tokens(c.now, c.tolerance, tat, c.interval), retry_us, tat - c.now
   end
 
   -- The whole decision when this is the request's only limit (most routes): check, consume if
   -- it fits, report, without building the check table that several limits need to wait for
-  -- each other. Returns allowed, remaining, retry_after_us, reset_us.
+  -- each other. Returns allowed, remaining, retry_after_us, reset_us. (A leaky bucket alone
+  -- goes through check, commit and report.)
+  if leaky then return token_bucket end
   function token_bucket.alone(key, now, interval, burst, cost)
     local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
     if allow_at > now then

@@ -57,6 +57,9 @@ struct ServerConfig {
     std::uint64_t max_body_bytes = 10485760;
     Duration shutdown_timeout = 30s;
     Duration tunnel_idle_timeout = 1h;  // a WebSocket tunnel with no byte either way is closed
+    // Requests a leaky_bucket limit holds back at once in this instance; past it a request
+    // that would have to wait is limited instead (it takes nothing).
+    std::size_t max_waiting = 4096;
 };
 
 struct AdminConfig {
@@ -117,7 +120,7 @@ struct UpstreamConfig {
     std::size_t max_idle = 64;
 };
 
-enum class Algorithm { token_bucket, sliding_window, fixed_window, concurrency };
+enum class Algorithm { token_bucket, sliding_window, fixed_window, concurrency, leaky_bucket };
 
 struct KeyPart {
     enum class Kind { client_ip, header, method, path };
@@ -128,10 +131,17 @@ struct KeyPart {
 struct LimitConfig {
     std::string name;
     Algorithm algorithm = Algorithm::token_bucket;
-    // token_bucket
+    // token_bucket; leaky_bucket: `rate` per `per` is the outflow, `burst` the requests the
+    // bucket holds (the one leaving now included)
     double rate = 0;         // tokens added per `per`
     Duration per = 1s;
     std::uint64_t burst = 0;  // capacity
+    // leaky_bucket: how many requests of a burst past the first go at once, as nginx's
+    // limit_req `delay` (`nodelay: true` sets it to burst - 1: no request waits); a request
+    // whose wait would be longer than `max_wait` is limited at once.
+    std::uint64_t delay = 0;
+    bool nodelay = false;
+    std::optional<Duration> max_wait;
     // sliding_window, fixed_window; concurrency: requests in flight at once
     std::uint64_t limit = 0;
     // concurrency: a slot whose instance died is taken back after this (a request running

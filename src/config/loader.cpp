@@ -34,7 +34,7 @@ using Keys = std::vector<std::string_view>;
 const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "responses", "logging"};
 const Keys server_keys{"listen",           "workers",        "max_connections", "header_timeout",
                        "idle_timeout",     "max_header_bytes", "max_body_bytes", "shutdown_timeout",
-                       "tunnel_idle_timeout"};
+                       "tunnel_idle_timeout", "max_waiting"};
 const Keys listener_keys{"address", "tls"};
 const Keys listener_tls_keys{"cert", "key", "certificates", "min_version", "handshake_timeout"};
 const Keys certificate_keys{"cert", "key"};
@@ -48,8 +48,9 @@ const Keys redis_keys{"mode",       "address",     "username",          "passwor
 const Keys upstream_keys{"servers", "connect_timeout", "timeout", "max_idle", "tls"};
 const Keys route_keys{"name", "match", "action", "upstream", "on_error", "limited_status", "limits"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
-const Keys limit_keys{"name",      "algorithm", "rate",   "per",  "burst",        "limit", "window",
-                      "time_zone", "lease",     "key",    "shadow", "cost",       "default_cost"};
+const Keys limit_keys{"name",      "algorithm", "rate",   "per",    "burst", "limit",        "window",
+                      "time_zone", "lease",     "key",    "shadow", "cost",  "default_cost", "delay",
+                      "nodelay",   "max_wait"};
 const Keys responses_keys{"limited_status", "headers"};
 const Keys logging_keys{"level", "access_log", "format", "summary_interval"};
 
@@ -249,6 +250,7 @@ private:
     void read_sliding_window(const Section& section, LimitConfig& limit);
     void read_fixed_window(const Section& section, LimitConfig& limit);
     void read_concurrency(const Section& section, LimitConfig& limit);
+    void read_leaky_bucket(const Section& section, LimitConfig& limit);
     void read_cost(const Section& section, LimitConfig& limit);
     void refuse_parameters(const Section& section, const LimitConfig& limit);
     void read_key(const Field& field, LimitConfig& limit);
@@ -422,6 +424,7 @@ void ConfigReader::read_server(const Field& field) {
     if (const Field* f = section.find("shutdown_timeout")) assign(server.shutdown_timeout, duration(*f, false));
     if (const Field* f = section.find("tunnel_idle_timeout"))
         assign(server.tunnel_idle_timeout, duration(*f, false));
+    if (const Field* f = section.find("max_waiting")) assign(server.max_waiting, integer(*f, 0, max_count));
 }
 
 void ConfigReader::read_listen(const Field& field) {
@@ -1001,16 +1004,19 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
         algorithm = choice<Algorithm>(*algorithm_field, {{"token_bucket", Algorithm::token_bucket},
                                                          {"sliding_window", Algorithm::sliding_window},
                                                          {"fixed_window", Algorithm::fixed_window},
-                                                         {"concurrency", Algorithm::concurrency}});
+                                                         {"concurrency", Algorithm::concurrency},
+                                                         {"leaky_bucket", Algorithm::leaky_bucket}});
     } else {
         diagnostics_.error(field.at, named("limit", limit.name) +
-                                         " needs an 'algorithm' (token_bucket, sliding_window, fixed_window or "
-                                         "concurrency)");
+                                         " needs an 'algorithm' (token_bucket, sliding_window, fixed_window, "
+                                         "concurrency or leaky_bucket)");
     }
     if (algorithm) {
         limit.algorithm = *algorithm;
         refuse_parameters(section, limit);
-        if (*algorithm == Algorithm::token_bucket) read_token_bucket(section, limit);
+        if (*algorithm == Algorithm::token_bucket || *algorithm == Algorithm::leaky_bucket)
+            read_token_bucket(section, limit);
+        if (*algorithm == Algorithm::leaky_bucket) read_leaky_bucket(section, limit);
         if (*algorithm == Algorithm::sliding_window) read_sliding_window(section, limit);
         if (*algorithm == Algorithm::fixed_window) read_fixed_window(section, limit);
         if (*algorithm == Algorithm::concurrency) read_concurrency(section, limit);
@@ -1022,8 +1028,10 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
     route.limits.push_back(std::move(limit));
 }
 
+// token_bucket, and the rate and size of a leaky_bucket (the same arithmetic).
 void ConfigReader::read_token_bucket(const Section& section, LimitConfig& limit) {
-    const std::string which = named("token_bucket limit", limit.name);
+    const std::string which =
+        named(limit.algorithm == Algorithm::leaky_bucket ? "leaky_bucket limit" : "token_bucket limit", limit.name);
     const Field* rate = section.find("rate");
     bool rate_ok = false;
     if (rate) {
@@ -1056,9 +1064,43 @@ void ConfigReader::read_token_bucket(const Section& section, LimitConfig& limit)
     if (rate_ok && per_ok && burst_ok) {
         const double interval_us = static_cast<double>(limit.per.count()) * 1000.0 / limit.rate;
         if (interval_us < 1.0)
-            diagnostics_.error(rate->at, which + " adds more than one token per microsecond (rate / per)");
+            diagnostics_.error(rate->at, which + (limit.algorithm == Algorithm::leaky_bucket
+                                                      ? " lets out more than one request per microsecond (rate / per)"
+                                                      : " adds more than one token per microsecond (rate / per)"));
         else if (interval_us * static_cast<double>(limit.burst) > max_refill_us)
-            diagnostics_.error(rate->at, which + ": refilling the whole bucket (burst * per / rate) takes more than 10 years");
+            diagnostics_.error(rate->at, which + (limit.algorithm == Algorithm::leaky_bucket
+                                                      ? ": draining the whole bucket (burst * per / rate) takes more than 10 years"
+                                                      : ": refilling the whole bucket (burst * per / rate) takes more than 10 years"));
+    }
+}
+
+// leaky_bucket's own parameters, after read_token_bucket: delay | nodelay, max_wait.
+void ConfigReader::read_leaky_bucket(const Section& section, LimitConfig& limit) {
+    const std::string which = named("leaky_bucket limit", limit.name);
+    const Field* delay = section.find("delay");
+    const Field* nodelay = section.find("nodelay");
+    if (delay && nodelay) {
+        diagnostics_.error(nodelay->key_at, which + ": 'delay' and 'nodelay' exclude each other (nodelay is delay: burst - 1)");
+        return;
+    }
+    if (delay) {
+        if (const auto value = integer(*delay, 0, max_count)) {
+            limit.delay = static_cast<std::uint64_t>(*value);
+            if (limit.burst > 0 && limit.delay >= limit.burst)
+                diagnostics_.error(delay->at, which + ": " + delay->label() + " " + std::to_string(limit.delay) +
+                                                  " must be below its burst (" + std::to_string(limit.burst) +
+                                                  "); the first request and 'delay' more pass at once, so "
+                                                  "burst - 1 (or nodelay: true) lets a whole burst through");
+        }
+    }
+    if (nodelay) {
+        if (const auto value = boolean(*nodelay)) limit.nodelay = *value;
+    }
+    if (const Field* f = section.find("max_wait")) {
+        if (limit.nodelay)
+            diagnostics_.error(f->key_at, which + ": 'max_wait' has no effect with nodelay: true (no request waits)");
+        else
+            assign(limit.max_wait, duration(*f, true));
     }
 }
 
@@ -1141,8 +1183,9 @@ void ConfigReader::read_concurrency(const Section& section, LimitConfig& limit) 
 
 // `cost`, `default_cost`: what a request takes from the limit.
 void ConfigReader::read_cost(const Section& section, LimitConfig& limit) {
-    const std::uint64_t capacity = limit.algorithm == Algorithm::token_bucket ? limit.burst : limit.limit;
-    const char* capacity_name = limit.algorithm == Algorithm::token_bucket ? "burst" : "limit";
+    const bool bucket = limit.algorithm == Algorithm::token_bucket || limit.algorithm == Algorithm::leaky_bucket;
+    const std::uint64_t capacity = bucket ? limit.burst : limit.limit;
+    const char* capacity_name = bucket ? "burst" : "limit";
     auto check_capacity = [&](const Field& f, std::uint64_t cost) {
         if (capacity > 0 && cost > capacity)
             diagnostics_.error(f.at, named("limit", limit.name) + ": " + f.label() + " " + std::to_string(cost) +
@@ -1189,13 +1232,16 @@ void ConfigReader::refuse_parameters(const Section& section, const LimitConfig& 
         std::vector<Algorithm> algorithms;
     };
     static const std::vector<Owner> owners{
-        {"rate", {Algorithm::token_bucket}},
-        {"per", {Algorithm::token_bucket}},
-        {"burst", {Algorithm::token_bucket}},
+        {"rate", {Algorithm::token_bucket, Algorithm::leaky_bucket}},
+        {"per", {Algorithm::token_bucket, Algorithm::leaky_bucket}},
+        {"burst", {Algorithm::token_bucket, Algorithm::leaky_bucket}},
         {"limit", {Algorithm::sliding_window, Algorithm::fixed_window, Algorithm::concurrency}},
         {"window", {Algorithm::sliding_window, Algorithm::fixed_window}},
         {"time_zone", {Algorithm::fixed_window}},
         {"lease", {Algorithm::concurrency}},
+        {"delay", {Algorithm::leaky_bucket}},
+        {"nodelay", {Algorithm::leaky_bucket}},
+        {"max_wait", {Algorithm::leaky_bucket}},
     };
     auto algorithm_name = [](Algorithm a) -> std::string {
         switch (a) {
@@ -1203,6 +1249,7 @@ void ConfigReader::refuse_parameters(const Section& section, const LimitConfig& 
         case Algorithm::sliding_window: return "sliding_window";
         case Algorithm::fixed_window: return "fixed_window";
         case Algorithm::concurrency: return "concurrency";
+        case Algorithm::leaky_bucket: return "leaky_bucket";
         }
         return "?";
     };

@@ -124,10 +124,16 @@ void count_decision(const server::Snapshot& snap, std::size_t route_index, const
     for (std::size_t i = 0; i < limits.size() && i < decision.limits.size(); ++i) {
         const auto& r = decision.limits[i];
         if (!r.applies) continue;
-        bump(limits[i], r.allowed ? DecisionKind::allowed : r.shadow ? DecisionKind::shadow_limited : DecisionKind::limited);
+        const bool held_back = r.allowed && !r.shadow && r.wait.count() > 0 &&
+                               decision.outcome == limit::Decision::Outcome::allowed;
+        bump(limits[i], held_back    ? DecisionKind::delayed
+                        : r.allowed ? DecisionKind::allowed
+                        : r.shadow  ? DecisionKind::shadow_limited
+                                    : DecisionKind::limited);
     }
     if (decision.outcome == limit::Decision::Outcome::limited) observe::add(route.limited);
     if (decision.shadow_limited()) observe::add(route.shadow_limited);
+    if (decision.wait().count() > 0) observe::add(route.delayed);
 }
 
 // Why a client's handshake failed, for sluice_tls_handshake_failures_total{reason}.
@@ -224,6 +230,29 @@ private:
     std::shared_ptr<State> state_;
 };
 
+// A place among the requests this instance may hold back at once (server.max_waiting),
+// taken before a decision that may tell the request to wait and kept while it waits. Without
+// one the decision is asked with may_wait false: a leaky bucket then limits a request it
+// would hold back, taking nothing. So at most max_waiting requests ever wait, and none is
+// turned away after its place in a bucket was taken.
+class WaitingPlace {
+public:
+    WaitingPlace(std::atomic<std::int64_t>& places, std::size_t max) : places_(&places) {
+        if (places.fetch_add(1, std::memory_order_relaxed) >= static_cast<std::int64_t>(max)) give_back();
+    }
+    WaitingPlace(const WaitingPlace&) = delete;
+    WaitingPlace& operator=(const WaitingPlace&) = delete;
+    ~WaitingPlace() { give_back(); }
+    bool held() const { return places_ != nullptr; }
+    void give_back() {
+        if (places_) places_->fetch_sub(1, std::memory_order_relaxed);
+        places_ = nullptr;
+    }
+
+private:
+    std::atomic<std::int64_t>* places_;
+};
+
 bool is_connection_lost(const boost::system::error_code& ec) {
     return ec == net::error::eof || ec == bhttp::error::end_of_stream || ec == net::error::connection_reset ||
            ec == net::error::broken_pipe || ec == bhttp::error::partial_message;
@@ -251,6 +280,11 @@ public:
             boost::system::error_code ec;
             stream_.socket().cancel(ec);
         }
+        // A request held back past the point where the server gives up is answered 503 now.
+        if (hold_timer_ && held_until_ > worker_.stop_deadline()) {
+            hold_cut_ = true;
+            hold_timer_->cancel();
+        }
     }
 
 private:
@@ -261,6 +295,9 @@ private:
     };
 
     enum class Upstream { ok, refused, timed_out };
+    // How holding a request back ended: its time came, its client went away, or the server
+    // is stopping and its time would come after shutdown_timeout.
+    enum class Hold { done, client_gone, stopping };
 
     // What read_body got: n decoded body bytes, or none because the body ended or failed
     // (the reader's state says which) or the read failed (ec; beast::error::timeout when
@@ -311,6 +348,9 @@ private:
     net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, ResponseParser& parser,
                                                     Clock::time_point deadline);
     net::awaitable<void> close_gracefully();
+    // Holds the request back (a leaky bucket's wait) on a timer: nothing read, no upstream
+    // connection held. A plain client that closes meanwhile ends it (TLS ones are not watched).
+    net::awaitable<Hold> hold_back(std::chrono::milliseconds wait, observe::Metrics& metrics);
     // The server side of a TLS handshake; false (counted and, a few times a minute, logged)
     // when it fails or does not finish within the listener's handshake_timeout.
     net::awaitable<bool> tls_handshake();
@@ -363,6 +403,7 @@ private:
             self->client_gone_ = true;
             boost::system::error_code ignored;
             if (self->upstream_socket_) self->upstream_socket_->cancel(ignored);
+            if (self->hold_timer_) self->hold_timer_->cancel();
         });
     }
     void unwatch_client() {
@@ -419,6 +460,9 @@ private:
     bool client_gone_ = false;     // it saw the client go while the upstream was answering
     std::uint64_t client_watch_generation_ = 0;
     bool idle_ = false;  // waiting for a request with nothing received: graceful stop may close it
+    net::steady_timer* hold_timer_ = nullptr;  // the request is held back on it (hold_back)
+    Clock::time_point held_until_{};
+    bool hold_cut_ = false;  // graceful stop ended the hold
     beast::flat_buffer buffer_;
     std::string peer_ip_;
     std::string head_;  // a message head being written; kept for its capacity
@@ -678,6 +722,9 @@ net::awaitable<bool> Session::serve_one(bool first) {
     // Concurrency slots the request holds until it is done (declared before anything that
     // answers it, so they are given back after the answer has been written).
     std::optional<SlotHold> slots_held;
+    // A leaky bucket's wait before forwarding, and the place it holds meanwhile.
+    std::optional<WaitingPlace> waiting_place;
+    std::chrono::milliseconds wait{0};
     const bool check = route->action == config::RouteAction::check;
     const unsigned limited_status = route->limited_status.value_or(cfg.responses.limited_status);
     // A check route decides for another proxy: the method and path its key parts see are the
@@ -697,7 +744,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
         const std::string client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
         const limit::RouteLimits limits{route->name, route->limits,
                                         &snap.key_plans[static_cast<std::size_t>(route - cfg.routes.data())]};
-        const limit::RequestKeyValues values{client, key_method, key_path,
+        limit::RequestKeyValues values{client, key_method, key_path,
                                              [&req](std::string_view name) -> std::optional<std::string_view> {
                                                  auto it = req.find(name);
                                                  if (it == req.end()) return std::nullopt;
@@ -713,8 +760,14 @@ net::awaitable<bool> Session::serve_one(bool first) {
             spdlog::info("client {}: {}", client, detail);
             co_return finish(co_await reply(cfg.server, true, 400, detail, keep_alive, rec));
         }
+        if (std::any_of(route->limits.begin(), route->limits.end(), limit::holds_back)) {
+            waiting_place.emplace(snap.metrics->waiting_places, cfg.server.max_waiting);
+            values.may_wait = waiting_place->held();
+        }
         const auto decide_started = Clock::now();
         limit::Decision decision = co_await worker_.decide(limits, values);
+        wait = decision.wait();
+        if (wait.count() == 0) waiting_place.reset();
         snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
         if (!decision.slots.empty()) slots_held.emplace(worker_, stream_.get_executor(), std::move(decision.slots));
         count_decision(snap, static_cast<std::size_t>(route - cfg.routes.data()), decision,
@@ -761,12 +814,57 @@ net::awaitable<bool> Session::serve_one(bool first) {
         }
     }
 
+    if (wait.count() > 0) {
+        rec.decision = "delayed";
+        const auto hold_started = Clock::now();
+        const Hold held = co_await hold_back(wait, *snap.metrics);
+        waiting_place.reset();
+        rec.wait_ms = ms_since(hold_started);
+        if (held == Hold::client_gone) {
+            rec.status = 499;  // nothing reached the upstream
+            co_return finish(false);
+        }
+        if (held == Hold::stopping) {
+            rate_headers.emplace_back("Retry-After", "1");
+            co_return finish(co_await reply(cfg.server, true, 503,
+                                            "sluice is shutting down: the request's turn would come too late", false,
+                                            rec, &rate_headers));
+        }
+    }
+
     if (check) {
         // Let it through: 200 and the rate-limit headers, no body.
         if (rec.decision.empty()) rec.decision = "unlimited";
         co_return finish(co_await reply(cfg.server, true, 200, {}, keep_alive, rec, &rate_headers, false, false));
     }
     co_return finish(co_await forward(snap, *route, parser, keep_alive, rate_headers, rec));
+}
+
+net::awaitable<Session::Hold> Session::hold_back(std::chrono::milliseconds wait, observe::Metrics& metrics) {
+    const auto until = Clock::now() + wait;
+    if (worker_.stopping() && until > worker_.stop_deadline()) co_return Hold::stopping;
+    disarm();
+    net::steady_timer timer(stream_.get_executor());
+    timer.expires_at(until);
+    hold_timer_ = &timer;
+    held_until_ = until;
+    hold_cut_ = false;
+    metrics.requests_waiting.fetch_add(1, std::memory_order_relaxed);
+    struct Done {
+        Session& session;
+        observe::Metrics& metrics;
+        ~Done() {
+            session.hold_timer_ = nullptr;
+            metrics.requests_waiting.fetch_sub(1, std::memory_order_relaxed);
+        }
+    } done{*this, metrics};
+    watch_client();
+    co_await timer.async_wait(nothrow);
+    unwatch_client();
+    metrics.wait_time.observe(std::chrono::duration<double>(Clock::now() - (until - wait)).count());
+    if (client_gone_) co_return Hold::client_gone;
+    if (hold_cut_) co_return Hold::stopping;
+    co_return Hold::done;
 }
 
 // The original request of a check: X-Original-Method / X-Original-URI (nginx

@@ -45,7 +45,7 @@ CalendarArg calendar_arg(const config::LimitConfig& limit, std::int64_t now_us) 
 }
 
 void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, std::string_view window,
-                        std::vector<std::string>& args) {
+                        std::vector<std::string>& args, bool may_wait) {
     const char* shadow = limit.shadow ? "1" : "0";
     switch (limit.algorithm) {
     case config::Algorithm::token_bucket: {
@@ -68,12 +68,20 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
         args.insert(args.end(), {"concurrency", shadow, std::to_string(cost), std::to_string(limit.limit),
                                  std::to_string(lease_us(limit))});
         break;
+    case config::Algorithm::leaky_bucket: {
+        const auto params = leaky_bucket_params(limit, may_wait);
+        args.insert(args.end(), {"leaky_bucket", shadow, std::to_string(cost), std::to_string(params.interval_us),
+                                 std::to_string(params.burst) + "," + std::to_string(params.delay_us) + "," +
+                                     std::to_string(params.max_wait_us)});
+        break;
+    }
     }
 }
 
 void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args) {
     append_decide_args(limit, limit.cost_header.empty() ? limit.cost : limit.default_cost, {}, args);
 }
+
 
 void DecideArgs::end_request() {
     // Batches hold few distinct plans (one per route and set of applying limits): a linear
@@ -145,7 +153,10 @@ LimitResult decide_result(const redis::RedisReply& reply, std::size_t index) {
     result.applies = true;
     result.allowed = field[0].integer != 0;
     result.remaining = static_cast<std::uint64_t>(field[1].integer);
-    result.retry_after = std::chrono::milliseconds(field[2].integer);
+    // An admitted request's third field is how long a leaky bucket holds it back (0 for the
+    // other algorithms); a rejected one's, when to try again.
+    if (result.allowed) result.wait = std::chrono::milliseconds(field[2].integer);
+    else result.retry_after = std::chrono::milliseconds(field[2].integer);
     result.reset = std::chrono::milliseconds(field[3].integer);
     return result;
 }

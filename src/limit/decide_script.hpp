@@ -6,13 +6,16 @@
 // requests, in order. See lua/decide.lua for the protocol:
 //   KEYS  one per limit, request after request
 //   ARGV  the number of plans; each plan: its number of limits, then five per limit:
-//         algorithm ("token_bucket" | "sliding_window" | "fixed_window"), shadow ("0" |
-//         "1"), cost, then interval_us, burst (token_bucket) or limit, window_us
-//         (sliding_window) or limit, window_us or calendar boundaries (fixed_window);
+//         algorithm ("token_bucket" | "sliding_window" | "fixed_window" | "concurrency" |
+//         "leaky_bucket"), shadow ("0" | "1"), cost, then interval_us, burst (token_bucket)
+//         or limit, window_us (sliding_window) or limit, window_us or calendar boundaries
+//         (fixed_window) or limit, lease_us (concurrency) or interval_us,
+//         "burst,delay_us,max_wait_us" (leaky_bucket);
 //         then one plan number per request (and the request's owner token when its
 //         plan has a concurrency limit)
 //   reply an array of integers: now_us, then per limit (KEYS order): allowed (0|1),
-//         remaining, retry_after_ms, reset_ms
+//         remaining, retry_after_ms (allowed: wait_ms, how long a leaky bucket holds the
+//         request back), reset_ms
 #pragma once
 
 #include <cstdint>
@@ -51,8 +54,9 @@ CalendarArg calendar_arg(const config::LimitConfig& limit, std::int64_t now_us);
 
 // The five arguments of a limit in a plan, appended to `args`: for a request of `cost` and,
 // for a calendar fixed window, `window` (a CalendarArg's text).
+// `may_wait` false: a leaky bucket limits a request it would hold back (see leaky_bucket_params).
 void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, std::string_view window,
-                        std::vector<std::string>& args);
+                        std::vector<std::string>& args, bool may_wait = true);
 // The same for a limit whose arguments do not vary: its fixed (or default) cost.
 void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args);
 

@@ -1,5 +1,6 @@
 #include "limit/decision.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace sluice::limit {
@@ -22,6 +23,14 @@ Decision Decision::from_results(std::vector<LimitResult> limits, std::int64_t ti
     }
     decision.limits = std::move(limits);
     return decision;
+}
+
+std::chrono::milliseconds Decision::wait() const {
+    std::chrono::milliseconds longest{0};
+    if (outcome != Outcome::allowed) return longest;
+    for (const auto& r : limits)
+        if (r.applies && !r.shadow && r.allowed) longest = std::max(longest, r.wait);
+    return longest;
 }
 
 Decision Decision::store_failure(std::string error) {

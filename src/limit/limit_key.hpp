@@ -61,6 +61,9 @@ struct RequestKeyValues {
     // The value of a header by lower-case name, nullopt when absent. A lambda capturing one
     // reference fits std::function's small buffer, so this does not allocate.
     std::function<std::optional<std::string_view>(std::string_view)> header;
+    // false: this instance already holds server.max_waiting requests back, so a leaky bucket
+    // limits a request it would hold back (taking nothing) instead of admitting it to wait.
+    bool may_wait = true;
 };
 
 // The same values, owned (a request made up by the admin port's /limits).

@@ -20,6 +20,7 @@ struct Check {
     std::int64_t tolerance = 0;
     std::int64_t interval = 1;
     std::int64_t cost = 1;
+    std::int64_t wait_us = 0;  // leaky bucket: how long the request is held back
     // sliding window, fixed window
     std::int64_t count = 0;
     std::optional<std::int64_t> newest;
@@ -75,8 +76,9 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         Check& c = checks[i];
         c.cost = inspect ? 0 : static_cast<std::int64_t>(bounded_cost(limit, request));
         const auto found = states_.find(*keys[i]);
-        if (limit.algorithm == config::Algorithm::token_bucket) {
-            const auto params = token_bucket_params(limit);
+        if (limit.algorithm == config::Algorithm::token_bucket || limit.algorithm == config::Algorithm::leaky_bucket) {
+            // A leaky bucket is the token bucket's tat with a wait (lua/token_bucket.lua).
+            const auto params = leaky_bucket_params(limit, request.may_wait);
             c.interval = params.interval_us;
             c.tolerance = params.interval_us * params.burst;
             c.tat = now;
@@ -87,6 +89,14 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             const std::int64_t allow_at = c.next_tat - c.tolerance;
             c.allowed = allow_at <= now;
             c.retry_us = allow_at - now;
+            if (limit.algorithm == config::Algorithm::leaky_bucket && c.cost > 0) {
+                c.wait_us = std::max<std::int64_t>(c.tat - now - params.delay_us, 0);
+                const std::int64_t over = c.wait_us - params.max_wait_us;
+                if (over > 0) {
+                    c.allowed = false;
+                    c.retry_us = std::max(c.retry_us, over);
+                }
+            }
         } else if (limit.algorithm == config::Algorithm::concurrency) {
             c.cost = inspect ? 0 : 1;
             if (found != states_.end())
@@ -165,7 +175,9 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             if (consumed) states_[*keys[i]] = FixedWindow{c.start, c.end, count};
             r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(static_cast<std::int64_t>(limit.limit) - count, 0));
             r.reset = ceil_to_ms(c.end - now);
-        } else if (limit.algorithm == config::Algorithm::token_bucket) {
+        } else if (limit.algorithm == config::Algorithm::token_bucket ||
+                   limit.algorithm == config::Algorithm::leaky_bucket) {
+            if (consumed) r.wait = ceil_to_ms(c.wait_us);
             const std::int64_t tat = consumed ? c.next_tat : c.tat;
             if (consumed) states_[*keys[i]] = TokenBucket{c.next_tat};
             r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));

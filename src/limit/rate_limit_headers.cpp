@@ -41,7 +41,7 @@ std::pair<std::uint64_t, std::uint64_t> quota_and_window(const config::LimitConf
         case time::CalendarUnit::month: return {limit.limit, 30 * 86400};
         }
     }
-    if (limit.algorithm != config::Algorithm::token_bucket) {
+    if (limit.algorithm != config::Algorithm::token_bucket && limit.algorithm != config::Algorithm::leaky_bucket) {
         auto seconds = ceil_seconds(limit.window);
         return {limit.limit, seconds == 0 ? 1 : seconds};
     }

@@ -313,7 +313,10 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         pending->sent.push_back(i);
         const auto& limit = route.limits[i];
         const bool concurrency = limit.algorithm == config::Algorithm::concurrency;
-        if (!limit.cost_header.empty() || concurrency || inspect)
+        // A leaky bucket asked with may_wait false rejects what it would otherwise hold back:
+        // that rejection is this instance's, not the key's.
+        const bool no_wait = !request.may_wait && holds_back(limit);
+        if (!limit.cost_header.empty() || concurrency || inspect || no_wait)
             pending->not_remembered |= std::uint64_t{1} << std::min<std::size_t>(i, 63);
         if (concurrency && inspect) {
             pending->token = "inspect";  // required by the script, never written: nothing is taken
@@ -323,12 +326,12 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         }
         if (sharded_) pending->keys.push_back(*keys[i]);
         batch.keys.push_back(std::move(*keys[i]));
-        if (inspect || decide_args_vary(limit)) {
+        if (inspect || no_wait || decide_args_vary(limit)) {
             // An inspection is a decision that costs nothing: it reports and writes nothing.
             std::vector<std::string> args;
             args.reserve(decide_args_per_limit);
             append_decide_args(limit, inspect ? 0 : bounded_cost(limit, request),
-                               limit.calendar ? calendar_text(limit) : "", args);
+                               limit.calendar ? calendar_text(limit) : "", args, request.may_wait);
             if (sharded_) single.limit(std::vector<std::string>(args));
             batch.args.limit(std::move(args));
         } else {

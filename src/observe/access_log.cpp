@@ -18,6 +18,7 @@ std::string format_access_text(const AccessRecord& r) {
     auto line = fmt::format("{} \"{} {} HTTP/{}.{}\" {} {} route={} limit={} decision={} remaining={} upstream_ms={} total_ms={:.1f}",
                             r.client_ip, r.method, r.target, r.version / 10, r.version % 10, r.status, r.bytes_sent,
                             or_dash(r.route), or_dash(r.limit), r.decision, remaining, upstream, r.total_ms);
+    if (r.wait_ms) line += fmt::format(" wait_ms={:.1f}", *r.wait_ms);
     if (r.tunnel_up)
         line += fmt::format(" tunnel_up={} tunnel_down={} tunnel_ms={:.1f}", *r.tunnel_up, r.tunnel_down.value_or(0),
                             r.tunnel_ms);
@@ -42,6 +43,7 @@ std::string format_access_json(const AccessRecord& r) {
     field("remaining", r.remaining ? std::to_string(*r.remaining) : "null");
     field("upstream_ms", r.upstream_ms ? fmt::format("{:.1f}", *r.upstream_ms) : "null");
     field("total_ms", fmt::format("{:.1f}", r.total_ms));
+    if (r.wait_ms) field("wait_ms", fmt::format("{:.1f}", *r.wait_ms));
     if (r.tunnel_up) {
         field("tunnel_up", std::to_string(*r.tunnel_up));
         field("tunnel_down", std::to_string(r.tunnel_down.value_or(0)));

@@ -27,6 +27,8 @@ struct AccessRecord {
     std::optional<std::uint64_t> tunnel_up;    // client to upstream
     std::optional<std::uint64_t> tunnel_down;  // upstream to client
     double tunnel_ms = 0;
+    // decision=delayed: how long a leaky bucket held the request back (part of total_ms).
+    std::optional<double> wait_ms;
 };
 
 std::string format_access_text(const AccessRecord& r);

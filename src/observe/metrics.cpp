@@ -11,6 +11,7 @@ namespace {
 
 // Rate-limit decisions take well under a millisecond on loopback; the deadline is tens of ms.
 std::vector<double> store_buckets() { return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}; }
+std::vector<double> wait_buckets() { return {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}; }
 std::vector<double> upstream_buckets() {
     return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 }
@@ -68,7 +69,8 @@ Histogram::Reading Histogram::reading() const {
     return r;
 }
 
-Metrics::Metrics() : store_latency(store_buckets()), upstream_latency(upstream_buckets()) {
+Metrics::Metrics()
+    : wait_time(wait_buckets()), store_latency(store_buckets()), upstream_latency(upstream_buckets()) {
     no_route_ = &routes_.emplace_back("-");
 }
 
@@ -124,6 +126,8 @@ std::string prometheus_text(const Metrics& m) {
                    "# TYPE sluice_store_errors_total counter\nsluice_store_errors_total {}\n",
                    read(m.store_errors));
     histogram_text(out, "sluice_store_latency_seconds", "Time for one rate-limit decision.", m.store_latency);
+    histogram_text(out, "sluice_ratelimit_wait_seconds", "How long a leaky bucket held a request back before forwarding it.",
+                   m.wait_time);
     histogram_text(out, "sluice_upstream_latency_seconds", "Time from picking an upstream connection to the response head.",
                    m.upstream_latency);
     fmt::format_to(it,
@@ -131,6 +135,8 @@ std::string prometheus_text(const Metrics& m) {
                    "# TYPE sluice_connections_active gauge\nsluice_connections_active {}\n"
                    "# HELP sluice_tunnels_active WebSocket tunnels open now.\n"
                    "# TYPE sluice_tunnels_active gauge\nsluice_tunnels_active {}\n"
+                   "# HELP sluice_requests_waiting Requests a leaky bucket holds back now.\n"
+                   "# TYPE sluice_requests_waiting gauge\nsluice_requests_waiting {}\n"
                    "# HELP sluice_store_up 1 when the rate-limit store answers.\n"
                    "# TYPE sluice_store_up gauge\nsluice_store_up {}\n"
                    "# HELP sluice_reloads_total Configuration reloads, by result.\n"
@@ -138,7 +144,8 @@ std::string prometheus_text(const Metrics& m) {
                    "sluice_reloads_total{{result=\"ok\"}} {}\nsluice_reloads_total{{result=\"failed\"}} {}\n"
                    "# HELP sluice_log_dropped_total Log lines dropped because the log queue was full.\n"
                    "# TYPE sluice_log_dropped_total counter\nsluice_log_dropped_total {}\n",
-                   m.connections_active(), m.tunnels_active.load(), m.store_ready() ? 1 : 0, read(m.reloads_ok),
+                   m.connections_active(), m.tunnels_active.load(), m.requests_waiting.load(), m.store_ready() ? 1 : 0,
+                   read(m.reloads_ok),
                    read(m.reloads_failed),
                    m.log_dropped());
     fmt::format_to(it,
@@ -173,17 +180,18 @@ std::string prometheus_text(const Metrics& m) {
 std::string stats_json(const Metrics& m, double uptime_seconds,
                        const std::unordered_map<std::string, std::vector<std::pair<std::string, std::uint64_t>>>&
                            top_limited) {
-    std::string out = fmt::format("{{\"uptime_seconds\":{:.3f},\"connections_active\":{},\"store_up\":{},\"routes\":[",
-                                  uptime_seconds, m.connections_active(), m.store_ready() ? "true" : "false");
+    std::string out = fmt::format(
+        "{{\"uptime_seconds\":{:.3f},\"connections_active\":{},\"requests_waiting\":{},\"store_up\":{},\"routes\":[",
+        uptime_seconds, m.connections_active(), m.requests_waiting.load(), m.store_ready() ? "true" : "false");
     bool first = true;
     m.for_each_route([&](const RouteMetrics& r) {
         if (!first) out += ',';
         first = false;
         fmt::format_to(std::back_inserter(out),
                        "{{\"route\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},\"shadow_limited\":{},"
-                       "\"store_errors\":{},\"top_limited\":[",
+                       "\"store_errors\":{},\"delayed\":{},\"top_limited\":[",
                        json_string(r.name), read(r.requests), read(r.forwarded), read(r.limited),
-                       read(r.shadow_limited), read(r.store_errors));
+                       read(r.shadow_limited), read(r.store_errors), read(r.delayed));
         if (auto it = top_limited.find(r.name); it != top_limited.end()) {
             for (std::size_t i = 0; i < it->second.size(); ++i)
                 fmt::format_to(std::back_inserter(out), "{}[{},{}]", i == 0 ? "" : ",", json_string(it->second[i].first),

@@ -44,9 +44,11 @@ private:
 };
 
 // The label values of sluice_ratelimit_decisions_total.
-enum class DecisionKind : std::size_t { allowed, limited, shadow_limited, store_error_allowed, store_error_denied };
-inline constexpr std::array<const char*, 5> decision_names = {"allowed", "limited", "shadow_limited",
-                                                               "store_error_allowed", "store_error_denied"};
+// `delayed`: admitted by a leaky bucket that held the request back first.
+enum class DecisionKind : std::size_t { allowed, limited, shadow_limited, store_error_allowed, store_error_denied,
+                                        delayed };
+inline constexpr std::array<const char*, 6> decision_names = {"allowed", "limited", "shadow_limited",
+                                                               "store_error_allowed", "store_error_denied", "delayed"};
 
 // Why a client's TLS handshake failed (sluice_tls_handshake_failures_total{reason}).
 enum class TlsFailure : std::size_t { protocol_version, no_shared_cipher, certificate_rejected, plain_http, closed,
@@ -57,7 +59,7 @@ inline constexpr std::array<const char*, 7> tls_failure_names = {
 struct LimitMetrics {
     explicit LimitMetrics(std::string n) : name(std::move(n)) {}
     std::string name;
-    std::array<Counter, 5> decisions{};
+    std::array<Counter, decision_names.size()> decisions{};
     Counter resets{0};  // keys reset through the admin port's /limits
 };
 
@@ -70,6 +72,7 @@ struct RouteMetrics {
     Counter limited{0};
     Counter shadow_limited{0};
     Counter store_errors{0};
+    Counter delayed{0};  // held back by a leaky bucket before being forwarded
     std::deque<LimitMetrics> limits;  // guarded by Metrics::mutex_ for insertion
 
     void count_status(unsigned status) {
@@ -92,6 +95,11 @@ public:
 
     Counter store_errors{0};
     std::atomic<std::int64_t> tunnels_active{0};  // WebSocket tunnels open now
+    std::atomic<std::int64_t> requests_waiting{0};  // held back by a leaky bucket now
+    // Requests waiting now, plus those being decided that may be told to wait: the count
+    // server.max_waiting caps (see Session).
+    std::atomic<std::int64_t> waiting_places{0};
+    Histogram wait_time;  // how long leaky buckets held requests back
     Counter tls_handshakes{0};                      // client TLS handshakes completed
     std::array<Counter, tls_failure_names.size()> tls_handshake_failures{};
     Counter reloads_ok{0};

@@ -24,9 +24,9 @@ std::string top_text(const RouteInterval& r) {
 std::string format_summary_text(const RouteInterval& r, config::Duration interval) {
     return fmt::format(
         "summary route={} interval={} requests={} forwarded={} limited={} limited_pct={:.1f} shadow_limited={} "
-        "store_errors={} top_limited={}",
+        "store_errors={} delayed={} top_limited={}",
         r.route, config::format_duration(interval), r.requests, r.forwarded, r.limited, r.limited_pct(),
-        r.shadow_limited, r.store_errors, top_text(r));
+        r.shadow_limited, r.store_errors, r.delayed, top_text(r));
 }
 
 std::string format_summary_json(const RouteInterval& r, config::Duration interval) {
@@ -38,9 +38,9 @@ std::string format_summary_json(const RouteInterval& r, config::Duration interva
     top += ']';
     return fmt::format(
         "{{\"summary\":true,\"route\":{},\"interval\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},"
-        "\"limited_pct\":{:.1f},\"shadow_limited\":{},\"store_errors\":{},\"top_limited\":{}}}",
+        "\"limited_pct\":{:.1f},\"shadow_limited\":{},\"store_errors\":{},\"delayed\":{},\"top_limited\":{}}}",
         json_string(r.route), json_string(config::format_duration(interval)), r.requests, r.forwarded, r.limited,
-        r.limited_pct(), r.shadow_limited, r.store_errors, top);
+        r.limited_pct(), r.shadow_limited, r.store_errors, r.delayed, top);
 }
 
 bool limited_share_jumped(const RouteInterval& now) {
@@ -64,6 +64,7 @@ std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const L
         r.limited = delta(read(m.limited), last.limited);
         r.shadow_limited = delta(read(m.shadow_limited), last.shadow_limited);
         r.store_errors = delta(read(m.store_errors), last.store_errors);
+        r.delayed = delta(read(m.delayed), last.delayed);
         if (r.requests == 0) {
             last.last_pct = 0;
             return;

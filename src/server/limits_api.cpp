@@ -25,6 +25,7 @@ const char* algorithm_name(config::Algorithm algorithm) {
     case config::Algorithm::sliding_window: return "sliding_window";
     case config::Algorithm::fixed_window: return "fixed_window";
     case config::Algorithm::concurrency: return "concurrency";
+    case config::Algorithm::leaky_bucket: return "leaky_bucket";
     }
     return "?";
 }

@@ -188,6 +188,7 @@ std::size_t Worker::next_server(std::size_t upstream_index, std::size_t server_c
 void Worker::shutdown() {
     net::post(io_, [this] {
         stopping_ = true;
+        stop_deadline_ = std::chrono::steady_clock::now() + snapshot_->config->server.shutdown_timeout;
         for (auto& acceptor : acceptors_) {
             boost::system::error_code ec;
             acceptor->close(ec);

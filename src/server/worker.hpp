@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -67,6 +68,8 @@ public:
     http::RelayBuffers& relay_buffers() { return relay_buffers_; }
     std::size_t next_server(std::size_t upstream_index, std::size_t server_count);
     bool stopping() const { return stopping_; }
+    // While stopping: when the server gives up on what is left (shutdown_timeout after the stop).
+    std::chrono::steady_clock::time_point stop_deadline() const { return stop_deadline_; }
     void add_session(http::ClientSession* s) { sessions_.insert(s); }
     void remove_session(http::ClientSession* s);
     // One store round trip for all limits of a route; never throws, store trouble is a
@@ -106,6 +109,7 @@ private:
     std::shared_ptr<const Snapshot> snapshot_;
     std::atomic<std::size_t>& connections_;
     bool stopping_ = false;
+    std::chrono::steady_clock::time_point stop_deadline_ = std::chrono::steady_clock::time_point::max();
     std::atomic<bool> finished_{false};
     std::atomic<bool> died_{false};
     std::atomic<bool> store_ready_{false};

@@ -259,7 +259,7 @@ TEST_CASE("loader errors: fixed windows and costs", "[config][loader]") {
          {"12:9: fixed_window limit 'q': 'time_zone' applies to calendar windows (minute, hour, day, week, month), "
           "not to a window of 1h"}},
         {fixed + "        limit: 5\n        window: day\n        rate: 1\n",
-         {"12:9: 'rate' is a token_bucket parameter, but limit 'q' is fixed_window"}},
+         {"12:9: 'rate' is a token_bucket and leaky_bucket parameter, but limit 'q' is fixed_window"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"
                   "        time_zone: UTC\n",
          {"12:9: 'time_zone' is a fixed_window parameter, but limit 'l' is sliding_window"}},
@@ -286,6 +286,42 @@ TEST_CASE("loader errors: fixed windows and costs", "[config][loader]") {
           "13:9: 'cost' does not apply to concurrency limit 'c' (a request takes one slot)"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 1\n        burst: 1\n        limit: 3\n",
          {"12:9: 'limit' is a sliding_window, fixed_window and concurrency parameter, but limit 'l' is token_bucket"}},
+    });
+}
+
+TEST_CASE("loader errors: leaky buckets", "[config][loader][leaky]") {
+    const std::string limits = route_head + "    limits:\n";  // the first limit starts on line 8
+    const std::string leaky = limits + "      - name: s\n        algorithm: leaky_bucket\n";  // parameters from line 10
+    check_cases({
+        {leaky, {"8:9: leaky_bucket limit 's' needs 'rate'", "8:9: leaky_bucket limit 's' needs 'burst'"}},
+        {leaky + "        rate: 10\n        burst: 40\n        delay: 40\n",
+         {"12:16: leaky_bucket limit 's': 'delay' 40 must be below its burst (40); the first request and 'delay' "
+          "more pass at once, so burst - 1 (or nodelay: true) lets a whole burst through"}},
+        {leaky + "        rate: 10\n        burst: 40\n        delay: -1\n",
+         {"12:16: 'delay' must be between 0 and 1000000000, got -1"}},
+        {leaky + "        rate: 10\n        burst: 40\n        delay: 5\n        nodelay: true\n",
+         {"13:9: leaky_bucket limit 's': 'delay' and 'nodelay' exclude each other (nodelay is delay: burst - 1)"}},
+        {leaky + "        rate: 10\n        burst: 40\n        nodelay: yes please\n",
+         {"12:18: 'nodelay' must be true or false, got 'yes please'"}},
+        {leaky + "        rate: 10\n        burst: 40\n        nodelay: true\n        max_wait: 1s\n",
+         {"13:9: leaky_bucket limit 's': 'max_wait' has no effect with nodelay: true (no request waits)"}},
+        {leaky + "        rate: 10\n        burst: 40\n        max_wait: soon\n",
+         {"12:19: 'max_wait' must be a duration such as 250ms, 10s, 5m, 1h or 1d, got 'soon'"}},
+        {leaky + "        rate: 2000000\n        burst: 4\n",
+         {"10:15: leaky_bucket limit 's' lets out more than one request per microsecond (rate / per)"}},
+        {leaky + "        rate: 1\n        per: 365d\n        burst: 11\n",
+         {"10:15: leaky_bucket limit 's': draining the whole bucket (burst * per / rate) takes more than 10 years"}},
+        {leaky + "        rate: 10\n        burst: 4\n        cost: 5\n",
+         {"12:15: limit 's': 'cost' 5 is more than its burst (4): no request could pass"}},
+        {leaky + "        rate: 10\n        burst: 4\n        window: 1s\n        lease: 5s\n",
+         {"12:9: 'window' is a sliding_window and fixed_window parameter, but limit 's' is leaky_bucket",
+          "13:9: 'lease' is a concurrency parameter, but limit 's' is leaky_bucket"}},
+        {limits + "      - name: t\n        algorithm: token_bucket\n        rate: 1\n        burst: 1\n        delay: 1\n"
+                  "        nodelay: false\n        max_wait: 1s\n",
+         {"12:9: 'delay' is a leaky_bucket parameter, but limit 't' is token_bucket",
+          "13:9: 'nodelay' is a leaky_bucket parameter, but limit 't' is token_bucket",
+          "14:9: 'max_wait' is a leaky_bucket parameter, but limit 't' is token_bucket"}},
+        {"server:\n  max_waiting: -5\n", {"2:16: 'max_waiting' must be between 0 and 1000000000, got -5"}},
     });
 }
 
@@ -372,9 +408,10 @@ TEST_CASE("loader errors: limits", "[config][loader]") {
         {route_head + "    limits: {name: l}\n", {"7:13: 'limits' must be a list, got a map"}},
         {limits + "      - algorithm: token_bucket\n        rate: 1\n        burst: 1\n", {"8:9: limit needs a 'name'"}},
         {limits + "      - name: l\n        rate: 1\n        burst: 1\n",
-         {"8:9: limit 'l' needs an 'algorithm' (token_bucket, sliding_window, fixed_window or concurrency)"}},
-        {limits + "      - name: l\n        algorithm: leaky_bucket\n",
-         {"9:20: 'algorithm' must be token_bucket, sliding_window, fixed_window or concurrency, got 'leaky_bucket'"}},
+         {"8:9: limit 'l' needs an 'algorithm' (token_bucket, sliding_window, fixed_window, concurrency or leaky_bucket)"}},
+        {limits + "      - name: l\n        algorithm: leaking_bucket\n",
+         {"9:20: 'algorithm' must be token_bucket, sliding_window, fixed_window, concurrency or leaky_bucket, got "
+          "'leaking_bucket'"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        burst: 1\n",
          {"8:9: token_bucket limit 'l' needs 'rate'"}},
         {limits + "      - name: l\n        algorithm: token_bucket\n        rate: 0\n        burst: 0\n        per: 0s\n",
@@ -393,8 +430,8 @@ TEST_CASE("loader errors: limits", "[config][loader]") {
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 0\n        window: 0\n",
          {"10:16: 'limit' must be between 1 and 1000000000, got 0", "11:17: 'window' must be greater than 0, got 0"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n        rate: 1\n        per: 1s\n",
-         {"12:9: 'rate' is a token_bucket parameter, but limit 'l' is sliding_window",
-          "13:9: 'per' is a token_bucket parameter, but limit 'l' is sliding_window"}},
+         {"12:9: 'rate' is a token_bucket and leaky_bucket parameter, but limit 'l' is sliding_window",
+          "13:9: 'per' is a token_bucket and leaky_bucket parameter, but limit 'l' is sliding_window"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"
                   "        key: [client_ip, ip, \"header:x y\", \"header:\", client_ip]\n",
          {"12:26: unknown key part 'ip' (allowed: client_ip, method, path, header:NAME)",

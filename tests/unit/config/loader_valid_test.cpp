@@ -373,7 +373,8 @@ TEST_CASE("loader: files", "[config][loader]") {
         CHECK(config.store.redis.tcp->str() == "127.0.0.1:6379");
         REQUIRE(config.upstreams.size() == 1);
         CHECK(endpoints_of(config.upstreams[0].servers) == std::vector<std::string>{"127.0.0.1:8081"});
-        REQUIRE(config.routes.size() == 4);
+        REQUIRE(config.routes.size() == 5);
+        CHECK(config.server.max_waiting == 4096);
         CHECK(config.routes[0].name == "login");
         CHECK(config.routes[0].match.methods == std::vector<std::string>{"POST", "GET"});
         REQUIRE(config.routes[0].limits.size() == 2);
@@ -397,10 +398,18 @@ TEST_CASE("loader: files", "[config][loader]") {
         CHECK(in_flight.algorithm == Algorithm::concurrency);
         CHECK(in_flight.limit == 20);
         CHECK(in_flight.lease == 60s);
-        CHECK(config.routes[2].name == "static");
-        CHECK(config.routes[2].limits.empty());
-        CHECK(config.routes[3].name == "default");
-        CHECK(config.routes[3].match.path_prefix == std::optional<std::string>("/"));
-        CHECK(config.routes[3].limits.at(0).burst == 100);
+        const LimitConfig& shape = config.routes[2].limits.at(0);
+        CHECK(shape.algorithm == Algorithm::leaky_bucket);
+        CHECK(shape.rate == 10);
+        CHECK(shape.burst == 40);
+        CHECK(shape.delay == 0);
+        CHECK_FALSE(shape.nodelay);
+        CHECK(shape.max_wait == std::optional<std::chrono::milliseconds>(3s));
+        CHECK(shape.key.empty());
+        CHECK(config.routes[3].name == "static");
+        CHECK(config.routes[3].limits.empty());
+        CHECK(config.routes[4].name == "default");
+        CHECK(config.routes[4].match.path_prefix == std::optional<std::string>("/"));
+        CHECK(config.routes[4].limits.at(0).burst == 100);
     }
 }

@@ -581,7 +581,11 @@ TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
         REQUIRE_FALSE(result.ok());
         CHECK_THAT(result.error->message, Catch::Contains(text));
     };
-    expect_error(decide.raw({ScriptLimit{"k", "leaky_bucket", false, 1, 1, 1, {}}}), "unknown algorithm");
+    expect_error(decide.raw({ScriptLimit{"k", "leaking_bucket", false, 1, 1, 1, {}}}), "unknown algorithm");
+    // A leaky bucket's second parameter is "burst,delay_us,max_wait_us", three whole numbers.
+    for (const char* spec : {"5", "5,0", "5,0,1,2", "5,-1,0", "5,0,x", "", "5, 0, 0"})
+        expect_error(run({"k", "1", "1", "leaky_bucket", "0", "1", "1000", spec, "1"}, 1),
+                     "parameters of limit 1 of plan 1 are not valid");
     expect_error(run({"k", "1", "1", "token_bucket", "0", "1", "1000"}, 1), "lacks its 5 arguments per limit");
     expect_error(run({"k", "token_bucket", "0", "1", "1000", "5", "1"}, 1), "argument 1 is not a number of plans");
     expect_error(run({"k", "1", "x", "token_bucket", "0", "1", "1000", "5", "1"}, 1), "argument 2 is not a limit count");

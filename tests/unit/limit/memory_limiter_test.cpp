@@ -333,3 +333,86 @@ TEST_CASE("memory limiter: concurrency slots", "[memory_limiter]") {
     CHECK(f.at(t0 + 2 * second + 5000).outcome == Outcome::limited);  // b (renewed) and late
     CHECK(f.at(t0 + 3 * second + 1000).outcome == Outcome::allowed);  // b's renewed lease ended
 }
+
+TEST_CASE("memory limiter: leaky bucket holds a burst back and lets it out at the rate", "[memory_limiter][leaky]") {
+    Fixture f;
+    const auto t0 = f.now;
+    SECTION("rate 10/s, burst 40: 40 at once leave 100 ms apart, the 41st is limited") {
+        f.limits = {leaky_bucket("shape", 10, 1s, 40)};
+        for (int i = 0; i < 40; ++i) {
+            INFO("request " << i);
+            const auto d = f.at(t0);
+            REQUIRE(d.outcome == Outcome::allowed);
+            CHECK(d.wait() == std::chrono::milliseconds(100 * i));
+            CHECK(d.limits[0].remaining == static_cast<std::uint64_t>(39 - i));
+            CHECK(d.limits[0].reset == std::chrono::milliseconds(100 * (i + 1)));  // empty again then
+        }
+        const auto over = f.at(t0);
+        CHECK(over.outcome == Outcome::limited);
+        CHECK(over.limits[0].retry_after == 100ms);  // one leaves, one fits
+        CHECK(over.wait() == 0ms);
+        // Taking nothing: 100 ms later exactly one fits, and waits for the 39 still ahead of it.
+        const auto later = f.at(t0 + second / 10);
+        CHECK(later.outcome == Outcome::allowed);
+        CHECK(later.wait() == 3900ms);
+        CHECK(f.at(t0 + second / 10).outcome == Outcome::limited);
+    }
+    SECTION("delay: 10 passes the first request and 10 more at once (nginx's delay), the rest wait") {
+        f.limits = {leaky_bucket("shape", 10, 1s, 40, 10)};
+        for (int i = 0; i < 40; ++i) {
+            INFO("request " << i);
+            const auto d = f.at(t0);
+            REQUIRE(d.outcome == Outcome::allowed);
+            CHECK(d.wait() == std::chrono::milliseconds(i <= 10 ? 0 : 100 * (i - 10)));
+        }
+        CHECK(f.at(t0).outcome == Outcome::limited);
+    }
+    SECTION("nodelay: the whole burst at once, then one per interval") {
+        f.limits = {leaky_bucket("shape", 10, 1s, 40)};
+        f.limits[0].nodelay = true;
+        for (int i = 0; i < 40; ++i) CHECK(f.at(t0).wait() == 0ms);
+        CHECK(f.at(t0).outcome == Outcome::limited);
+        CHECK(f.at(t0 + second / 10).wait() == 0ms);
+    }
+    SECTION("max_wait: a request that would wait longer is limited, taking nothing") {
+        f.limits = {leaky_bucket("shape", 10, 1s, 40, 0, 250ms)};
+        for (int i = 0; i < 3; ++i) CHECK(f.at(t0).wait() == std::chrono::milliseconds(100 * i));
+        const auto d = f.at(t0);  // would wait 300 ms
+        CHECK(d.outcome == Outcome::limited);
+        CHECK(d.limits[0].retry_after == 50ms);  // then it would wait 250 ms
+        const auto then = f.at(t0 + 50'000);
+        CHECK(then.outcome == Outcome::allowed);
+        CHECK(then.wait() == 250ms);
+    }
+    SECTION("may_wait false (max_waiting reached): what would wait is limited, what passes at once passes") {
+        f.limits = {leaky_bucket("shape", 10, 1s, 40, 1)};
+        auto ask = [&](bool may_wait) {
+            return f.limiter.decide(RouteLimits{"login", f.limits}, RequestKeyValues{f.ip, "GET", "/login", {}, may_wait});
+        };
+        f.now = t0;
+        CHECK(ask(false).outcome == Outcome::allowed);  // the first and `delay` more go at once
+        CHECK(ask(false).outcome == Outcome::allowed);
+        CHECK(ask(false).outcome == Outcome::limited);
+        const auto d = ask(true);
+        CHECK(d.outcome == Outcome::allowed);
+        CHECK(d.wait() == 100ms);
+    }
+    SECTION("a shadow leaky bucket never holds a request back") {
+        f.limits = {leaky_bucket("shape", 10, 1s, 2, 0, std::nullopt, {client_ip()}, true)};
+        CHECK(f.at(t0).wait() == 0ms);
+        const auto second_one = f.at(t0);
+        CHECK(second_one.limits[0].wait == 100ms);  // reported
+        CHECK(second_one.wait() == 0ms);            // not applied
+        const auto third = f.at(t0);
+        CHECK(third.outcome == Outcome::allowed);
+        CHECK(third.shadow_limited());
+    }
+    SECTION("with another limit that rejects, the leaky bucket takes nothing") {
+        f.limits = {leaky_bucket("shape", 10, 1s, 40), token_bucket("cap", 100, 1s, 2)};
+        CHECK(f.at(t0).wait() == 0ms);
+        CHECK(f.at(t0).wait() == 100ms);
+        CHECK(f.at(t0).outcome == Outcome::limited);  // by cap
+        // Two in the bucket at t0, one left by t0 + 100 ms: a third waits for that one only.
+        CHECK(f.at(t0 + second / 10).wait() == 100ms);
+    }
+}

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -70,6 +71,19 @@ inline config::LimitConfig slots_limit(std::string name, std::uint64_t max, std:
     config::LimitConfig limit = sliding_window(std::move(name), max, std::chrono::milliseconds(0), std::move(key));
     limit.algorithm = config::Algorithm::concurrency;
     limit.lease = lease;
+    return limit;
+}
+
+// A leaky bucket letting out `rate` per `per`, holding `burst`; `delay` of a burst past the
+// first pass at once; a wait above `max_wait` limits.
+inline config::LimitConfig leaky_bucket(std::string name, double rate, std::chrono::milliseconds per,
+                                        std::uint64_t burst, std::uint64_t delay = 0,
+                                        std::optional<std::chrono::milliseconds> max_wait = std::nullopt,
+                                        std::vector<KeyPart> key = {client_ip()}, bool shadow = false) {
+    config::LimitConfig limit = token_bucket(std::move(name), rate, per, burst, std::move(key), shadow);
+    limit.algorithm = config::Algorithm::leaky_bucket;
+    limit.delay = delay;
+    limit.max_wait = max_wait;
     return limit;
 }
 
