@@ -37,13 +37,14 @@ const std::string_view stats_page_html = R"html(<!DOCTYPE html>
   <h1>sluice</h1>
   <span class="pill">uptime <b id="uptime">-</b></span>
   <span class="pill">connections <b id="connections">-</b></span>
+  <span class="pill" title="requests leaky buckets hold back now">waiting <b id="waiting">-</b></span>
   <span class="pill" id="store">store <b>-</b></span>
   <span class="pill" id="conn-state">updated <b id="updated">never</b></span>
 </header>
 <main>
   <table>
     <thead>
-      <tr><th>route</th><th>requests/s</th><th>forwarded/s</th><th>limited/s</th><th>limited %</th><th>shadow/s</th><th>store errors/s</th><th>total requests</th><th>limited % (last 2 min)</th><th>most limited clients (last min)</th></tr>
+      <tr><th>route</th><th>requests/s</th><th>forwarded/s</th><th>limited/s</th><th>limited %</th><th title="held back by a leaky bucket, then forwarded">delayed/s</th><th>shadow/s</th><th>store errors/s</th><th>total requests</th><th>limited % (last 2 min)</th><th>most limited clients (last min)</th></tr>
     </thead>
     <tbody id="routes"></tbody>
   </table>
@@ -77,6 +78,7 @@ function spark(values) {
 function render(now, rates) {
   document.getElementById("uptime").textContent = fmtUptime(now.uptime_seconds);
   document.getElementById("connections").textContent = now.connections_active;
+  document.getElementById("waiting").textContent = now.requests_waiting;
   const store = document.getElementById("store");
   store.className = "pill " + (now.store_up ? "up" : "down");
   store.querySelector("b").textContent = now.store_up ? "up" : "down";
@@ -94,6 +96,7 @@ function render(now, rates) {
     const pct = cell(r.pct.toFixed(1) + " %", "pct" + (r.pct >= 50 ? " hot" : r.pct >= 10 ? " warm" : ""));
     const bar = document.createElement("span"); bar.className = "bar"; bar.style.width = Math.round(r.pct * 0.6) + "px";
     pct.appendChild(bar); tr.appendChild(pct);
+    tr.appendChild(cell(fmtRate(r.dps), "dps"));
     tr.appendChild(cell(fmtRate(r.sps), "sps"));
     tr.appendChild(cell(fmtRate(r.eps), "eps"));
     tr.appendChild(cell(String(r.total), "total"));
@@ -118,7 +121,7 @@ async function poll() {
       const rps = d("requests"), lps = d("limited");
       const pct = rps > 0 ? Math.min(100, 100 * lps / rps) : 0;
       const h = history.get(r.route) || []; h.push(pct); if (h.length > HISTORY) h.shift(); history.set(r.route, h);
-      rates.push({ route: r.route, rps, fps: d("forwarded"), lps, pct, sps: d("shadow_limited"), eps: d("store_errors"),
+      rates.push({ route: r.route, rps, fps: d("forwarded"), lps, pct, sps: d("shadow_limited"), eps: d("store_errors"), dps: d("delayed"),
                    total: r.requests, top: r.top_limited || [] });
     }
     previous = now;

@@ -24,9 +24,10 @@ READ_PAGE = r"""(() => {
   for (const tr of document.querySelectorAll('tr[data-route]')) {
     const cell = cls => { const td = tr.querySelector('td.' + cls); return td ? td.textContent.trim() : null; };
     rows[tr.dataset.route] = {};
-    for (const cls of ['rps', 'fps', 'lps', 'pct', 'sps', 'eps', 'total', 'top']) rows[tr.dataset.route][cls] = cell(cls);
+    for (const cls of ['rps', 'fps', 'lps', 'pct', 'dps', 'sps', 'eps', 'total', 'top']) rows[tr.dataset.route][cls] = cell(cls);
   }
   return {rows, store: text('#store'), uptime: text('#uptime'), connections: text('#connections'),
+          waiting: text('#waiting'),
           updated: text('#updated'), title: document.title};
 })()"""
 
@@ -57,6 +58,10 @@ class StatsPageTest(SluiceTestCase):
              "limits": [{"name": "burst", "algorithm": "token_bucket", "rate": 5, "per": "1s",
                          "burst": 5, "key": ["client_ip"]}]},
             {"name": "browse", "match": {"path_prefix": "/browse"}, "upstream": "app"},
+            # Shaped to 10/s: the shaping client below sends faster, so its requests wait.
+            {"name": "shaped", "match": {"path_prefix": "/shaped"}, "upstream": "app",
+             "limits": [{"name": "shape", "algorithm": "leaky_bucket", "rate": 10, "per": "1s",
+                         "burst": 40, "key": []}]},
         ]
         self.sluice = self.start_sluice(proxy_config(
             self.port, {"app": up.address}, routes,
@@ -77,6 +82,9 @@ class StatsPageTest(SluiceTestCase):
         self.traffic = threading.Thread(target=self.generate_traffic, daemon=True)
         self.traffic.start()
         self.addCleanup(self.traffic.join, 10)
+        self.shaping = threading.Thread(target=self.generate_shaped_traffic, daemon=True)
+        self.shaping.start()
+        self.addCleanup(self.shaping.join, 10)
         self.addCleanup(self.stop_traffic.set)
 
     def generate_traffic(self):
@@ -97,6 +105,31 @@ class StatsPageTest(SluiceTestCase):
             self.stop_traffic.wait(0.04)
         if client is not None:
             client.close()
+
+    def generate_shaped_traffic(self):
+        # Three connections, each sending its next request as soon as the last is answered:
+        # about 10/s get through, each after waiting its turn.
+        def one_connection():
+            client = None
+            while not self.stop_traffic.is_set():
+                try:
+                    if client is None:
+                        client = RawClient(self.port, timeout=10.0)
+                    r = client.request("GET", "/shaped")
+                    if r.status != 200:
+                        self.traffic_errors.append(f"/shaped: {r.status}")
+                except Exception as e:
+                    self.traffic_errors.append(f"/shaped: {type(e).__name__}: {e}")
+                    if client is not None:
+                        client.close()
+                    client = None
+            if client is not None:
+                client.close()
+        threads = [threading.Thread(target=one_connection, daemon=True) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
 
     def read_page(self, page):
         return page.evaluate(READ_PAGE)
@@ -135,8 +168,15 @@ class StatsPageTest(SluiceTestCase):
         self.assertEqual(number(browse["pct"]), 0, browse)
         self.assertEqual(number(browse["lps"]), 0, browse)
         self.assertGreater(number(browse["fps"]), 0, browse)
-        for cell in ("sps", "eps"):
+        for cell in ("sps", "eps", "dps"):
             self.assertEqual(number(login[cell]), 0, f"{cell}: {login}")
+        # The shaped route: requests held back and then forwarded, none limited.
+        shaped = self.wait_page(page, lambda s: "shaped" in s["rows"] and number(s["rows"]["shaped"]["dps"]) > 0,
+                                10.0, "the shaped row with delayed/s > 0")
+        row = shaped["rows"]["shaped"]
+        self.assertEqual(number(row["lps"]), 0, row)
+        self.assertGreater(number(row["fps"]), 0, row)
+        self.assertRegex(shaped["waiting"], r"^\d+$")
         self.assertRegex(first["store"], r"\bup\b")
         self.assertNotIn("down", first["store"])
         self.assertNotIn(first["uptime"], (None, "", "-"))
@@ -197,6 +237,7 @@ class StatsPageTest(SluiceTestCase):
 
         self.stop_traffic.set()
         self.traffic.join(10)
+        self.shaping.join(15)
         self.assertEqual(self.traffic_errors, [])
 
 
