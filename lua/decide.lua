@@ -54,8 +54,8 @@
 --   allowed (1: this limit alone admits the request, 0: it would reject, 2: not decided, a
 --     key of the request lives on another cluster node: see cluster_keys.lua),
 --   remaining (after this request; a rejected request took nothing),
---   retry_after_ms (when allowed: how long a leaky bucket holds the request back, else 0;
---     when not: ms until this limit admits), rounded up,
+--   retry_after (when allowed: how long a leaky bucket holds the request back, in
+--     microseconds, else 0; when not: ms until this limit admits, rounded up),
 --   reset_ms (ms until this limit is back to its full quota, rounded up).
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -206,9 +206,14 @@ end
 
 local reply, m = { now }, 1
 local function put(allowed, remaining, retry_us, reset_us)
-  reply[m + 1] = allowed and 1 or 0
   reply[m + 2] = remaining
-  reply[m + 3] = ceil(retry_us / 1000)
+  if allowed then
+    reply[m + 1] = 1
+    reply[m + 3] = retry_us  -- a leaky bucket's wait, exact: the proxy's timer has microseconds
+  else
+    reply[m + 1] = 0
+    reply[m + 3] = ceil(retry_us / 1000)
+  end
   reply[m + 4] = ceil(reset_us / 1000)
   m = m + 4
 end

@@ -350,7 +350,7 @@ private:
     net::awaitable<void> close_gracefully();
     // Holds the request back (a leaky bucket's wait) on a timer: nothing read, no upstream
     // connection held. A plain client that closes meanwhile ends it (TLS ones are not watched).
-    net::awaitable<Hold> hold_back(std::chrono::milliseconds wait, observe::Metrics& metrics);
+    net::awaitable<Hold> hold_back(std::chrono::microseconds wait, observe::Metrics& metrics);
     // The server side of a TLS handshake; false (counted and, a few times a minute, logged)
     // when it fails or does not finish within the listener's handshake_timeout.
     net::awaitable<bool> tls_handshake();
@@ -724,7 +724,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     std::optional<SlotHold> slots_held;
     // A leaky bucket's wait before forwarding, and the place it holds meanwhile.
     std::optional<WaitingPlace> waiting_place;
-    std::chrono::milliseconds wait{0};
+    std::chrono::microseconds wait{0};
     const bool check = route->action == config::RouteAction::check;
     const unsigned limited_status = route->limited_status.value_or(cfg.responses.limited_status);
     // A check route decides for another proxy: the method and path its key parts see are the
@@ -840,7 +840,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     co_return finish(co_await forward(snap, *route, parser, keep_alive, rate_headers, rec));
 }
 
-net::awaitable<Session::Hold> Session::hold_back(std::chrono::milliseconds wait, observe::Metrics& metrics) {
+net::awaitable<Session::Hold> Session::hold_back(std::chrono::microseconds wait, observe::Metrics& metrics) {
     const auto until = Clock::now() + wait;
     if (worker_.stopping() && until > worker_.stop_deadline()) co_return Hold::stopping;
     disarm();

@@ -155,7 +155,7 @@ LimitResult decide_result(const redis::RedisReply& reply, std::size_t index) {
     result.remaining = static_cast<std::uint64_t>(field[1].integer);
     // An admitted request's third field is how long a leaky bucket holds it back (0 for the
     // other algorithms); a rejected one's, when to try again.
-    if (result.allowed) result.wait = std::chrono::milliseconds(field[2].integer);
+    if (result.allowed) result.wait = std::chrono::microseconds(field[2].integer);
     else result.retry_after = std::chrono::milliseconds(field[2].integer);
     result.reset = std::chrono::milliseconds(field[3].integer);
     return result;

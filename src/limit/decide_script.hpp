@@ -14,8 +14,8 @@
 //         then one plan number per request (and the request's owner token when its
 //         plan has a concurrency limit)
 //   reply an array of integers: now_us, then per limit (KEYS order): allowed (0|1),
-//         remaining, retry_after_ms (allowed: wait_ms, how long a leaky bucket holds the
-//         request back), reset_ms
+//         remaining, retry_after_ms (allowed: wait_us, how long a leaky bucket holds the
+//         request back, in microseconds), reset_ms
 #pragma once
 
 #include <cstdint>

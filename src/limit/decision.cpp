@@ -25,8 +25,8 @@ Decision Decision::from_results(std::vector<LimitResult> limits, std::int64_t ti
     return decision;
 }
 
-std::chrono::milliseconds Decision::wait() const {
-    std::chrono::milliseconds longest{0};
+std::chrono::microseconds Decision::wait() const {
+    std::chrono::microseconds longest{0};
     if (outcome != Outcome::allowed) return longest;
     for (const auto& r : limits)
         if (r.applies && !r.shadow && r.allowed) longest = std::max(longest, r.wait);

@@ -19,7 +19,7 @@ struct LimitResult {
     std::uint64_t remaining = 0;                // after this request (a rejected one takes nothing)
     std::chrono::milliseconds retry_after{0};  // !allowed: until this limit admits, rounded up
     std::chrono::milliseconds reset{0};        // until this limit is back to its full quota, rounded up
-    std::chrono::milliseconds wait{0};         // allowed by a leaky bucket: hold the request this long, rounded up
+    std::chrono::microseconds wait{0};         // allowed by a leaky bucket: hold the request this long
 };
 
 // The concurrency slots a request holds while it runs: given back (Store::release) when its
@@ -52,7 +52,7 @@ struct Decision {
     bool shadow_limited() const;
     // An allowed request waits this long before it is forwarded: the longest wait of its
     // enforced leaky buckets (shadow limits never hold a request back).
-    std::chrono::milliseconds wait() const;
+    std::chrono::microseconds wait() const;
 
     // Builds the route-level decision from per-limit results.
     static Decision from_results(std::vector<LimitResult> limits, std::int64_t time_us);

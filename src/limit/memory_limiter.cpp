@@ -177,7 +177,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             r.reset = ceil_to_ms(c.end - now);
         } else if (limit.algorithm == config::Algorithm::token_bucket ||
                    limit.algorithm == config::Algorithm::leaky_bucket) {
-            if (consumed) r.wait = ceil_to_ms(c.wait_us);
+            if (consumed) r.wait = std::chrono::microseconds(c.wait_us);
             const std::int64_t tat = consumed ? c.next_tat : c.tat;
             if (consumed) states_[*keys[i]] = TokenBucket{c.next_tat};
             r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));

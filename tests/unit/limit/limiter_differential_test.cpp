@@ -115,7 +115,7 @@ struct Differential {
     const std::vector<config::LimitConfig> slots_alone{slots_limit("slots_alone", 2, 90ms, {client_ip(), method()})};
     // Leaky buckets: with another limit (check, commit, report), alone with a cost header
     // and max_wait, shadow; clients sometimes asking with may_wait false (max_waiting reached).
-    const std::vector<config::LimitConfig> shaped{leaky_bucket("shape", 10, 100ms, 6, 1),
+    const std::vector<config::LimitConfig> shaped{leaky_bucket("shape", 30, 1s, 6, 1),  // 33.333 ms
                                                   token_bucket("shape_cap", 30, 100ms, 9)};
     const std::vector<config::LimitConfig> shaped_alone{
         costing(leaky_bucket("shaped_alone", 4, 100ms, 5, 0, 60ms, {client_ip(), method()}), "x-cost")};

@@ -397,6 +397,10 @@ TEST_CASE("memory limiter: leaky bucket holds a burst back and lets it out at th
         CHECK(d.outcome == Outcome::allowed);
         CHECK(d.wait() == 100ms);
     }
+    SECTION("waits are exact to the microsecond: 3 per second leave 333,333 us apart") {
+        f.limits = {leaky_bucket("shape", 3, 1s, 5)};
+        for (int i = 0; i < 5; ++i) CHECK(f.at(t0).wait() == std::chrono::microseconds(333'333 * i));
+    }
     SECTION("a shadow leaky bucket never holds a request back") {
         f.limits = {leaky_bucket("shape", 10, 1s, 2, 0, std::nullopt, {client_ip()}, true)};
         CHECK(f.at(t0).wait() == 0ms);
