@@ -17,7 +17,7 @@ Pieces:
                          command(), pause() (CLIENT PAUSE), stop(), restart() on the same port
   RedisClient            a minimal RESP client (one connection)
   redis_store(...)       the `store` config section for a RedisServer
-  token_bucket / sliding_window / limited_route
+  token_bucket / sliding_window / leaky_bucket / limited_route
                          limit and route dicts for configs
   ratelimit_headers(r)   RateLimit-Policy / RateLimit / X-RateLimit-* of a response, parsed
   retry_after(r)         Retry-After as an integer (fails unless it is one)
@@ -57,7 +57,8 @@ __all__ = [
     "send_raw", "garbage", "by_path", "http_response_bytes", "build_request", "chunked_body",
     "Response", "RawClient", "IncompleteResponse", "ConnectionClosed", "simple_request",
     "parse_access_line", "SluiceTestCase", "RedisError", "RedisClient", "RedisServer",
-    "redis_binary", "redis_store", "token_bucket", "sliding_window", "limited_route",
+    "redis_binary", "redis_store", "token_bucket", "sliding_window", "leaky_bucket",
+    "limited_route",
     "ratelimit_headers", "retry_after",
 ]
 
@@ -1582,6 +1583,24 @@ def sliding_window(name, limit, window, key=None, shadow=None):
     if shadow is not None:
         out["shadow"] = shadow
     return out
+
+
+def leaky_bucket(name, rate, per, burst, key=None, *, delay=None, nodelay=None, max_wait=None,
+                 shadow=None):
+    """A leaky_bucket limit dict (shaping: requests leave at rate/per, the bucket holds
+    `burst`); delay, nodelay and max_wait are left out unless given."""
+    limit = {"name": name, "algorithm": "leaky_bucket", "rate": rate, "per": per, "burst": burst}
+    if delay is not None:
+        limit["delay"] = delay
+    if nodelay is not None:
+        limit["nodelay"] = nodelay
+    if max_wait is not None:
+        limit["max_wait"] = max_wait
+    if key is not None:
+        limit["key"] = list(key)
+    if shadow is not None:
+        limit["shadow"] = shadow
+    return limit
 
 
 def limited_route(name, limits, *, upstream="app", path_prefix=None, path=None,
