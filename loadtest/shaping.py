@@ -46,6 +46,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from idle_conns import read_response as read_status  # noqa: E402  (one response with a Content-Length body: its status)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 QUICK = os.environ.get("QUICK") == "1"
@@ -723,27 +726,6 @@ def http_request(path, port):
     return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: sluice-shaping\r\n\r\n".encode()
 
 
-def read_one(sock):
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise ConnectionError("closed before the response head")
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise ConnectionError("closed inside the body")
-        body += chunk
-    return int(head.split(b" ", 2)[1])
-
-
 def settle_rss(pid, seconds=2.0):
     """VmRSS once it stops moving (at most `seconds` of sampling)."""
     last, deadline = rss_kib(pid), time.monotonic() + seconds
@@ -773,7 +755,7 @@ def memory_round(bed, n, k):
             s.settimeout(10)
             s.connect(("127.0.0.1", bed.port))
             s.sendall(idle_req)
-            if read_one(s) != 200:
+            if read_status(s) != 200:
                 raise ConnectionError("not a 200")
             socks.append(s)
         except OSError as e:
@@ -851,7 +833,7 @@ def phase_memory(bed, n):
     for _ in range(20):
         s = socket.create_connection(("127.0.0.1", bed.port), timeout=5)
         s.sendall(http_request("/idle", bed.port))
-        read_one(s)
+        read_status(s)
         s.close()
     bed.take_arrivals()
     rounds = []

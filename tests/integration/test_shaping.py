@@ -227,6 +227,18 @@ class ShapingTestCase(SluiceTestCase):
         self.assertTrue(want - early <= got <= want + late,
                         f"{what} arrived at {got:.3f} s, its turn is at {want:.3f} s")
 
+    def fire_past_the_bucket(self, prefix, n=41):
+        """n requests at once, one more than the bucket holds: all answered, n - 1 with 200 and
+        one limited (assert_limited). Returns what was sent and the arrival times, sorted."""
+        sent = fire(self.ports, [f"/{prefix}{i}" for i in range(n)])
+        self.assert_all_answered(sent)
+        statuses = [s.status for s in sent]
+        self.assertEqual((statuses.count(200), statuses.count(429)), (n - 1, 1), statuses)
+        self.assert_limited([s for s in sent if s.status == 429][0])
+        times = sorted(self.arrivals.times())
+        self.assertEqual(len(times), n - 1)
+        return sent, times
+
     def assert_limited(self, s):
         """A 429 from the shaping limit: Retry-After, and nothing of it reached the upstream."""
         self.assertEqual(s.status, 429, s)
@@ -240,19 +252,13 @@ class ScheduleTest(ShapingTestCase):
         # instances on one Redis. 41 requests at once, alternating between the instances.
         self.start_stack(leaky_bucket("shape", 10, "1s", 40, key=[]), instances=2)
         interval = 0.1
-        sent = fire(self.ports, [f"/x{i}" for i in range(41)])
-        self.assert_all_answered(sent)
-        statuses = [s.status for s in sent]
-        self.assertEqual((statuses.count(200), statuses.count(429)), (40, 1), statuses)
+        sent, times = self.fire_past_the_bucket("x")
         [refused] = [s for s in sent if s.status == 429]
-        self.assert_limited(refused)
         # The bucket was full by about one interval: the next one leaves within it.
         self.assertEqual(retry_after(refused.response), 1)
         instance = self.sluices[int(refused.target[2:]) % len(self.sluices)]  # fire() alternates
         self.assertEqual(self.entry_for(refused.target, sluice=instance)["decision"], "limited")
 
-        times = sorted(self.arrivals.times())
-        self.assertEqual(len(times), 40)
         self.assert_schedule(times, interval)
         # No one-second span at the upstream holds more than 10 (+1 at its edge).
         busiest = max(sum(1 for b in times if a <= b < a + 1.0) for a in times)
@@ -274,25 +280,15 @@ class ScheduleTest(ShapingTestCase):
 
     def test_the_memory_store_shapes_alike(self):
         self.start_stack(leaky_bucket("shape", 10, "1s", 5, key=[]), redis=False)
-        sent = fire(self.ports, [f"/m{i}" for i in range(6)])
-        self.assert_all_answered(sent)
-        statuses = [s.status for s in sent]
-        self.assertEqual((statuses.count(200), statuses.count(429)), (5, 1), statuses)
-        self.assert_limited([s for s in sent if s.status == 429][0])
-        self.assert_schedule(self.arrivals.times(), 0.1)
+        _, times = self.fire_past_the_bucket("m", 6)
+        self.assert_schedule(times, 0.1)
         decisions = [e["decision"] for e in self.wait_entries(6)]
         self.assertEqual(sorted(decisions), ["allowed"] + ["delayed"] * 4 + ["limited"])
 
     def test_delay_lets_the_first_and_delay_more_through_at_once(self):
         # nginx's delay=10: the first request and 10 more go at once, the rest one per 100 ms.
         self.start_stack(leaky_bucket("shape", 10, "1s", 40, key=[], delay=10))
-        sent = fire(self.ports, [f"/d{i}" for i in range(41)])
-        self.assert_all_answered(sent)
-        statuses = [s.status for s in sent]
-        self.assertEqual((statuses.count(200), statuses.count(429)), (40, 1), statuses)
-        self.assert_limited([s for s in sent if s.status == 429][0])
-        times = sorted(self.arrivals.times())
-        self.assertEqual(len(times), 40)
+        _, times = self.fire_past_the_bucket("d")
         self.assert_schedule(times, 0.1, at_once=11)
         decisions = [e["decision"] for e in self.wait_entries(41)]
         self.assertEqual((decisions.count("allowed"), decisions.count("delayed"),
@@ -300,13 +296,7 @@ class ScheduleTest(ShapingTestCase):
 
     def test_nodelay_passes_the_whole_burst_at_once(self):
         self.start_stack(leaky_bucket("shape", 10, "1s", 40, key=[], nodelay=True))
-        sent = fire(self.ports, [f"/n{i}" for i in range(41)])
-        self.assert_all_answered(sent)
-        statuses = [s.status for s in sent]
-        self.assertEqual((statuses.count(200), statuses.count(429)), (40, 1), statuses)
-        self.assert_limited([s for s in sent if s.status == 429][0])
-        times = sorted(self.arrivals.times())
-        self.assertEqual(len(times), 40)
+        _, times = self.fire_past_the_bucket("n")
         # No request was held back: every decision says allowed, no access line has a wait.
         decisions = [e["decision"] for e in self.wait_entries(41)]
         self.assertEqual((decisions.count("allowed"), decisions.count("limited")), (40, 1), decisions)
@@ -438,6 +428,13 @@ class RedisDownTest(ShapingTestCase):
         self.stopped_at = time.monotonic()
         return burst, results
 
+    def ask_new(self):
+        """A new request while Redis is down: the response and how long it took."""
+        c = self.client(self.port)
+        started = time.monotonic()
+        r = c.request("GET", "/new")
+        return r, time.monotonic() - started
+
     def check_held_ones(self, burst, results):
         burst.join(10)
         sent = results["sent"]
@@ -451,10 +448,7 @@ class RedisDownTest(ShapingTestCase):
 
     def test_waiting_requests_go_out_and_new_ones_are_allowed(self):
         burst, results = self.hold_some_then_stop_redis("allow")
-        c = self.client(self.port)
-        started = time.monotonic()
-        r = c.request("GET", "/new")
-        took = time.monotonic() - started
+        r, took = self.ask_new()
         self.assertEqual(r.status, 200)
         # At once: had it queued behind the held ones it would wait about 0.8 s.
         self.assertLess(took, 0.5, "a request the store could not decide waited")
@@ -465,10 +459,7 @@ class RedisDownTest(ShapingTestCase):
 
     def test_waiting_requests_go_out_and_new_ones_are_denied(self):
         burst, results = self.hold_some_then_stop_redis("deny")
-        c = self.client(self.port)
-        started = time.monotonic()
-        r = c.request("GET", "/new")
-        took = time.monotonic() - started
+        r, took = self.ask_new()
         self.assert_problem(r, 503)
         self.assertLess(took, 0.5)
         self.assertEqual(r.header_values("retry-after"), ["1"])
