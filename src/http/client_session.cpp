@@ -745,11 +745,11 @@ net::awaitable<bool> Session::serve_one(bool first) {
         const limit::RouteLimits limits{route->name, route->limits,
                                         &snap.key_plans[static_cast<std::size_t>(route - cfg.routes.data())]};
         limit::RequestKeyValues values{client, key_method, key_path,
-                                             [&req](std::string_view name) -> std::optional<std::string_view> {
-                                                 auto it = req.find(name);
-                                                 if (it == req.end()) return std::nullopt;
-                                                 return sv(it->value());
-                                             }};
+                                       [&req](std::string_view name) -> std::optional<std::string_view> {
+                                           auto it = req.find(name);
+                                           if (it == req.end()) return std::nullopt;
+                                           return sv(it->value());
+                                       }};
         // A cost header asking for more than a limit can ever hold would be refused forever:
         // the request is malformed for this route, not limited.
         if (const auto over = limit::cost_over_capacity(route->limits, values)) {
