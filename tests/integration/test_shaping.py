@@ -227,6 +227,15 @@ class ShapingTestCase(SluiceTestCase):
         self.assertTrue(want - early <= got <= want + late,
                         f"{what} arrived at {got:.3f} s, its turn is at {want:.3f} s")
 
+    def fire_in_background(self, prefix, n):
+        """fire() of n requests on a thread of its own; results["sent"] once it is joined."""
+        results = {}
+        burst = threading.Thread(target=lambda: results.update(
+            sent=fire(self.ports, [f"/{prefix}{i}" for i in range(n)])), daemon=True)
+        burst.start()
+        self.addCleanup(burst.join, 10)
+        return burst, results
+
     def fire_past_the_bucket(self, prefix, n=41):
         """n requests at once, one more than the bucket holds: all answered, n - 1 with 200 and
         one limited (assert_limited). Returns what was sent and the arrival times, sorted."""
@@ -417,11 +426,7 @@ class RedisDownTest(ShapingTestCase):
     def hold_some_then_stop_redis(self, on_error):
         self.start_stack(leaky_bucket("shape", 10, "1s", 40, key=[]), on_error=on_error,
                          admin=True)
-        results = {}
-        burst = threading.Thread(target=lambda: results.update(
-            sent=fire(self.ports, [f"/h{i}" for i in range(self.N)])), daemon=True)
-        burst.start()
-        self.addCleanup(burst.join, 10)
+        burst, results = self.fire_in_background("h", self.N)
         self.wait_metric(lambda m: self.decisions(m).get("delayed") == self.N - 1,
                          f"{self.N - 1} requests held back")
         self.redis.stop()
@@ -476,11 +481,7 @@ class ShutdownTest(ShapingTestCase):
         self.start_stack(leaky_bucket("shape", 5, "1s", 20, key=[]),
                          server={"shutdown_timeout": "1s"}, admin=True)
         n = 12
-        results = {}
-        burst = threading.Thread(target=lambda: results.update(
-            sent=fire(self.ports, [f"/s{i}" for i in range(n)])), daemon=True)
-        burst.start()
-        self.addCleanup(burst.join, 10)
+        burst, results = self.fire_in_background("s", n)
         self.wait_metric(lambda m: self.waiting_now(m) == n - 1, f"{n - 1} requests waiting")
         first_at = self.arrivals.wait_count(1, 3)[0]
         wait_until(lambda: time.monotonic() >= first_at + interval / 2, 3)
@@ -526,11 +527,7 @@ class VisibilityTest(ShapingTestCase):
         self.start_stack(leaky_bucket("shape", 10, "1s", 40, key=[]), admin=True,
                          logging={"summary_interval": "1s"})
         n = 10
-        results = {}
-        burst = threading.Thread(target=lambda: results.update(
-            sent=fire(self.ports, [f"/v{i}" for i in range(n)])), daemon=True)
-        burst.start()
-        self.addCleanup(burst.join, 10)
+        burst, results = self.fire_in_background("v", n)
         m = self.wait_metric(lambda m: self.waiting_now(m) and self.waiting_now(m) > 0,
                              "requests waiting in the gauge")
         self.assertLessEqual(self.waiting_now(m), n - 1)
