@@ -177,8 +177,8 @@ def redis_state(node):
     user = float(re.search(r"used_cpu_user:([\d.]+)", cpu).group(1))
     system = float(re.search(r"used_cpu_sys:([\d.]+)", cpu).group(1))
     stats = node.command("INFO", "commandstats")
-    calls = sum(int(c) for c in re.findall(r"cmdstat_eval(?:sha)?:calls=(\d+)", stats))
-    script_us = sum(int(c) for c in re.findall(r"cmdstat_eval(?:sha)?:calls=\d+,usec=(\d+)", stats))
+    calls = sum(int(c) for c in re.findall(r"cmdstat_(?:eval|evalsha|fcall):calls=(\d+)", stats))
+    script_us = sum(int(c) for c in re.findall(r"cmdstat_(?:eval|evalsha|fcall):calls=\d+,usec=(\d+)", stats))
     return user + system, calls, system, script_us
 
 

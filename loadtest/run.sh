@@ -348,8 +348,8 @@ sluice_counts() {
     /^sluice_store_errors_total/ { e += $NF }
     END { printf "%d %d %d\n", r, l, e }'
 }
-# "calls usec" of EVALSHA + EVAL in Redis
-redis_evals() { redis-cli -p "$REDIS_PORT" INFO commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval):/ { n += $3; u += $5 } END { printf "%d %d\n", n, u }'; }
+# "calls usec" of the decide calls (FCALL, EVALSHA, EVAL) in Redis
+redis_evals() { redis-cli -p "$REDIS_PORT" INFO commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval|fcall):/ { n += $3; u += $5 } END { printf "%d %d\n", n, u }'; }
 # kernel counter: connections dropped because an accept queue was full (whole machine)
 # kernel counter: packets dropped because a CPU's input backlog was full (net.core.netdev_max_backlog;
 # on loopback a burst of connections or segments can overflow it; each drop is a retransmission

@@ -322,7 +322,7 @@ class Bed:
 
     def redis_calls(self):
         text = self.redis_cli("INFO", "commandstats")
-        return sum(int(c) for c in re.findall(r"cmdstat_eval(?:sha)?:calls=(\d+)", text))
+        return sum(int(c) for c in re.findall(r"cmdstat_(?:eval|evalsha|fcall):calls=(\d+)", text))
 
     def start_recorder(self):
         self.recorder = spawn([sys.executable, os.path.abspath(__file__), "--upstream", str(self.rec_port)],

@@ -20,6 +20,7 @@ local function concurrency_algorithm(read_failed)
   -- What this call knows of its keys: sets[key] = { now, count, foreign, adds, last }, where
   -- adds holds the slots taken in this call (token, lease end), written at the end (flush).
   local sets = {}
+  function concurrency.begin() sets = {} end
 
   local function entry(key, now)
     local e = sets[key]

@@ -1,9 +1,17 @@
 -- decide: a batch of requests, each against all limits of its route, in one atomic call.
 --
--- The script Redis runs is token_bucket.lua .. sliding_window.lua .. fixed_window.lua ..
--- (standalone|cluster)_keys.lua .. decide.lua, joined by the C++ side
--- (limit/decide_script.cpp); this file builds the algorithms' tables with the functions
--- they define, each on its first use in a call.
+-- The code Redis runs is token_bucket.lua .. sliding_window.lua .. fixed_window.lua ..
+-- concurrency.lua .. decide.lua .. (standalone|cluster)_keys.lua, joined by the C++ side
+-- (limit/decide_script.cpp), loaded as a Redis 7 function library (FUNCTION LOAD; called
+-- with FCALL) or, where FUNCTION is not available or not allowed, as a script (EVALSHA).
+-- This file defines `decide(KEYS, ARGV, cluster)`; the *_keys.lua file registers it (or
+-- calls it, as a script).
+--
+-- A library is loaded once and its functions keep their upvalues from call to call: the
+-- algorithms' tables are built on a call's first use of the algorithm and kept, and so is
+-- every plan parsed (below), so a call pays only for its requests. (Redis runs a library's
+-- top level with no standard library at hand: nothing here touches `string`, `math` or
+-- another global before the first call.) As a script, everything is built anew per call.
 --
 -- A worker sends every decision that became due in one turn of its event loop as one call
 -- (a batch of one when it is not busy). The requests are decided one after the other, in
@@ -17,11 +25,13 @@
 --   batch come in ARGV instead (cluster_keys.lua says why and how).
 -- ARGV: the batch's plans (the limits of a route, as its requests are decided), then the
 --   plan of each request. A batch mostly holds requests of one or two routes, so the
---   parameters are sent, and parsed, once per plan rather than once per request:
+--   parameters are sent once per plan rather than once per request, and a plan's text is
+--   parsed once and kept (by its text, a few hundred at most) while the library lives:
 --   ARGV[1]      P, the number of plans
---   each plan:   its number of limits n >= 1, then five per limit:
+--   ARGV[2..P+1] each plan as one text: its limits separated by ";", each limit five
+--                fields separated by single spaces:
 --                  algorithm   "token_bucket" | "sliding_window" | "fixed_window" |
---                              "concurrency"
+--                              "concurrency" | "leaky_bucket"
 --                  shadow      "1" = report only, "0" = enforced
 --                  cost        units the request takes (0 takes nothing and always fits)
 --                  token_bucket:   interval_us (time to refill one token), burst
@@ -57,18 +67,9 @@
 --   retry_after (when allowed: how long a leaky bucket holds the request back, in
 --     microseconds, else 0; when not: ms until this limit admits, rounded up),
 --   reset_ms (ms until this limit is back to its full quota, rounded up).
-if redis.replicate_commands then redis.replicate_commands() end
-
--- The algorithms by name, each built when a call first names it: creating an algorithm's
--- functions is part of every call's cost, and most batches use one algorithm only.
--- On a cluster (cluster_keys.lua sets `cluster`), a key this node does not serve now (its slot
--- moved, or is migrating and the key has left) fails when it is read: redis.pcall answers an
--- error ("... non local key ..." or "... cluster is down ..."). The algorithms read every key
--- of a request before they write anything for it, and hand such an error to `read_failed`,
--- which raises NOT_HERE: the request is then answered "elsewhere" and the proxy sends it
--- again on its own. Any other error (a key of another type) is the algorithm's to handle.
 local NOT_HERE = {}
-local find = string.find
+local cluster = false  -- this call's: set by decide()
+local find, match, ceil  -- string.find, string.match, math.ceil: set on the first call
 local function read_failed(reply)
   if not cluster then return end
   local message = reply.err or ''
@@ -77,6 +78,7 @@ local function read_failed(reply)
   end
 end
 
+-- The algorithms by name, each built when a call first names it and kept.
 local makers = {
   token_bucket = token_bucket_algorithm,
   sliding_window = sliding_window_algorithm,
@@ -84,38 +86,46 @@ local makers = {
   concurrency = concurrency_algorithm,
   leaky_bucket = function(failed) return token_bucket_algorithm(failed, true) end,
 }
-local algorithms = {}
+local algorithms, built = {}, {}
+-- The key of a limit whose algorithm changed on reload can come with two algorithms in one
+-- batch: before one algorithm uses a key, the others hand it over (release: writes what it
+-- holds for the key and forgets it). others[algorithm] lists them once two are built.
+local others = {}
 local function algorithm_named(name)
   local algorithm = algorithms[name]
   if algorithm == nil then
     local make = makers[name]
     if make == nil then return nil end
     algorithm = make(read_failed)
+    algorithm.begin()
     algorithms[name] = algorithm
+    built[#built + 1] = algorithm
+    if #built > 1 then
+      for i = 1, #built do
+        local list = {}
+        for j = 1, #built do
+          if j ~= i then list[#list + 1] = built[j] end
+        end
+        others[built[i]] = list
+      end
+    end
   end
   return algorithm
 end
--- ARGV, KEYS (locals: a global is a table lookup on every use) and `cluster` come from
--- standalone_keys.lua or cluster_keys.lua.
-local nargs = #ARGV
-local ceil = math.ceil
 
 local function whole(x)
   return x and x >= 0 and x % 1 == 0
 end
 
-local function refuse(message)
-  return redis.error_reply('ERR decide: ' .. message)
-end
-
 -- A fixed window's second parameter: window_us, or four ascending calendar boundaries.
+-- Placed at each call's TIME (start, stop) before anything is decided.
 local function fixed_window_spec(text)
   local w = tonumber(text)
   if w then
     if whole(w) and w >= 1 then return { every = w } end
     return nil
   end
-  local b0, b1, b2, b3 = string.match(text or '', '^(%d+),(%d+),(%d+),(%d+)$')
+  local b0, b1, b2, b3 = match(text or '', '^(%d+),(%d+),(%d+),(%d+)$')
   if not b0 then return nil end
   local b = { tonumber(b0), tonumber(b1), tonumber(b2), tonumber(b3) }
   if not (b[1] < b[2] and b[2] < b[3] and b[3] < b[4]) then return nil end
@@ -124,87 +134,60 @@ end
 
 -- A leaky bucket's second parameter: "burst,delay_us,max_wait_us".
 local function leaky_bucket_spec(text)
-  local burst, delay, max_wait = string.match(text or '', '^(%d+),(%d+),(%d+)$')
+  local burst, delay, max_wait = match(text or '', '^(%d+),(%d+),(%d+)$')
   if not burst then return nil end
   return { burst = tonumber(burst), delay_us = tonumber(delay), max_wait_us = tonumber(max_wait) }
 end
 
--- Shape first: the plans, then the requests' plan numbers, then the number of keys.
-local plans = {}  -- by plan number as ARGV writes it: "1", "2", ...
-local windows = {}  -- the fixed windows' specs, to place at TIME
-local count = tonumber(ARGV[1])
-if not whole(count) or count < 1 then return refuse('argument 1 is not a number of plans') end
-local a = 2
-for p = 1, count do
-  local n = tonumber(ARGV[a])
-  if not whole(n) or n < 1 then return refuse('argument ' .. a .. ' is not a limit count') end
-  if a + 5 * n > nargs then return refuse('plan ' .. p .. ' lacks its 5 arguments per limit') end
-  local plan = { n = n }
-  for i = 1, n do
-    local b = a + 5 * i - 4
-    local algorithm = algorithm_named(ARGV[b])
-    if not algorithm then return refuse('unknown algorithm ' .. tostring(ARGV[b])) end
-    local cost, x, y = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), nil
-    if algorithm == algorithms.fixed_window then
-      y = fixed_window_spec(ARGV[b + 4])
+-- A plan's text, parsed: { n, [i] = { algorithm, shadow, cost, x, y }, windows, tokened,
+-- alone... }, or nil and what is wrong with it.
+local function parse_plan(text)
+  local plan, windows, n, at = {}, {}, 0, 1
+  while true do
+    local stop = find(text, ';', at, true)
+    local limit = text
+    if stop then limit = text:sub(at, stop - 1) elseif at > 1 then limit = text:sub(at) end
+    n = n + 1
+    local name, shadow, cost, x, y = match(limit, '^(%S+) ([01]) (%d+) (%d+) (%S+)$')
+    if not name then return nil, 'limit ' .. n .. ' is not "algorithm shadow cost x y"' end
+    local algorithm = algorithm_named(name)
+    if not algorithm then return nil, 'unknown algorithm ' .. name end
+    cost, x = tonumber(cost), tonumber(x)
+    if name == 'fixed_window' then
+      y = fixed_window_spec(y)
       windows[#windows + 1] = y
-    elseif algorithm == algorithms.leaky_bucket then
-      y = leaky_bucket_spec(ARGV[b + 4])
+    elseif name == 'leaky_bucket' then
+      y = leaky_bucket_spec(y)
     else
-      y = tonumber(ARGV[b + 4])
+      y = tonumber(y)
       if not whole(y) then y = nil end
     end
-    if not whole(cost) or not whole(x) or not y then
-      return refuse('parameters of limit ' .. i .. ' of plan ' .. p .. ' are not valid')
-    end
-    plan[i] = { algorithm = algorithm, shadow = ARGV[b + 1] == '1', cost = cost, x = x, y = y }
-    if algorithm == algorithms.concurrency then plan.tokened = true end
+    if not y then return nil, 'parameters of limit ' .. n .. ' are not valid' end
+    plan[n] = { algorithm = algorithm, shadow = shadow == '1', cost = cost, x = x, y = y }
+    if name == 'concurrency' then plan.tokened = true end
+    if not stop then break end
+    at = stop + 1
   end
+  plan.n, plan.windows = n, windows
   if n == 1 and plan[1].cost > 0 then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
     local only = plan[1]
     plan.alone, plan.cost, plan.x, plan.y = only.algorithm.alone, only.cost, only.x, only.y
   end
-  plans[tostring(p)] = plan
-  a = a + 1 + 5 * n
+  return plan
 end
-local first, keys = a, 0
-do
-  local r = first
-  while r <= nargs do
-    local plan = plans[ARGV[r]]
-    if not plan then return refuse('argument ' .. r .. ' is not a plan number') end
-    if plan.tokened then
-      if r + 1 > nargs or ARGV[r + 1] == '' then return refuse('argument ' .. r + 1 .. ' is not an owner token') end
-      r = r + 1
-    end
-    keys = keys + plan.n
-    r = r + 1
-  end
-end
-if keys ~= #KEYS then return refuse(#KEYS .. ' keys for ' .. keys .. ' limits') end
+local parsed, parsed_count = {}, 0  -- plan texts already parsed, kept across calls
 
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-
--- Each fixed window's current window, before anything is written.
-for _, spec in ipairs(windows) do
-  if spec.every then
-    spec.start = now - now % spec.every
-    spec.stop = spec.start + spec.every
-  else
-    local b = spec.bounds
-    for j = 1, 3 do
-      if b[j] <= now and now < b[j + 1] then spec.start, spec.stop = b[j], b[j + 1] end
-    end
-    if not spec.start then
-      return refuse('Redis TIME ' .. now .. ' is outside the calendar windows ' .. b[1] .. '..' .. b[4] ..
-                    ' (the proxy\'s clock and Redis\'s differ by more than a window)')
-    end
-  end
+local function refuse(message)
+  return redis.error_reply('ERR decide: ' .. message)
 end
 
-local reply, m = { now }, 1
+-- The state of the call under way (decide() sets it), shared with the functions below, which
+-- are made once rather than per call.
+local call_keys, now, reply, m, k
+local checks = {}  -- per limit of the request: its check
+
+-- Appends one limit's result to the reply.
 local function put(allowed, remaining, retry_us, reset_us)
   reply[m + 2] = remaining
   if allowed then
@@ -218,41 +201,24 @@ local function put(allowed, remaining, retry_us, reset_us)
   m = m + 4
 end
 
--- Each algorithm keeps what it read and wrote during this call and writes at the end
--- (flush). The key of a limit whose algorithm changed on reload can come with two
--- algorithms in one batch: before one algorithm uses a key, the others hand it over
--- (release: writes what it holds for the key and forgets it). With one algorithm in the
--- call (nearly always) there is nothing to hand over.
-local others = {}
-local built = {}
-for _, algorithm in pairs(algorithms) do built[#built + 1] = algorithm end
-if #built > 1 then
-  for _, algorithm in ipairs(built) do
-    local list = {}
-    for _, o in ipairs(built) do
-      if o ~= algorithm then list[#list + 1] = o end
-    end
-    others[algorithm] = list
-  end
-end
 local function hand_over(algorithm, key)
   local list = others[algorithm]
   if list then
     for j = 1, #list do list[j].release(key) end
   end
 end
-local k = 0  -- keys used by the requests before this one
-local checks = {}  -- per limit of the request: its check
+
+-- Decides one request of `plan` whose keys follow the k used by the requests before it.
 local function decide_request(plan, n, token)
   if plan.alone then
-    local key = KEYS[k + 1]
-    hand_over(plan[1].algorithm, key)
+    local key = call_keys[k + 1]
+    if #built > 1 then hand_over(plan[1].algorithm, key) end
     put(plan.alone(key, now, plan.x, plan.y, plan.cost, token))
   else
     local admit = true
     for i = 1, n do
       local limit = plan[i]
-      local key = KEYS[k + i]
+      local key = call_keys[k + i]
       hand_over(limit.algorithm, key)
       local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost, token)
       if not c.allowed and not limit.shadow then admit = false end
@@ -268,33 +234,101 @@ local function decide_request(plan, n, token)
   end
 end
 
-local r = first
-while r <= nargs do
-  local plan = plans[ARGV[r]]
-  local n = plan.n
-  local token
-  if plan.tokened then
-    r = r + 1
-    token = ARGV[r]
+local function decide(KEYS, ARGV, in_cluster)
+  if not find then find, match, ceil = string.find, string.match, math.ceil end
+  cluster = in_cluster
+  -- Every algorithm starts the call knowing nothing (an earlier call may have failed midway).
+  for i = 1, #built do built[i].begin() end
+  local nargs = #ARGV
+
+  -- Shape first: the plans, then the requests' plan numbers, then the number of keys.
+  local plans = {}  -- by plan number as ARGV writes it: "1", "2", ...
+  local count = tonumber(ARGV[1])
+  if not whole(count) or count < 1 or count + 1 > nargs then return refuse('argument 1 is not a number of plans') end
+  for p = 1, count do
+    local text = ARGV[p + 1]
+    local plan = parsed[text]
+    if plan == nil then
+      local message
+      plan, message = parse_plan(text)
+      if not plan then return refuse('plan ' .. p .. ': ' .. message) end
+      if parsed_count >= 256 then parsed, parsed_count = {}, 0 end
+      parsed[text], parsed_count = plan, parsed_count + 1
+    end
+    plans[tostring(p)] = plan
   end
-  r = r + 1
-  if cluster then
-    -- A request with a key this node cannot serve is not decided here: four zeros per limit,
-    -- the first one 2 ("elsewhere"); nothing was written for it.
-    local before = m
-    local ok, err = pcall(decide_request, plan, n, token)
-    if not ok then
-      if err ~= NOT_HERE then error(err, 0) end
-      m = before
-      for _ = 1, n do
-        reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 2, 0, 0, 0
-        m = m + 4
+  local first, nkeys = count + 2, 0
+  do
+    local r = first
+    while r <= nargs do
+      local plan = plans[ARGV[r]]
+      if not plan then return refuse('argument ' .. r .. ' is not a plan number') end
+      if plan.tokened then
+        if r + 1 > nargs or ARGV[r + 1] == '' then return refuse('argument ' .. r + 1 .. ' is not an owner token') end
+        r = r + 1
+      end
+      nkeys = nkeys + plan.n
+      r = r + 1
+    end
+  end
+  if nkeys ~= #KEYS then return refuse(#KEYS .. ' keys for ' .. nkeys .. ' limits') end
+
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+
+  -- Each fixed window's current window, before anything is written.
+  for p = 1, count do
+    local windows = plans[tostring(p)].windows
+    for w = 1, #windows do
+      local spec = windows[w]
+      if spec.every then
+        spec.start = now - now % spec.every
+        spec.stop = spec.start + spec.every
+      else
+        local b = spec.bounds
+        spec.start = nil
+        for j = 1, 3 do
+          if b[j] <= now and now < b[j + 1] then spec.start, spec.stop = b[j], b[j + 1] end
+        end
+        if not spec.start then
+          return refuse('Redis TIME ' .. now .. ' is outside the calendar windows ' .. b[1] .. '..' .. b[4] ..
+                        ' (the proxy\'s clock and Redis\'s differ by more than a window)')
+        end
       end
     end
-  else
-    decide_request(plan, n, token)
   end
-  k = k + n
+
+  call_keys, reply, m, k = KEYS, { now }, 1, 0
+  local r = first
+  while r <= nargs do
+    local plan = plans[ARGV[r]]
+    local n = plan.n
+    local token
+    if plan.tokened then
+      r = r + 1
+      token = ARGV[r]
+    end
+    r = r + 1
+    if cluster then
+      -- A request with a key this node cannot serve is not decided here: four zeros per limit,
+      -- the first one 2 ("elsewhere"); nothing was written for it.
+      local before = m
+      local ok, err = pcall(decide_request, plan, n, token)
+      if not ok then
+        if err ~= NOT_HERE then error(err, 0) end
+        m = before
+        for _ = 1, n do
+          reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 2, 0, 0, 0
+          m = m + 4
+        end
+      end
+    else
+      decide_request(plan, n, token)
+    end
+    k = k + n
+  end
+  for i = 1, #built do built[i].flush() end
+  local out = reply
+  call_keys, reply = nil, nil  -- nothing of the call is kept
+  return out
 end
-for _, algorithm in pairs(algorithms) do algorithm.flush() end
-return reply

@@ -19,6 +19,7 @@ local function fixed_window_algorithm(read_failed)
   -- What this call knows of its keys: known[key] = { start, stop, count, dirty }. A key is
   -- read once and written once, at the end (flush), however many requests of the batch use it.
   local known = {}
+  function fixed_window.begin() known = {} end
 
   local function store(key, e)
     redis.call('SET', key, format('%d:%d', e.start, e.count), 'PXAT', format('%d', math.ceil(e.stop / 1000)))

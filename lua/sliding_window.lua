@@ -32,6 +32,7 @@ local function sliding_window_algorithm(read_failed)
   --   written       whether this call has trimmed the set already,
   --   refused, refusal   the limit of the last refusal and its figures, while nothing changed }
   local sets = {}
+  function sliding_window.begin() sets = {} end
 
   -- The set of `key` as this call knows it, counted with `window`.
   local write

@@ -36,6 +36,8 @@ local function token_bucket_algorithm(read_failed, leaky)
   -- one SET, not one of each per request. known[key] is the key's tat as this call left it
   -- (false: none, a full bucket), negated while it still has to be written (flush, at the end).
   local known = {}
+  -- A call starts with nothing known (the algorithm outlives calls: decide.lua).
+  function token_bucket.begin() known = {} end
 
   -- The bucket at `now`: tolerance, tat, the tat after one more request of `cost` tokens,
   -- and when that request is allowed (it fits when allow_at <= now).

@@ -1,6 +1,7 @@
 #include "limit/decide_script.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <iterator>
 
@@ -10,21 +11,40 @@
 
 namespace sluice::limit {
 
-std::string decide_script_source(bool cluster) {
-    const std::string_view inputs = cluster ? lua::cluster_keys : lua::standalone_keys;
-    std::string source;
-    source.reserve(64 + lua::token_bucket.size() + lua::sliding_window.size() + lua::fixed_window.size() +
-                   lua::concurrency.size() + inputs.size() + lua::decide.size());
+DecideCode decide_code(bool cluster) {
+    std::string code;
+    for (auto part : {lua::token_bucket, lua::sliding_window, lua::fixed_window, lua::concurrency, lua::decide,
+                      cluster ? lua::cluster_keys : lua::standalone_keys})
+        code.append(part).append("\n");
+    // FNV-1a over the code: a name per version of it.
+    std::uint64_t hash = 14695981039346656037ull;
+    for (unsigned char c : code) hash = (hash ^ c) * 1099511628211ull;
+    if (cluster) hash = (hash ^ 'c') * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+
+    DecideCode out;
+    out.function = std::string("sluice_decide_") + hex;
     // Redis reads the flags only from the very first line.
-    if (cluster) source.append("#!lua flags=allow-cross-slot-keys\n");
-    source.append(lua::token_bucket).append("\n");
-    source.append(lua::sliding_window).append("\n");
-    source.append(lua::fixed_window).append("\n");
-    source.append(lua::concurrency).append("\n");
-    source.append(inputs).append("\n");
-    source.append(lua::decide);
-    return source;
+    if (cluster) out.script.append("#!lua flags=allow-cross-slot-keys\n");
+    out.script.append(code);
+    out.script.append(
+        "if redis.replicate_commands then redis.replicate_commands() end\n"
+        "local keys, args, cluster = inputs(KEYS, ARGV)\n"
+        "if not keys then return args end\n"
+        "return decide(keys, args, cluster)\n");
+    out.library = std::string("#!lua name=sluice_") + hex + "\n" + code;
+    out.library.append("redis.register_function{function_name = '" + out.function +
+                       "', callback = function(keys, args)\n"
+                       "  local k, a, cluster = inputs(keys, args)\n"
+                       "  if not k then return a end\n"
+                       "  return decide(k, a, cluster)\n"
+                       "end");
+    out.library.append(cluster ? ", flags = { 'allow-cross-slot-keys' }}\n" : "}\n");
+    return out;
 }
+
+std::string decide_script_source(bool cluster) { return decide_code(cluster).script; }
 
 std::string release_script_source() { return std::string(lua::release); }
 
@@ -87,23 +107,30 @@ void DecideArgs::end_request() {
     // Batches hold few distinct plans (one per route and set of applying limits): a linear
     // search over them is cheaper than building a key to look them up by.
     std::size_t number = 0;
-    for (std::size_t p = 0; p < plan_starts_.size() && number == 0; ++p) {
-        const auto start = plan_starts_[p];
-        const auto end = p + 1 < plan_starts_.size() ? plan_starts_[p + 1] : plans_.size();
-        if (end - start != 1 + decide_args_per_limit * current_.size()) continue;
+    for (std::size_t p = 0; p < plan_args_.size() && number == 0; ++p) {
+        const auto& known = plan_args_[p];
+        if (known.size() != decide_args_per_limit * current_.size()) continue;
         bool same = true;
         for (std::size_t i = 0; i < current_.size() && same; ++i) {
             const auto& args = *current_[i];
             for (std::size_t f = 0; f < decide_args_per_limit && same; ++f)
-                same = plans_[start + 1 + decide_args_per_limit * i + f] == args[f];
+                same = known[decide_args_per_limit * i + f] == args[f];
         }
         if (same) number = p + 1;
     }
     if (number == 0) {
-        plan_starts_.push_back(plans_.size());
-        plans_.push_back(std::to_string(current_.size()));
-        for (const auto* args : current_) plans_.insert(plans_.end(), args->begin(), args->end());
-        number = plan_starts_.size();
+        auto& known = plan_args_.emplace_back();
+        std::string text;
+        for (const auto* args : current_) {
+            known.insert(known.end(), args->begin(), args->end());
+            if (!text.empty()) text.push_back(';');
+            for (std::size_t f = 0; f < decide_args_per_limit; ++f) {
+                if (f > 0) text.push_back(' ');
+                text.append((*args)[f]);
+            }
+        }
+        plans_.push_back(std::move(text));
+        number = plans_.size();
     }
     requests_.push_back(std::to_string(number));
     current_.clear();
@@ -118,11 +145,11 @@ void DecideArgs::end_request(std::string token) {
 std::vector<std::string> DecideArgs::take() {
     std::vector<std::string> argv;
     argv.reserve(1 + plans_.size() + requests_.size());
-    argv.push_back(std::to_string(plan_starts_.size()));
+    argv.push_back(std::to_string(plans_.size()));
     std::move(plans_.begin(), plans_.end(), std::back_inserter(argv));
     std::move(requests_.begin(), requests_.end(), std::back_inserter(argv));
     plans_.clear();
-    plan_starts_.clear();
+    plan_args_.clear();
     requests_.clear();
     current_.clear();
     owned_.clear();

@@ -1,16 +1,19 @@
-// The Redis side of a decision: the Lua script, its arguments, its reply. Pure.
+// The Redis side of a decision: the Lua code, its arguments, its reply. Pure.
 //
-// The script is lua/token_bucket.lua + lua/sliding_window.lua + lua/fixed_window.lua +
-// lua/standalone_keys.lua (or cluster_keys.lua) + lua/decide.lua, joined here
-// (each algorithm keeps its own file; decide.lua runs them). One call decides a batch of
-// requests, in order. See lua/decide.lua for the protocol:
+// The code is lua/token_bucket.lua + lua/sliding_window.lua + lua/fixed_window.lua +
+// lua/concurrency.lua + lua/decide.lua + lua/standalone_keys.lua (or cluster_keys.lua),
+// joined here (each algorithm keeps its own file; decide.lua runs them), in two forms: a
+// Redis 7 function library (FUNCTION LOAD, then FCALL: built once, kept between calls) and
+// a script (EVALSHA: for a Redis, or an ACL user, without FUNCTION). One call decides a
+// batch of requests, in order. See lua/decide.lua for the protocol:
 //   KEYS  one per limit, request after request
-//   ARGV  the number of plans; each plan: its number of limits, then five per limit:
-//         algorithm ("token_bucket" | "sliding_window" | "fixed_window" | "concurrency" |
-//         "leaky_bucket"), shadow ("0" | "1"), cost, then interval_us, burst (token_bucket)
-//         or limit, window_us (sliding_window) or limit, window_us or calendar boundaries
-//         (fixed_window) or limit, lease_us (concurrency) or interval_us,
-//         "burst,delay_us,max_wait_us" (leaky_bucket);
+//   ARGV  the number of plans; each plan as one text, its limits separated by ";", each
+//         limit five fields separated by spaces: algorithm ("token_bucket" |
+//         "sliding_window" | "fixed_window" | "concurrency" | "leaky_bucket"), shadow
+//         ("0" | "1"), cost, then interval_us, burst (token_bucket) or limit, window_us
+//         (sliding_window) or limit, window_us or calendar boundaries (fixed_window) or
+//         limit, lease_us (concurrency) or interval_us, "burst,delay_us,max_wait_us"
+//         (leaky_bucket);
 //         then one plan number per request (and the request's owner token when its
 //         plan has a concurrency limit)
 //   reply an array of integers: now_us, then per limit (KEYS order): allowed (0|1),
@@ -30,7 +33,17 @@
 
 namespace sluice::limit {
 
-// `cluster`: the Redis Cluster variant (lua/cluster_keys.lua: a batch's keys in ARGV).
+// The decide code in both forms. `cluster`: the Redis Cluster variant (lua/cluster_keys.lua:
+// a batch's keys in ARGV; the function has the flag allow-cross-slot-keys).
+struct DecideCode {
+    std::string script;    // for EVAL / EVALSHA
+    std::string library;   // for FUNCTION LOAD: "#!lua name=sluice_<hash>" and the same code
+    std::string function;  // the function it registers, for FCALL: "sluice_decide_<hash>"
+};
+// The library's and the function's names end with a hash of the code: instances of two
+// sluice versions sharing one Redis each find their own.
+DecideCode decide_code(bool cluster = false);
+// The script form alone.
 std::string decide_script_source(bool cluster = false);
 // lua/release.lua: a request's concurrency slots given back or renewed, by owner token.
 std::string release_script_source();
@@ -77,8 +90,8 @@ public:
     std::vector<std::string> take();
 
 private:
-    std::vector<std::string> plans_;          // each plan: its limit count, then 5 per limit
-    std::vector<std::size_t> plan_starts_;    // index in plans_ of each plan's limit count
+    std::vector<std::string> plans_;                  // each plan's text (see lua/decide.lua)
+    std::vector<std::vector<std::string>> plan_args_;  // each plan: 5 arguments per limit
     std::vector<std::string> requests_;       // each request's plan number
     std::vector<const std::vector<std::string>*> current_;
     std::deque<std::vector<std::string>> owned_;  // the current request's own arguments

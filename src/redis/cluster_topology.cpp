@@ -38,8 +38,8 @@ public:
 
     ~ClusterTopology() override { stop(); }
 
-    RedisConnection::ScriptId add_script(const std::string& source) override {
-        scripts_.push_back(source);
+    RedisConnection::ScriptId add_script(const ScriptCode& code) override {
+        scripts_.push_back(code);
         return scripts_.size() - 1;
     }
 
@@ -203,7 +203,7 @@ private:
         options.host = host;
         options.port = port;
         n->connection = std::make_unique<RedisConnection>(io_, options);
-        for (const auto& source : scripts_) n->connection->add_script(source);
+        for (const auto& code : scripts_) n->connection->add_script(code);
         n->connection->on_trouble([this, address](RedisConnection::Trouble trouble, const std::string& detail) {
             on_trouble(address, trouble, detail);
         });
@@ -310,7 +310,7 @@ private:
     asio::io_context& io_;
     RedisConnectionOptions base_;
     std::vector<std::string> seeds_;
-    std::vector<std::string> scripts_;
+    std::vector<ScriptCode> scripts_;
     std::vector<std::unique_ptr<Node>> nodes_;
     std::vector<std::string> replicas_;
     std::array<int, slot_count> slots_{};

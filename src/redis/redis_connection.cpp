@@ -54,6 +54,7 @@ struct InternalCommand {
     std::optional<RedisConnection::ScriptId> script;  // SCRIPT LOAD of this script
     bool last = false;                                 // its reply completes the handshake
     bool role = false;                                 // ROLE: must say master
+    std::optional<RedisConnection::ScriptId> library;  // FUNCTION LOAD of this script's library
 };
 
 void deliver(const RedisConnection::Callback& callback, RedisResult result) {
@@ -73,6 +74,11 @@ RedisResult failure(RedisError::Code code, std::string message) {
 bool is_noscript(const RedisResult& result) {
     return result.error && result.error->code == RedisError::Code::reply_error &&
            result.error->message.starts_with("NOSCRIPT");
+}
+
+bool is_no_function(const RedisResult& result) {
+    return result.error && result.error->code == RedisError::Code::reply_error &&
+           result.error->message == "ERR Function not found";
 }
 
 // Appends a command in RESP (what redisAsyncCommandArgv would build, without its
@@ -115,10 +121,12 @@ public:
 
     ~Impl() { stop(); }
 
-    ScriptId add_script(std::string source) {
-        scripts_.push_back(Script{std::move(source), {}});
+    ScriptId add_script(ScriptCode code) {
+        scripts_.push_back(Script{std::move(code), {}, false});
         return scripts_.size() - 1;
     }
+
+    bool uses_function(ScriptId script) const { return scripts_.at(script).use_function; }
 
     void start() {
         if (!stopped_) return;
@@ -166,8 +174,14 @@ public:
         auto request = std::make_unique<Request>(Request{std::move(callback), {}, script});
         auto& argv = request->argv;
         argv.reserve(3 + keys.size() + args.size());
-        argv.push_back("EVALSHA");
-        argv.push_back(scripts_.at(script).sha);
+        const auto& code = scripts_.at(script);
+        if (code.use_function) {
+            argv.push_back("FCALL");
+            argv.push_back(code.code.function);
+        } else {
+            argv.push_back("EVALSHA");
+            argv.push_back(code.sha);
+        }
         argv.push_back(std::to_string(keys.size()));
         argv.insert(argv.end(), keys.begin(), keys.end());
         argv.insert(argv.end(), args.begin(), args.end());
@@ -177,8 +191,9 @@ public:
 
 private:
     struct Script {
-        std::string source;
-        std::string sha;  // from SCRIPT LOAD; the same on every server
+        ScriptCode code;
+        std::string sha;            // from SCRIPT LOAD; the same on every server
+        bool use_function = false;  // this connection's server loaded the library
     };
 
     // ---- issuing ------------------------------------------------------------------------
@@ -218,6 +233,8 @@ private:
             self->last_reply_ = SteadyClock::now();
             if (request->script && is_noscript(result))
                 return self->retry_with_eval(context, std::move(request));
+            if (request->script && is_no_function(result))
+                return self->retry_after_function_load(context, std::move(request));
         }
         std::string error = result.ok() ? std::string() : result.error->message;
         deliver(request->callback, std::move(result));
@@ -234,7 +251,7 @@ private:
     void retry_with_eval(::redisAsyncContext* context, std::unique_ptr<Request> request) {
         const ScriptId script = *std::exchange(request->script, std::nullopt);
         request->argv[0] = "EVAL";
-        request->argv[1] = scripts_[script].source;
+        request->argv[1] = scripts_[script].code.script;
         spdlog::debug("redis: NOSCRIPT for script {}, retrying once with EVAL", script);
         if (issue(context, &on_request_reply, request.get(), request->argv) == REDIS_OK) {
             request.release();
@@ -243,6 +260,25 @@ private:
         deliver(request->callback,
                 failure(RedisError::Code::connection_lost, "EVAL retry could not be queued"));
     }
+
+    // Runs inside the FCALL reply callback: the library is gone (FUNCTION FLUSH, or the
+    // server restarted without it). FUNCTION LOAD, then the FCALL again, pipelined.
+    void retry_after_function_load(::redisAsyncContext* context, std::unique_ptr<Request> request) {
+        const ScriptId script = *std::exchange(request->script, std::nullopt);
+        spdlog::debug("redis: function {} not found, loading its library and retrying once",
+                      scripts_[script].code.function);
+        const std::vector<std::string> load{"FUNCTION", "LOAD", scripts_[script].code.library};
+        // Its reply says nothing the FCALL's does not: an error there shows in the FCALL's.
+        if (issue(context, &on_ignored_reply, nullptr, load) == REDIS_OK &&
+            issue(context, &on_request_reply, request.get(), request->argv) == REDIS_OK) {
+            request.release();
+            return;
+        }
+        deliver(request->callback,
+                failure(RedisError::Code::connection_lost, "FCALL retry could not be queued"));
+    }
+
+    static void on_ignored_reply(::redisAsyncContext*, void*, void*) {}
 
     // ---- connecting ---------------------------------------------------------------------
 
@@ -320,9 +356,15 @@ private:
         if (options_.database != 0)
             steps.push_back({InternalCommand{generation_, "SELECT", {}},
                              {"SELECT", std::to_string(options_.database)}});
-        for (ScriptId id = 0; id < scripts_.size(); ++id)
+        for (ScriptId id = 0; id < scripts_.size(); ++id) {
+            auto& script = scripts_[id];
+            script.use_function = false;
+            if (!script.code.library.empty())
+                steps.push_back({InternalCommand{generation_, "FUNCTION LOAD", {}, false, false, id},
+                                 {"FUNCTION", "LOAD", script.code.library}});
             steps.push_back({InternalCommand{generation_, "SCRIPT LOAD", id},
-                             {"SCRIPT", "LOAD", scripts_[id].source}});
+                             {"SCRIPT", "LOAD", script.code.script}});
+        }
         steps.push_back({InternalCommand{generation_, "PING", {}, true}, {"PING"}});
 
         for (auto& [step, args] : steps) {
@@ -345,7 +387,23 @@ private:
         if (self == nullptr || self->context_ != context || step->generation != self->generation_) return;
         if (raw_reply == nullptr) return;  // connection lost: on_disconnect handles it
         RedisResult result = take_reply(raw_reply);
-        if (!result.ok()) return self->drop(step->what + " failed: " + result.error->message);
+        if (step->library) {
+            // Loaded now, or already there (the name is the code's): FCALL. Refused (no
+            // FUNCTION before Redis 7, an ACL user without it): EVALSHA, as ever.
+            auto& script = self->scripts_[*step->library];
+            script.use_function = result.ok() || result.error->message.find("already exists") != std::string::npos;
+            if (!script.use_function && !self->function_refusal_logged_) {
+                self->function_refusal_logged_ = true;
+                spdlog::info("redis: {} refuses FUNCTION LOAD ({}); deciding with EVALSHA instead of FCALL",
+                             self->endpoint(), result.error->message);
+            }
+            return;
+        }
+        if (!result.ok()) {
+            // A script whose library loaded is called with FCALL: its script form is spare.
+            if (step->script && self->scripts_[*step->script].use_function) return;
+            return self->drop(step->what + " failed: " + result.error->message);
+        }
         if (step->role) {
             const auto& reply = result.reply;
             const bool master = reply.type == RedisReply::Type::array && !reply.elements.empty() &&
@@ -551,6 +609,7 @@ private:
     bool reconnect_pending_ = false;
     bool ping_outstanding_ = false;
     bool failure_logged_ = false;
+    bool function_refusal_logged_ = false;
     unsigned attempt_ = 0;
     std::uint64_t ready_count_ = 0;
     SteadyClock::time_point last_reply_{};
@@ -562,8 +621,10 @@ RedisConnection::RedisConnection(asio::io_context& io_context, RedisConnectionOp
 RedisConnection::~RedisConnection() { impl_->stop(); }
 
 RedisConnection::ScriptId RedisConnection::add_script(std::string source) {
-    return impl_->add_script(std::move(source));
+    return impl_->add_script(ScriptCode{std::move(source), {}, {}});
 }
+RedisConnection::ScriptId RedisConnection::add_script(ScriptCode code) { return impl_->add_script(std::move(code)); }
+bool RedisConnection::uses_function(ScriptId script) const { return impl_->uses_function(script); }
 void RedisConnection::start() { impl_->start(); }
 void RedisConnection::stop() { impl_->stop(); }
 bool RedisConnection::ready() const { return impl_->ready(); }

@@ -41,6 +41,13 @@ struct RedisConnectionOptions {
     static RedisConnectionOptions from_config(const config::RedisConfig& config);
 };
 
+// A Lua script, and maybe the same code as a Redis 7 function library.
+struct ScriptCode {
+    std::string script;    // the script (EVAL / EVALSHA)
+    std::string library;   // "" or a library ("#!lua name=..."): FUNCTION LOAD, then FCALL
+    std::string function;  // the function of `library` that does what `script` does
+};
+
 // Not thread-safe: every call, and every callback, happens on the io_context's thread.
 //
 // Callback contract: every callback passed to command/evalsha runs exactly once, with a
@@ -62,6 +69,13 @@ public:
 
     // Registers a Lua script, loaded with SCRIPT LOAD on every connect. Call before start().
     ScriptId add_script(std::string source);
+    // The same for code with a library form: on every connect FUNCTION LOAD loads the library
+    // (unless the server has it already: its name says which code it is) and evalsha() calls
+    // its function with FCALL. A server that refuses FUNCTION LOAD (before Redis 7, or an ACL
+    // user without it) gets the script, as above, and EVALSHA.
+    ScriptId add_script(ScriptCode code);
+    // Whether `script` is called as a function on the current connection.
+    bool uses_function(ScriptId script) const;
 
     void start();  // connects in the background; reconnects until stop()
     void stop();   // closes the connection; pending callbacks get `shutting_down`
@@ -81,7 +95,11 @@ public:
     // the event loop. Never call it from inside a callback.
     void flush_output();
 
-    // EVALSHA of a registered script; on NOSCRIPT, one EVAL with the source.
+    // EVALSHA of a registered script; on NOSCRIPT, one EVAL with the source. For code with
+    // a library that the server loaded: FCALL of its function; when the server answers that
+    // the function is not there (FUNCTION FLUSH, or a restart without persistence), the
+    // library is loaded again and the FCALL sent once more. Neither retry can double-count:
+    // Redis ran nothing.
     void evalsha(ScriptId script, const std::vector<std::string>& keys,
                  const std::vector<std::string>& args, Callback callback);
 

@@ -24,7 +24,7 @@ public:
           connection_(*owned_) {}
     explicit OneServer(RedisConnection& borrowed) : connection_(borrowed) {}
 
-    RedisConnection::ScriptId add_script(const std::string& source) override { return connection_.add_script(source); }
+    RedisConnection::ScriptId add_script(const ScriptCode& code) override { return connection_.add_script(code); }
     void start() override {
         if (owned_) connection_.start();
     }
@@ -88,7 +88,7 @@ public:
         });
     }
 
-    RedisConnection::ScriptId add_script(const std::string& source) override { return connection_.add_script(source); }
+    RedisConnection::ScriptId add_script(const ScriptCode& code) override { return connection_.add_script(code); }
     void start() override { watcher_.start(); }
     void stop() override {
         watcher_.stop();

@@ -35,7 +35,7 @@ public:
     virtual ~Topology() = default;
 
     // Registers a script on every data connection, now and later. Before start().
-    virtual RedisConnection::ScriptId add_script(const std::string& source) = 0;
+    virtual RedisConnection::ScriptId add_script(const ScriptCode& code) = 0;
     virtual void start() = 0;
     // Closes every connection; pending commands get `shutting_down`.
     virtual void stop() = 0;

@@ -204,53 +204,77 @@ class RedisPausedTest(StoreTestCase):
 
 
 class ScriptFlushTest(StoreTestCase):
-    # A generous deadline: a NOSCRIPT is an error reply, not a slow one; a lost decision
-    # shows up as store_error whatever the timeout, while a tight timeout on a busy
-    # machine would only add noise.
+    """The decide code is a function library (FCALL) on Redis 7, or a script (EVALSHA) for
+    a user without FUNCTION. Either can vanish from Redis (FUNCTION FLUSH, SCRIPT FLUSH, a
+    restart without persistence); sluice loads it again and sends the call once more,
+    without counting anything twice or losing a decision."""
+    # A generous deadline: a missing function or script is an error reply, not a slow one;
+    # a lost decision shows up as store_error whatever the timeout, while a tight timeout on
+    # a busy machine would only add noise.
     TIMEOUT = "1s"
 
-    def eval_calls(self):
-        """EVAL calls Redis has served (the NOSCRIPT fallback) since CONFIG RESETSTAT."""
+    def start_flushable(self, routes, mode):
+        """sluice on a fresh Redis; `mode` "function": as it is (FCALL); "script": as an ACL
+        user that may not use FUNCTION (EVALSHA). Returns the flush command of that mode."""
+        self.up = self.start_upstream(respond(200, b"upstream ok"))
+        self.redis = self.start_redis()
+        store = redis_store(self.redis, timeout=self.TIMEOUT)
+        if mode == "script":
+            self.redis.command("ACL", "SETUSER", "nofunction", "on", ">pw", "~*", "+@all", "-function")
+            store["redis"].update({"username": "nofunction", "password": "pw"})
+        self.port = free_port()
+        self.sluice = self.start_sluice(proxy_config(
+            self.port, {"app": self.up.address}, routes, server={"workers": WORKERS},
+            extra={"store": store}))
+        self.sluice.wait_store_connected(WORKERS)
+        self.redis.command("CONFIG", "RESETSTAT")
+        return ("FUNCTION", "FLUSH") if mode == "function" else ("SCRIPT", "FLUSH")
+
+    def command_calls(self, name):
+        """Calls of `name` (as INFO commandstats names it: "fcall", "function|load") since
+        CONFIG RESETSTAT."""
         stats = self.redis.command("INFO", "commandstats")
         for line in stats.splitlines():
-            if line.startswith("cmdstat_eval:"):
+            if line.startswith(f"cmdstat_{name}:"):
                 return int(line.split("calls=")[1].split(",")[0])
         return 0
 
-    def cached_scripts(self):
+    def reloads(self, mode):
+        """How often the code was sent again after a flush: FUNCTION LOAD, or EVAL."""
+        return self.command_calls("function|load" if mode == "function" else "eval")
+
+    def loaded(self, mode):
+        """Whether Redis holds sluice's decide code now."""
+        if mode == "function":
+            return any(b"sluice_decide_" in repr(lib).encode() for lib in self.redis.command("FUNCTION", "LIST"))
         for line in self.redis.command("INFO", "memory").splitlines():
             if line.startswith("number_of_cached_scripts:"):
-                return int(line.split(":")[1])
+                return int(line.split(":")[1]) > 0
         raise AssertionError("INFO memory has no number_of_cached_scripts")
 
-    def test_flush_between_requests(self):
-        self.start_proxy([limited_route("f", [sliding_window("four", 4, "1m", key=[])])],
-                         timeout=self.TIMEOUT)
-        self.redis.command("CONFIG", "RESETSTAT")
+    def flush_between_requests(self, mode):
+        flush = self.start_flushable([limited_route("f", [sliding_window("four", 4, "1m", key=[])])], mode)
         statuses = []
         plan = ["req", "flush", "req", "flush", "req", "req", "flush", "req", "req"]
-        flushed = False
         for step in plan:
             if step == "flush":
-                self.assertEqual(self.redis.command("SCRIPT", "FLUSH"), "OK")
-                self.assertEqual(self.cached_scripts(), 0)
-                flushed = True
+                self.assertEqual(self.redis.command(*flush), "OK")
+                self.assertFalse(self.loaded(mode))
             else:
                 statuses.append(self.timed_get(f"/f/{len(statuses)}")[0].status)
-                # Both scripts (decide, and release for concurrency slots) are loaded when
-                # the connection starts; after a flush a decision sends its script again
-                # (the release script only when a slot is given back).
-                self.assertEqual(self.cached_scripts(), 1 if flushed else 2, "the script is loaded again")
+                self.assertTrue(self.loaded(mode), "the decide code is loaded again")
         self.assertEqual(statuses, [200, 200, 200, 200, 429, 429])
         self.assertEqual(self.store_errors_in_log(), [])
-        self.assertGreaterEqual(self.eval_calls(), 3, "each flush was followed by an EVAL")
+        self.assertGreaterEqual(self.reloads(mode), 3, "each flush was followed by a reload")
         self.assertEqual(len(self.up.requests), 4)
+        if mode == "function":
+            self.assertEqual(self.command_calls("evalsha"), 0, "decisions go by FCALL")
+        else:
+            self.assertEqual(self.command_calls("fcall"), 0, "the user may not FCALL")
 
-    def test_flush_during_a_burst(self):
+    def flush_during_a_burst(self, mode):
         limit, threads, per_thread = 60, 12, 12
-        self.start_proxy([limited_route("f", [sliding_window("burst", limit, "1m", key=[])])],
-                         timeout=self.TIMEOUT)
-        self.redis.command("CONFIG", "RESETSTAT")
+        flush = self.start_flushable([limited_route("f", [sliding_window("burst", limit, "1m", key=[])])], mode)
         statuses = []
         lock = threading.Lock()
         done = threading.Event()
@@ -272,7 +296,7 @@ class ScriptFlushTest(StoreTestCase):
         def flusher():
             start.wait(5)
             while not done.is_set():
-                self.redis.command("SCRIPT", "FLUSH")
+                self.redis.command(*flush)
                 flushes[0] += 1
                 time.sleep(0.005)
 
@@ -286,15 +310,27 @@ class ScriptFlushTest(StoreTestCase):
         f.join(10)
         self.assertEqual(errors, [])
         admitted = statuses.count(200)
-        print(f"\n    SCRIPT FLUSH x{flushes[0]} during {len(statuses)} requests: "
-              f"admitted {admitted} (limit {limit}), EVAL fallbacks {self.eval_calls()}")
+        print(f"\n    {' '.join(flush)} x{flushes[0]} during {len(statuses)} requests: "
+              f"admitted {admitted} (limit {limit}), reloads {self.reloads(mode)}")
         self.assertEqual(len(statuses), threads * per_thread)
         self.assertEqual(admitted, limit)
         self.assertEqual(statuses.count(429), threads * per_thread - limit)
         self.assertEqual(self.store_errors_in_log(), [])
-        self.assertGreaterEqual(self.eval_calls(), 1, "no NOSCRIPT happened: the test proves nothing")
+        self.assertGreaterEqual(self.reloads(mode), 1, "no reload happened: the test proves nothing")
         self.assertGreater(flushes[0], 1)
         self.assertEqual(len(self.up.requests), limit)
+
+    def test_function_flush_between_requests(self):
+        self.flush_between_requests("function")
+
+    def test_script_flush_between_requests(self):
+        self.flush_between_requests("script")
+
+    def test_function_flush_during_a_burst(self):
+        self.flush_during_a_burst("function")
+
+    def test_script_flush_during_a_burst(self):
+        self.flush_during_a_burst("script")
 
 
 if __name__ == "__main__":

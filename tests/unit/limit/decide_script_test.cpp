@@ -1,4 +1,5 @@
-// lua/*.lua run by a real redis-server, called directly (EVALSHA with hand-made arguments).
+// lua/*.lua run by a real redis-server, called directly (FCALL of the library, or EVALSHA of
+// the script, with hand-made arguments).
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -57,7 +58,21 @@ struct Script {
     // The Redis Cluster variant: a batch's keys go in ARGV (lua/cluster_keys.lua); on a
     // server without cluster mode every key is local, so it decides as the other does.
     bool cluster = false;
-    std::string sha = redis.text({"SCRIPT", "LOAD", limit::decide_script_source(cluster)});
+    // The function library (FUNCTION LOAD, FCALL: what sluice uses on Redis 7), or the
+    // script (SCRIPT LOAD, EVALSHA: where FUNCTION is refused).
+    bool library = true;
+    limit::DecideCode code = limit::decide_code(cluster);
+    std::string name = load();  // the function's name, or the script's sha
+
+    std::string load() {
+        if (!library) return redis.text({"SCRIPT", "LOAD", code.script});
+        const auto loaded = redis.run({"FUNCTION", "LOAD", code.library});
+        if (!loaded.ok() && loaded.error->message.find("already exists") == std::string::npos)
+            FAIL("FUNCTION LOAD: " << loaded.error->message);
+        return code.function;
+    }
+    // The start of a call: FCALL name, or EVALSHA sha.
+    std::vector<std::string> call() const { return {library ? "FCALL" : "EVALSHA", name}; }
 
     // One call deciding each request (the limits of one route) in turn.
     redis::RedisResult raw_batch(const std::vector<std::vector<ScriptLimit>>& requests) {
@@ -78,7 +93,7 @@ struct Script {
             else builder.end_request(token);
         }
         const auto argv = builder.take();
-        std::vector<std::string> args{"EVALSHA", sha};
+        std::vector<std::string> args = call();
         if (cluster) {
             args.push_back("0");
             args.push_back(std::to_string(keys.size()));
@@ -125,7 +140,9 @@ std::int64_t ceil_ms(std::int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; 
 TEST_CASE("decide script: token bucket admits a full burst, then rejects with exact figures", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
-    Script decide{redis};
+    const bool library = GENERATE(true, false);  // FCALL, EVALSHA
+    CAPTURE(library);
+    Script decide{redis, false, library};
     const std::int64_t interval = 1'000'000;  // 1 token per second
     const std::int64_t burst = 5;
 
@@ -208,7 +225,9 @@ TEST_CASE("decide script: fractional refill counts", "[lua][redis]") {
 TEST_CASE("decide script: sliding window is exact over rolling time", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
-    Script decide{redis};
+    const bool library = GENERATE(true, false);  // FCALL, EVALSHA
+    CAPTURE(library);
+    Script decide{redis, false, library};
     const std::int64_t limit = 3;
     const std::int64_t window_us = 200'000;
 
@@ -456,7 +475,9 @@ TEST_CASE("decide script: a key of the other algorithm is replaced, not an error
 TEST_CASE("decide script: a batch decides its requests in order, each as if alone", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
-    Script decide{redis};
+    const bool library = GENERATE(true, false);  // FCALL, EVALSHA
+    CAPTURE(library);
+    Script decide{redis, false, library};
     const std::int64_t minute = 60'000'000;
     // Burst 3 on one key, asked five times in one call, with a request on another key and
     // one whose second limit rejects in between.
@@ -493,7 +514,9 @@ TEST_CASE("decide script: a batch decides its requests in order, each as if alon
 TEST_CASE("decide script: a batch counts a sliding window's requests in order, each as if alone", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
-    Script decide{redis};
+    const bool library = GENERATE(true, false);  // FCALL, EVALSHA
+    CAPTURE(library);
+    Script decide{redis, false, library};
     const std::int64_t minute = 60'000'000;
     const std::int64_t t0 = redis_time_us(redis);
     // Two members from before, one of them expired; a limit of 4 leaves room for three.
@@ -543,7 +566,9 @@ TEST_CASE("decide script: a key used by both algorithms in one batch is handed o
     // what the bucket wrote before it, exactly as one call per request would.
     RedisServer server;
     SyncRedis redis(server.port());
-    Script decide{redis};
+    const bool library = GENERATE(true, false);  // FCALL, EVALSHA
+    CAPTURE(library);
+    Script decide{redis, false, library};
     const std::int64_t minute = 60'000'000;
     SECTION("bucket, then window: the window's set is what stays") {
         auto replies = decide.batch({{bucket("k", minute, 3)}, {bucket("k", minute, 3)}, {window("k", 5, minute)}});
@@ -570,9 +595,12 @@ TEST_CASE("decide script: a key used by both algorithms in one batch is handed o
 TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
-    Script decide{redis};
+    const bool library = GENERATE(true, false);
+    CAPTURE(library);
+    Script decide{redis, false, library};
     auto run = [&](std::vector<std::string> keys_then_args, std::size_t keys) {
-        std::vector<std::string> args{"EVALSHA", decide.sha, std::to_string(keys)};
+        std::vector<std::string> args = decide.call();
+        args.push_back(std::to_string(keys));
         args.insert(args.end(), keys_then_args.begin(), keys_then_args.end());
         return redis.run(args);
     };
@@ -581,22 +609,35 @@ TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
         REQUIRE_FALSE(result.ok());
         CHECK_THAT(result.error->message, Catch::Contains(text));
     };
-    expect_error(decide.raw({ScriptLimit{"k", "leaking_bucket", false, 1, 1, 1, {}}}), "unknown algorithm");
+    expect_error(decide.raw({ScriptLimit{"k", "leaking_bucket", false, 1, 1, 1, {}}}), "plan 1: unknown algorithm leaking_bucket");
     // A leaky bucket's second parameter is "burst,delay_us,max_wait_us", three whole numbers.
-    for (const char* spec : {"5", "5,0", "5,0,1,2", "5,-1,0", "5,0,x", "", "5, 0, 0"})
-        expect_error(run({"k", "1", "1", "leaky_bucket", "0", "1", "1000", spec, "1"}, 1),
-                     "parameters of limit 1 of plan 1 are not valid");
-    expect_error(run({"k", "1", "1", "token_bucket", "0", "1", "1000"}, 1), "lacks its 5 arguments per limit");
-    expect_error(run({"k", "token_bucket", "0", "1", "1000", "5", "1"}, 1), "argument 1 is not a number of plans");
-    expect_error(run({"k", "1", "x", "token_bucket", "0", "1", "1000", "5", "1"}, 1), "argument 2 is not a limit count");
-    expect_error(run({"k", "1", "1", "token_bucket", "0", "1", "1000", "5", "2"}, 1), "argument 8 is not a plan number");
-    expect_error(run({"k", "1", "1", "token_bucket", "0", "1", "1000", "5", "01"}, 1), "argument 8 is not a plan number");
-    expect_error(run({"k", "k2", "1", "1", "token_bucket", "0", "1", "1000", "5", "1"}, 2), "2 keys for 1 limits");
-    expect_error(run({"k", "1", "1", "token_bucket", "0", "1", "1000", "5", "1", "1"}, 1), "1 keys for 2 limits");
+    for (const char* spec : {"5", "5,0", "5,0,1,2", "5,-1,0", "5,0,x", "5,,0"})
+        expect_error(run({"k", "1", std::string("leaky_bucket 0 1 1000 ") + spec, "1"}, 1),
+                     "plan 1: parameters of limit 1 are not valid");
+    // A limit is five fields, separated by single spaces; limits are separated by ";".
+    for (const char* plan : {"token_bucket 0 1 1000", "token_bucket 0 1 1000 5 6", "token_bucket  0 1 1000 5",
+                             "token_bucket 2 1 1000 5", "token_bucket 0 -1 1000 5", "token_bucket 0 1 1e3 5", "",
+                             "token_bucket 0 1 1000 5;", ";token_bucket 0 1 1000 5"})
+        expect_error(run({"k", "1", plan, "1"}, 1), "is not \"algorithm shadow cost x y\"");
+    expect_error(run({"k", "1", "token_bucket 0 1 1000 x", "1"}, 1), "plan 1: parameters of limit 1 are not valid");
+    expect_error(run({"k", "1", "token_bucket 0 1 1000 5;token_bucket 0 1 1000 y", "1"}, 1),
+                 "plan 1: parameters of limit 2 are not valid");
+    expect_error(run({"k", "token_bucket 0 1 1000 5", "1"}, 1), "argument 1 is not a number of plans");
+    expect_error(run({"k", "2", "token_bucket 0 1 1000 5"}, 1), "argument 1 is not a number of plans");
+    expect_error(run({"k", "1", "token_bucket 0 1 1000 5", "2"}, 1), "argument 3 is not a plan number");
+    expect_error(run({"k", "1", "token_bucket 0 1 1000 5", "01"}, 1), "argument 3 is not a plan number");
+    expect_error(run({"k", "k2", "1", "token_bucket 0 1 1000 5", "1"}, 2), "2 keys for 1 limits");
+    expect_error(run({"k", "1", "token_bucket 0 1 1000 5", "1", "1"}, 1), "1 keys for 2 limits");
+    expect_error(run({"k", "1", "concurrency 0 1 5 1000000", "1"}, 1), "argument 4 is not an owner token");
     // A malformed plan used late in a batch: the whole call is refused before anything runs.
     auto late = decide.raw_batch({{bucket("k", 1000, 5)}, {bucket("k", 1000, 5)}, {ScriptLimit{"k", "token_bucket", false, 1, -2, 1, {}}}});
-    expect_error(late, "parameters of limit 1 of plan 2 are not valid");
+    expect_error(late, "plan 2: parameters of limit 1 are not valid");
     CHECK(redis.integer({"EXISTS", "k"}) == 0);
+    // A malformed plan is not remembered as parsed: the same text is refused again, and a
+    // good plan after it works.
+    expect_error(run({"k", "1", "token_bucket 0 1 1000 x", "1"}, 1), "plan 1: parameters of limit 1 are not valid");
+    REQUIRE(run({"k", "1", "token_bucket 0 1 1000 5", "1"}, 1).ok());
+    CHECK(redis.integer({"EXISTS", "k"}) == 1);
 }
 
 TEST_CASE("decide script: requests with the same limits share a plan", "[lua]") {
@@ -622,16 +663,16 @@ TEST_CASE("decide script: requests with the same limits share a plan", "[lua]") 
     CHECK(args.requests() == 6);
     const std::vector<std::string> expected{
         "4",
-        "1", "token_bucket", "0", "1", "1000", "5",
-        "2", "token_bucket", "0", "1", "1000", "5", "sliding_window", "1", "1", "10", "60000000",
-        "1", "token_bucket", "0", "1", "1000", "6",
-        "2", "sliding_window", "1", "1", "10", "60000000", "token_bucket", "0", "1", "1000", "5",
+        "token_bucket 0 1 1000 5",
+        "token_bucket 0 1 1000 5;sliding_window 1 1 10 60000000",
+        "token_bucket 0 1 1000 6",
+        "sliding_window 1 1 10 60000000;token_bucket 0 1 1000 5",
         "1", "2", "1", "3", "4", "2"};
     CHECK(args.take() == expected);
     CHECK(args.requests() == 0);
     args.limit(tb_other);
     args.end_request();
-    CHECK(args.take() == std::vector<std::string>{"1", "1", "token_bucket", "0", "1", "1000", "6", "1"});
+    CHECK(args.take() == std::vector<std::string>{"1", "token_bucket 0 1 1000 6", "1"});
 }
 
 TEST_CASE("decide script: reading the reply", "[lua]") {
@@ -674,9 +715,11 @@ TEST_CASE("decide script: reading the reply", "[lua]") {
 TEST_CASE("decide script, cluster variant: keys in ARGV decide exactly as keys in KEYS", "[lua][redis][cluster]") {
     RedisServer server;
     SyncRedis redis(server.port());
-    Script plain{redis};
-    Script cluster{redis, true};
-    REQUIRE(plain.sha != cluster.sha);
+    const bool library = GENERATE(true, false);
+    CAPTURE(library);
+    Script plain{redis, false, library};
+    Script cluster{redis, true, library};
+    REQUIRE(plain.name != cluster.name);
     // The same requests on two sets of keys, one through each variant, batch by batch.
     for (int round = 0; round < 4; ++round) {
         std::vector<std::vector<ScriptLimit>> a, b;
@@ -703,13 +746,17 @@ TEST_CASE("decide script, cluster variant: keys in ARGV decide exactly as keys i
     CHECK_FALSE(limit::decide_elsewhere(local.reply, 0));
     CHECK_FALSE(limit::decide_elsewhere(local.reply, 1));
     // A request sent on its own keeps its keys in KEYS (Redis checks their slot).
-    const auto single = redis.run({"EVALSHA", cluster.sha, "1", "{s}:b", "1", "1", "token_bucket", "0", "1", "1000000", "2", "1"});
+    auto single_call = cluster.call();
+    single_call.insert(single_call.end(), {"1", "{s}:b", "1", "token_bucket 0 1 1000000 2", "1"});
+    const auto single = redis.run(single_call);
     REQUIRE(single.ok());
     REQUIRE(limit::is_decide_reply(single.reply, 1, true));
     CHECK(limit::decide_result(single.reply, 0).remaining == 1);
     // Malformed key counts are refused before anything runs.
     for (const std::string bad : {"x", "-1", "1.5", "12"}) {
-        const auto r = redis.run({"EVALSHA", cluster.sha, "0", bad, "{s}:b", "1", "1", "token_bucket", "0", "1", "1000000", "2", "1"});
+        auto bad_call = cluster.call();
+        bad_call.insert(bad_call.end(), {"0", bad, "{s}:b", "1", "token_bucket 0 1 1000000 2", "1"});
+        const auto r = redis.run(bad_call);
         REQUIRE_FALSE(r.ok());
         CHECK(r.error->message.find("argument 1 is not a number of keys") != std::string::npos);
     }
@@ -813,7 +860,9 @@ TEST_CASE("decide script: calendar windows are picked by Redis TIME among the bo
 TEST_CASE("decide script: a request's cost, in every algorithm", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
-    Script decide{redis};
+    const bool library = GENERATE(true, false);  // FCALL, EVALSHA
+    CAPTURE(library);
+    Script decide{redis, false, library};
     auto costing = [](ScriptLimit l, std::int64_t cost) {
         l.cost = cost;
         return l;
@@ -859,7 +908,9 @@ TEST_CASE("decide script: a request's cost, in every algorithm", "[lua][redis]")
 TEST_CASE("decide script: concurrency slots are taken, given back by their owner, renewed and reclaimed", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
-    Script decide{redis};
+    const bool library = GENERATE(true, false);  // FCALL, EVALSHA
+    CAPTURE(library);
+    Script decide{redis, false, library};
     const std::string release_sha = redis.text({"SCRIPT", "LOAD", limit::release_script_source()});
     auto release = [&](const std::string& op, const std::string& token, std::vector<std::string> keys,
                         std::int64_t lease_us) {
@@ -916,7 +967,8 @@ TEST_CASE("decide script: concurrency slots are taken, given back by their owner
     CHECK(redis.must({"ZSCORE", "c2", "z"}).type == redis::RedisReply::Type::nil);
     CHECK(redis.integer({"ZCARD", "c2"}) == 1);
     // Malformed: a plan with a concurrency limit needs a token; release needs its arguments.
-    std::vector<std::string> bad{"EVALSHA", decide.sha, "1", "k", "1", "1", "concurrency", "0", "1", "2", "1000000", "1"};
+    std::vector<std::string> bad = decide.call();
+    bad.insert(bad.end(), {"1", "k", "1", "concurrency 0 1 2 1000000", "1"});
     const auto no_token = redis.run(bad);
     REQUIRE_FALSE(no_token.ok());
     CHECK_THAT(no_token.error->message, Catch::Contains("is not an owner token"));

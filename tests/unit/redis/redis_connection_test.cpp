@@ -264,6 +264,72 @@ TEST_CASE("redis connection: scripts are loaded on connect; NOSCRIPT is retried 
     }
 }
 
+TEST_CASE("redis connection: a library is loaded on connect and called with FCALL; reloaded once when gone", "[redis]") {
+    RedisServer server;
+    SyncRedis check(server.port());
+    boost::asio::io_context io;
+    RedisConnectionOptions options = options_for(server);
+    const std::string body = "redis.register_function('conn_test_incr', function(keys, args) "
+                             "return redis.call('INCRBY', keys[1], args[1]) end)";
+    redis::ScriptCode code{"return redis.call('INCRBY', KEYS[1], ARGV[1])", "#!lua name=conn_test\n" + body,
+                           "conn_test_incr"};
+
+    SECTION("FCALL, and after FUNCTION FLUSH: FUNCTION LOAD, then the same FCALL once") {
+        RedisConnection connection(io, options);
+        const auto script = connection.add_script(code);
+        start_and_wait_ready(io, connection);
+        CHECK(connection.uses_function(script));
+        check.must({"CONFIG", "RESETSTAT"});
+        Calls first;
+        connection.evalsha(script, {"counter"}, {"5"}, first.callback());
+        REQUIRE(run_until(io, [&] { return first.done(); }));
+        REQUIRE(first.results[0].ok());
+        CHECK(first.results[0].reply.integer == 5);
+        CHECK_THAT(check.text({"INFO", "commandstats"}),
+                   Catch::Contains("cmdstat_fcall:calls=1,") && !Catch::Contains("cmdstat_evalsha"));
+
+        check.must({"FUNCTION", "FLUSH"});
+        Calls second;
+        connection.evalsha(script, {"counter"}, {"2"}, second.callback());
+        REQUIRE(run_until(io, [&] { return second.done(); }));
+        REQUIRE(second.results.size() == 1);
+        REQUIRE(second.results[0].ok());
+        CHECK(second.results[0].reply.integer == 7);  // ran exactly once
+        CHECK(check.text({"GET", "counter"}) == "7");
+        CHECK(check.must({"FUNCTION", "LIST", "LIBRARYNAME", "conn_test"}).elements.size() == 1);
+
+        // A second connection finds the library there already: not an error.
+        RedisConnection other(io, options);
+        const auto again = other.add_script(code);
+        start_and_wait_ready(io, other);
+        CHECK(other.uses_function(again));
+    }
+
+    SECTION("a user without FUNCTION gets EVALSHA, and its scripts still work") {
+        check.must({"ACL", "SETUSER", "nofunction", "on", ">pw", "~*", "+@all", "-function"});
+        options.username = "nofunction";
+        options.password = "pw";
+        RedisConnection connection(io, options);
+        const auto script = connection.add_script(code);
+        start_and_wait_ready(io, connection);
+        CHECK_FALSE(connection.uses_function(script));
+        Calls call;
+        connection.evalsha(script, {"counter"}, {"3"}, call.callback());
+        REQUIRE(run_until(io, [&] { return call.done(); }));
+        REQUIRE(call.results[0].ok());
+        CHECK(call.results[0].reply.integer == 3);
+        CHECK(check.must({"FUNCTION", "LIST", "LIBRARYNAME", "conn_test"}).elements.empty());
+    }
+
+    SECTION("a library Redis will not compile is an EVALSHA fallback, not a dead connection") {
+        code.library = "#!lua name=conn_test\nthis is not lua";
+        RedisConnection connection(io, options);
+        const auto script = connection.add_script(code);
+        start_and_wait_ready(io, connection);
+        CHECK_FALSE(connection.uses_function(script));
+    }
+}
+
 TEST_CASE("redis connection: a script call is never resent after the connection drops", "[redis]") {
     RedisServer server;
     boost::asio::io_context io;
