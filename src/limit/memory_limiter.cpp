@@ -45,16 +45,46 @@ std::int64_t MemoryLimiter::wall_microseconds() {
 MemoryLimiter::MemoryLimiter(std::string key_prefix, Clock clock)
     : key_prefix_(std::move(key_prefix)), clock_(std::move(clock)) {}
 
+MemoryLimiter::Shard& MemoryLimiter::shard_of(const std::string& key) {
+    return shards_[std::hash<std::string>{}(key) % shard_count];
+}
+
 std::size_t MemoryLimiter::size() const {
-    std::lock_guard lock(mutex_);
-    return states_.size();
+    std::size_t total = 0;
+    for (const auto& shard : shards_) {
+        std::lock_guard lock(shard.mutex);
+        total += shard.states.size();
+    }
+    return total;
 }
 
 std::int64_t MemoryLimiter::reset(const std::vector<std::string>& keys) {
-    std::lock_guard lock(mutex_);
     std::int64_t deleted = 0;
-    for (const auto& key : keys) deleted += static_cast<std::int64_t>(states_.erase(key));
+    for (const auto& key : keys) {
+        auto& shard = shard_of(key);
+        std::lock_guard lock(shard.mutex);
+        const auto erased = shard.states.erase(key);
+        keys_ -= erased;
+        deleted += static_cast<std::int64_t>(erased);
+    }
     return deleted;
+}
+
+namespace {
+
+// Whether a key's state is back to empty at `now` (gone from Redis, expired).
+template <class State>
+bool is_empty(const State& state, std::int64_t now);
+
+}  // namespace
+
+void MemoryLimiter::count_decision(std::int64_t now) {
+    const std::uint64_t d = ++decisions_;
+    const std::uint64_t step = std::max<std::uint64_t>(1024 / shard_count, keys_.load() / shard_count);
+    if (d % step != 0) return;
+    auto& shard = shards_[(d / step) % shard_count];
+    std::lock_guard lock(shard.mutex);
+    keys_ -= std::erase_if(shard.states, [now](const auto& entry) { return is_empty(entry.second, now); });
 }
 
 Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, bool inspect) {
@@ -63,7 +93,33 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     std::vector<Check> checks(n);
     std::vector<LimitResult> results(n);
 
-    std::lock_guard lock(mutex_);
+    // The shard of each key; every shard involved is locked, in address order (no two
+    // decisions can wait for each other), for the whole decision: all or nothing.
+    std::vector<Shard*> shard(n, nullptr);
+    std::vector<Shard*> locked;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!keys[i]) continue;
+        shard[i] = &shard_of(*keys[i]);
+        if (std::find(locked.begin(), locked.end(), shard[i]) == locked.end()) locked.push_back(shard[i]);
+    }
+    std::sort(locked.begin(), locked.end());
+    // Holds the shards' locks until unlock() or the end of the scope.
+    class Locks {
+    public:
+        explicit Locks(const std::vector<Shard*>& shards) : shards_(shards) {
+            for (auto* s : shards_) s->mutex.lock();
+        }
+        ~Locks() { unlock(); }
+        void unlock() {
+            for (auto* s : shards_) s->mutex.unlock();
+            shards_.clear();
+        }
+
+    private:
+        std::vector<Shard*> shards_;
+    } locks(locked);
+    std::size_t held_before = 0;  // a decision adds keys, never removes one
+    for (auto* s : locked) held_before += s->states.size();
     const std::int64_t now = clock_();
 
     // Check every limit without writing.
@@ -75,14 +131,15 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         results[i].applies = true;
         Check& c = checks[i];
         c.cost = inspect ? 0 : static_cast<std::int64_t>(bounded_cost(limit, request));
-        const auto found = states_.find(*keys[i]);
+        auto& states = shard[i]->states;
+        const auto found = states.find(*keys[i]);
         if (limit.algorithm == config::Algorithm::token_bucket || limit.algorithm == config::Algorithm::leaky_bucket) {
             // A leaky bucket is the token bucket's tat with a wait (lua/token_bucket.lua).
             const auto params = leaky_bucket_params(limit, request.may_wait);
             c.interval = params.interval_us;
             c.tolerance = params.interval_us * params.burst;
             c.tat = now;
-            if (found != states_.end())
+            if (found != states.end())
                 if (const auto* bucket = std::get_if<TokenBucket>(&found->second))
                     c.tat = std::max(bucket->tat, now);
             c.next_tat = c.tat + c.interval * c.cost;
@@ -99,7 +156,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             }
         } else if (limit.algorithm == config::Algorithm::concurrency) {
             c.cost = inspect ? 0 : 1;
-            if (found != states_.end())
+            if (found != states.end())
                 if (const auto* held = std::get_if<Concurrency>(&found->second))
                     for (const auto& [token, end] : held->slots) {
                         if (end <= now) continue;
@@ -113,7 +170,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             const auto window = fixed_window_at(limit, now);
             c.start = window.start_us;
             c.end = window.end_us;
-            if (found != states_.end())
+            if (found != states.end())
                 if (const auto* fixed = std::get_if<FixedWindow>(&found->second))
                     if (fixed->start == c.start) c.count = fixed->count;
             c.allowed = c.count + c.cost <= static_cast<std::int64_t>(limit.limit);
@@ -121,7 +178,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         } else {
             const auto params = sliding_window_params(limit);
             const SlidingWindow* window = nullptr;
-            if (found != states_.end()) window = std::get_if<SlidingWindow>(&found->second);
+            if (found != states.end()) window = std::get_if<SlidingWindow>(&found->second);
             std::int64_t first_counted = 0;  // index of the oldest request still in the window
             if (window) {
                 const auto& times = window->times;
@@ -157,11 +214,11 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             std::int64_t count = c.count;
             std::int64_t last_end = c.last_end;
             if (consumed) {
-                State& state = states_[*keys[i]];
+                State& state = shard[i]->states[*keys[i]];
                 if (!std::holds_alternative<Concurrency>(state)) state = Concurrency{};
                 auto& held = std::get<Concurrency>(state).slots;
                 std::erase_if(held, [now](const auto& slot) { return slot.second <= now; });
-                if (token.empty()) token = "memory-" + std::to_string(++tokens_made_);
+                if (token.empty()) token = "memory-" + std::to_string(++tokens_made_);  // atomic
                 const std::int64_t end = now + lease_us(limit);
                 held.emplace_back(token, end);
                 slots.keys.emplace_back(*keys[i], lease_us(limit));
@@ -172,20 +229,20 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             r.reset = ceil_to_ms(count == 0 ? 0 : std::max<std::int64_t>(last_end - now, 0));
         } else if (limit.algorithm == config::Algorithm::fixed_window) {
             const std::int64_t count = consumed ? c.count + c.cost : c.count;
-            if (consumed) states_[*keys[i]] = FixedWindow{c.start, c.end, count};
+            if (consumed) shard[i]->states[*keys[i]] = FixedWindow{c.start, c.end, count};
             r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(static_cast<std::int64_t>(limit.limit) - count, 0));
             r.reset = ceil_to_ms(c.end - now);
         } else if (limit.algorithm == config::Algorithm::token_bucket ||
                    limit.algorithm == config::Algorithm::leaky_bucket) {
             if (consumed) r.wait = std::chrono::microseconds(c.wait_us);
             const std::int64_t tat = consumed ? c.next_tat : c.tat;
-            if (consumed) states_[*keys[i]] = TokenBucket{c.next_tat};
+            if (consumed) shard[i]->states[*keys[i]] = TokenBucket{c.next_tat};
             r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));
             r.reset = ceil_to_ms(tat - now);
         } else {
             const auto params = sliding_window_params(limit);
             if (consumed) {
-                State& state = states_[*keys[i]];
+                State& state = shard[i]->states[*keys[i]];
                 if (!std::holds_alternative<SlidingWindow>(state)) state = SlidingWindow{};
                 auto& window = std::get<SlidingWindow>(state);
                 window.window_us = params.window_us;
@@ -201,7 +258,11 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         }
     }
 
-    if (++decisions_since_sweep_ >= std::max<std::size_t>(1024, states_.size())) sweep(now);
+    std::size_t held_after = 0;
+    for (auto* s : locked) held_after += s->states.size();
+    keys_ += held_after - held_before;
+    locks.unlock();
+    count_decision(now);
     auto decision = Decision::from_results(std::move(results), now);
     slots.token = std::move(token);
     decision.slots = std::move(slots);
@@ -209,38 +270,41 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
 }
 
 void MemoryLimiter::release(const Slots& slots) {
-    std::lock_guard lock(mutex_);
     for (const auto& [key, lease] : slots.keys) {
-        auto found = states_.find(key);
-        if (found == states_.end()) continue;
+        auto& shard = shard_of(key);
+        std::lock_guard lock(shard.mutex);
+        auto found = shard.states.find(key);
+        if (found == shard.states.end()) continue;
         if (auto* held = std::get_if<Concurrency>(&found->second))
             std::erase_if(held->slots, [&](const auto& slot) { return slot.first == slots.token; });
     }
 }
 
 void MemoryLimiter::renew(const Slots& slots) {
-    std::lock_guard lock(mutex_);
-    const std::int64_t now = clock_();
     for (const auto& [key, lease] : slots.keys) {
-        auto found = states_.find(key);
-        if (found == states_.end()) continue;
+        auto& shard = shard_of(key);
+        std::lock_guard lock(shard.mutex);
+        const std::int64_t now = clock_();
+        auto found = shard.states.find(key);
+        if (found == shard.states.end()) continue;
         if (auto* held = std::get_if<Concurrency>(&found->second))
             for (auto& slot : held->slots)
                 if (slot.first == slots.token && slot.second > now) slot.second = now + lease;
     }
 }
 
-// Drops keys whose state is back to empty: amortised O(1) per decision.
-void MemoryLimiter::sweep(std::int64_t now) {
-    decisions_since_sweep_ = 0;
-    std::erase_if(states_, [now](const auto& entry) {
-        if (const auto* bucket = std::get_if<TokenBucket>(&entry.second)) return bucket->tat <= now;
-        if (const auto* fixed = std::get_if<FixedWindow>(&entry.second)) return fixed->end <= now;
-        if (const auto* held = std::get_if<Concurrency>(&entry.second))
-            return std::all_of(held->slots.begin(), held->slots.end(), [now](const auto& slot) { return slot.second <= now; });
-        const auto& window = std::get<SlidingWindow>(entry.second);
-        return window.times.empty() || window.times.back() + window.window_us <= now;
-    });
+namespace {
+
+template <class State>
+bool is_empty(const State& state, std::int64_t now) {
+    if (const auto* bucket = std::get_if<0>(&state)) return bucket->tat <= now;
+    if (const auto* window = std::get_if<1>(&state))
+        return window->times.empty() || window->times.back() + window->window_us <= now;
+    if (const auto* fixed = std::get_if<2>(&state)) return fixed->end <= now;
+    const auto& held = std::get<3>(state);
+    return std::all_of(held.slots.begin(), held.slots.end(), [now](const auto& slot) { return slot.second <= now; });
 }
+
+}  // namespace
 
 }  // namespace sluice::limit

@@ -1,7 +1,16 @@
 // The same algorithms as lua/*.lua, in process (store.type: memory): same keys, same
 // arithmetic, same all-or-nothing rule, same results. One per process, shared by workers.
+//
+// The keys are spread over `shard_count` shards by a hash of the key, each with its own
+// lock and map; a decision locks the shards of its keys (one, for a route with one limit)
+// for the whole decision. Workers deciding for different clients rarely meet on a lock.
+// Keys whose state is empty again are swept one shard at a time, the shards in turn, a
+// whole round of them every max(1024, keys held) decisions: amortised O(1) per decision,
+// and a sweep holds one shard, a small part of the keys, for a short time.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -35,8 +44,10 @@ public:
     void release(const Slots& slots);
     void renew(const Slots& slots);
 
-    // Keys held; a key whose state is back to empty goes at the next sweep.
+    // Keys held; a key whose state is back to empty goes at the next sweep of its shard.
     std::size_t size() const;
+
+    static constexpr std::size_t shard_count = 64;
 
 private:
     struct TokenBucket {
@@ -56,14 +67,20 @@ private:
     };
     using State = std::variant<TokenBucket, SlidingWindow, FixedWindow, Concurrency>;
 
-    void sweep(std::int64_t now);
+    struct alignas(64) Shard {
+        mutable std::mutex mutex;
+        std::unordered_map<std::string, State> states;
+    };
+    Shard& shard_of(const std::string& key);
+    // Counts a decision; every so often sweeps the next shard (see above).
+    void count_decision(std::int64_t now);
 
     std::string key_prefix_;
     Clock clock_;
-    mutable std::mutex mutex_;
-    std::unordered_map<std::string, State> states_;
-    std::size_t decisions_since_sweep_ = 0;
-    std::uint64_t tokens_made_ = 0;
+    std::array<Shard, shard_count> shards_;
+    std::atomic<std::size_t> keys_{0};  // held, in all shards (as of their last change)
+    std::atomic<std::uint64_t> decisions_{0};
+    std::atomic<std::uint64_t> tokens_made_{0};
 };
 
 }  // namespace sluice::limit
