@@ -11,7 +11,7 @@ import sys
 COLUMNS = ["scenario", "conns", "target", "round", "rps", "p50", "p99", "non2xx", "sockerr",
            "wrk_requests", "requests", "evals", "upstream", "r429", "store_errors", "crashed",
            "rss_kb", "redis_usec", "listen_drops", "upstream_conns", "proxy_ticks", "redis_ticks",
-           "backlog_drops"]
+           "backlog_drops", "redis_cpu_usec"]
 
 DESCRIPTION = {
     "none": "route without limits",
@@ -21,9 +21,16 @@ DESCRIPTION = {
     "reject90": "90 % of requests rejected (9 in 10 to an exhausted limit)",
     "reject100": "every request rejected (429 answered by sluice)",
     "clients100k": "100,000 distinct clients (X-Forwarded-For from a trusted peer), token bucket per client",
+    "clients100k_memory": "the same 100,000 clients, token bucket per client in process (store.type: memory)",
 }
 # scenarios where any answer other than 2xx is a fault
-ALL_2XX = {"none", "token_bucket", "token_bucket_memory", "sliding_window", "clients100k"}
+ALL_2XX = {"none", "token_bucket", "token_bucket_memory", "sliding_window", "clients100k", "clients100k_memory"}
+# scenarios where every request is one decision by Redis (nothing rejected, nothing remembered)
+DECIDED_BY_REDIS = {"token_bucket", "sliding_window", "clients100k"}
+# Redis CPU per decision against the SET PXAT floor, at most (issue 24)
+TARGET_FLOOR_RATIO = {"token_bucket": 2.0, "clients100k": 2.0, "sliding_window": 3.0}
+# sluice's CPU per request against nginx's, at most (issue 24)
+TARGET_CPU_RATIO = {"none": 1.0, "token_bucket": 1.1}
 
 # Speed targets of the performance issue.
 TARGET_KB_PER_IDLE_CONN = 40
@@ -93,6 +100,7 @@ def summarize(runs):
                 # CPU time (clock ticks of 10 ms) of the proxy and of redis-server while wrk ran
                 "proxy_ticks": sum(r["proxy_ticks"] for r in ok),
                 "redis_ticks": sum(r["redis_ticks"] for r in ok),
+                "redis_cpu_usec": sum(r["redis_cpu_usec"] for r in ok),
                 "crashed": any(r["crashed"] for r in g[target]),
                 "rss_kb": g[target][-1]["rss_kb"] if g[target] else 0,
             }
@@ -108,6 +116,11 @@ def summarize(runs):
             t["cpu_us"] = 10000.0 * t["proxy_ticks"] / done if done and t["proxy_ticks"] else None
             t["redis_cpu_us"] = 10000.0 * t["redis_ticks"] / done if done and t["redis_ticks"] else None
         row["limited_pct"] = 100.0 * s["r429"] / s["requests"] if s["requests"] else None
+        # Redis CPU (INFO cpu, microseconds) per decision and decisions per call, where every
+        # request is one decision by Redis
+        decided = key[0] in DECIDED_BY_REDIS and s["requests"]
+        row["redis_per_decision"] = s["redis_cpu_usec"] / s["requests"] if decided and s["redis_cpu_usec"] else None
+        row["per_call"] = s["requests"] / s["evals"] if decided and s["evals"] else None
         notes = []
         if s["crashed"]:
             notes.append("SLUICE CRASHED")
@@ -142,20 +155,24 @@ def f(x, fmt):
     return "-" if x is None else format(x, fmt)
 
 
-def table(rows):
+def table(rows, floor=None):
     head = ["scenario", "conns", "nginx req/s", "nginx p50 ms", "nginx p99 ms", "sluice req/s",
             "sluice p50 ms", "sluice p99 ms", "ratio", "nginx CPU µs/req", "sluice CPU µs/req",
-            "Redis CPU µs/req", "Redis calls/req", "Redis µs/call", "upstream/req",
-            "429 %", "sluice RSS MB", "notes"]
+            "CPU vs nginx", "Redis CPU µs/req", "Redis calls/req", "decisions/call", "Redis µs/decision",
+            "x SET floor", "Redis µs/call", "upstream/req", "429 %", "sluice RSS MB", "notes"]
     body = []
     for r in rows:
         n, s = r["nginx"], r["sluice"]
+        cpu_ratio = s["cpu_us"] / n["cpu_us"] if s["cpu_us"] and n["cpu_us"] else None
+        per_decision = r["redis_per_decision"]
         body.append([
             r["scenario"], str(r["conns"]),
             f(n["rps"], ".0f"), f(n["p50"], ".2f"), f(n["p99"], ".2f"),
             f(s["rps"], ".0f"), f(s["p50"], ".2f"), f(s["p99"], ".2f"),
-            f(r["ratio"], ".2f"), f(n["cpu_us"], ".1f"), f(s["cpu_us"], ".1f"), f(s["redis_cpu_us"], ".1f"),
-            f(r["calls"], ".3f"), f(r["usec_per_call"], ".1f"), f(r["up_per_req"], ".3f"),
+            f(r["ratio"], ".2f"), f(n["cpu_us"], ".1f"), f(s["cpu_us"], ".1f"), f(cpu_ratio, ".2f"),
+            f(s["redis_cpu_us"], ".1f"), f(r["calls"], ".3f"), f(r["per_call"], ".1f"), f(per_decision, ".2f"),
+            f(per_decision / floor if per_decision and floor else None, ".2f"),
+            f(r["usec_per_call"], ".1f"), f(r["up_per_req"], ".3f"),
             f(r["limited_pct"], ".1f"), f(s["rss_kb"] / 1024 if s["rss_kb"] else None, ".1f"),
             r["notes"],
         ])
@@ -204,10 +221,34 @@ def read_keys(path):
     return keys
 
 
-def targets(rows, idle, keys):
+def read_floor(path):
+    """The SET PXAT floor (µs of Redis CPU per SET): the mean of the measurements."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        values = [float(line) for line in fh if line.strip()]
+    return statistics.mean(values) if values else None
+
+
+def targets(rows, idle, keys, floor=None):
     """(target, measured, verdict) lines for the speed targets of the performance issue."""
     out = []
     by = {(r["scenario"], r["conns"]): r for r in rows}
+    for (name, conns), r in by.items():
+        most = TARGET_FLOOR_RATIO.get(name)
+        if most is None or not floor or r["redis_per_decision"] is None:
+            continue
+        x = r["redis_per_decision"] / floor
+        out.append((f"{name}, {conns} conns: Redis CPU per decision <= {most}x a SET PXAT",
+                    f"{r['redis_per_decision']:.2f} µs vs {floor:.2f} µs = {x:.2f}x, "
+                    f"{r['per_call']:.1f} decisions per call", x <= most))
+    for (name, conns), r in by.items():
+        most = TARGET_CPU_RATIO.get(name)
+        if most is None or not r["sluice"]["cpu_us"] or not r["nginx"]["cpu_us"]:
+            continue
+        x = r["sluice"]["cpu_us"] / r["nginx"]["cpu_us"]
+        out.append((f"{name}, {conns} conns: sluice CPU per request <= {most}x nginx's",
+                    f"{r['sluice']['cpu_us']:.1f} µs vs {r['nginx']['cpu_us']:.1f} µs = {x:.2f}x", x <= most))
     for (name, conns), r in sorted(by.items(), key=lambda kv: kv[0][1]):
         if name != "token_bucket" or r["ratio"] is None:
             continue
@@ -254,10 +295,11 @@ def main():
         with open(os.path.join(res, "anomalies.txt")) as fh:
             anomalies = [l.rstrip("\n") for l in fh if l.strip()]
 
-    head, body = table(rows)
+    floor = read_floor(os.path.join(res, "set_floor.txt"))
+    head, body = table(rows, floor)
     print()
     print(text_table(head, body))
-    checks = targets(rows, idle, keys)
+    checks = targets(rows, idle, keys, floor)
 
     with open(os.path.join(res, "plot.dat"), "w") as fh:
         fh.write("# label nginx_rps sluice_rps nginx_p99_ms sluice_p99_ms\n")
@@ -276,6 +318,7 @@ def main():
            "- Everything on 127.0.0.1 of this one machine: wrk (2 threads), the proxy under test, the "
            "nginx upstream, Redis. They share the cores, so the figures compare the two proxies under the "
            "same conditions; they are not absolute capacities.",
+           f"- Cores: {machine.get('pinning', 'any')} (taskset; `any`: the scheduler's choice).",
            "", "## Results", "",
            markdown_table(head, body), "",
            "- req/s, p50 and p99 are means over the rounds (wrk `--latency`, latency in ms); each round "
@@ -286,10 +329,18 @@ def main():
            "process) used during the rounds, from `/proc/PID/stat`, divided by wrk's request count. "
            "Redis CPU µs/req is the same for redis-server during sluice's rounds: on this one machine "
            "it competes with the proxies for the same two cores, so it is part of what the limiter costs here.",
-           "- Redis calls/req = (EVALSHA + EVAL calls in Redis `INFO commandstats`) / requests counted "
-           "in sluice's `sluice_requests_total`, over the sluice runs.",
-           "- Redis µs/call = Redis's own time per script call (`usec` of EVALSHA + EVAL in "
-           "`INFO commandstats`): the CPU one decision costs Redis, without the network.",
+           "- CPU vs nginx = sluice CPU µs/req / nginx CPU µs/req.",
+           "- Redis calls/req = decide calls (FCALL, EVALSHA, EVAL in Redis `INFO commandstats`) / "
+           "requests counted in sluice's `sluice_requests_total`, over the sluice runs; decisions/call "
+           "is its inverse where every request is one decision by Redis (token_bucket, sliding_window, "
+           "clients100k).",
+           "- Redis µs/decision = Redis's CPU (user + system, `INFO cpu`: the script, the network, "
+           "the wake-ups) during sluice's runs / decisions, in the same scenarios; x SET floor = that "
+           f"against Redis's CPU per plain `SET key value PXAT t` ({f(floor, '.2f')} µs): 100,000 keys, "
+           "redis-benchmark with 50 connections pipelining 16 deep, on the same Redis at the start and "
+           "at the end of the run (the mean).",
+           "- Redis µs/call = Redis's own time per decide call (`usec` of FCALL, EVALSHA, EVAL in "
+           "`INFO commandstats`): the script's cost, without the network.",
            "- upstream/req = requests the upstream nginx served (its `stub_status`) / sluice's requests: "
            "1 when everything is forwarded, 0.1 in reject90, 0 in reject100.",
            "- 429 % = sluice's 429 answers / its requests (from /metrics).",

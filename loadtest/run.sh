@@ -15,17 +15,19 @@
 #   DURATION=10s  ROUNDS=2  WARMUP=1s  THREADS=2 (wrk)  WORKERS=2 (sluice and the nginx proxy)
 #   CONNS="64 1000"  SCENARIOS="none@64 token_bucket@1000 ... idle10k"  IDLE_CONNS=10000
 #   UPSTREAM_WORKERS=1  SLUICE=build/sluice  RESULTS=loadtest/results  KEEP=1 (keep the work dir)
+#   CPUS_LOAD= CPUS_PROXY= CPUS_UPSTREAM= CPUS_REDIS=  (taskset CPU lists, e.g. CPUS_LOAD=0-3
+#     CPUS_PROXY=4-7 CPUS_UPSTREAM=8-11 CPUS_REDIS=12: each role on cores of its own; unset: anywhere)
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
-ALL_SCENARIOS="none token_bucket token_bucket_memory sliding_window reject90 reject100 clients100k"
+ALL_SCENARIOS="none token_bucket token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_memory"
 if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-3s}
   ROUNDS=${ROUNDS:-1}
   WARMUP=${WARMUP:-1s}
-  SCENARIOS=${SCENARIOS:-"none@64 token_bucket@64 token_bucket_memory@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 none@1000 token_bucket@1000 idle10k"}
+  SCENARIOS=${SCENARIOS:-"none@64 token_bucket@64 token_bucket_memory@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 clients100k_memory@64 none@1000 token_bucket@1000 idle10k"}
 fi
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
@@ -44,6 +46,16 @@ if [ -z "${SCENARIOS:-}" ]; then
 fi
 
 say() { printf '%s\n' "loadtest: $*" >&2; }
+
+# pin ROLE: the taskset prefix that keeps a role (load, proxy, upstream, redis) on its cores
+pin() {
+  local cpus=""
+  case "$1" in
+    load) cpus=${CPUS_LOAD:-} ;; proxy) cpus=${CPUS_PROXY:-} ;;
+    upstream) cpus=${CPUS_UPSTREAM:-} ;; redis) cpus=${CPUS_REDIS:-} ;;
+  esac
+  [ -n "$cpus" ] && printf 'taskset -c %s' "$cpus"
+}
 die() { say "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------------------------------------
@@ -256,8 +268,8 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
     address: \"127.0.0.1:$REDIS_PORT\""
   # The same token bucket decided in process, without Redis: what the limiter costs sluice
   # itself, apart from the round trip and Redis's own CPU.
-  [ "$scenario" = token_bucket_memory ] && store="
-  type: memory"
+  case "$scenario" in *_memory) store="
+  type: memory" ;; esac
   case "$scenario" in
     none|idle10k) routes="
   - name: api
@@ -286,7 +298,7 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
     upstream: app
     limits:
       - { name: per_client, algorithm: token_bucket, rate: 1, per: 1h, burst: 1, key: [client_ip] }" ;;
-    clients100k) trusted='"127.0.0.1/32"'; routes="
+    clients100k|clients100k_memory) trusted='"127.0.0.1/32"'; routes="
   - name: api
     match: { path_prefix: / }
     upstream: app
@@ -327,7 +339,7 @@ start_sluice() {  # start_sluice SCENARIO
   cp "$conf" "$RESULTS/configs/sluice-$1.yaml"
   "$SLUICE" --check -c "$conf" >"$W/check.out" 2>&1 || { cat "$W/check.out" >&2; die "generated config for $1 refused"; }
   SLUICE_LOG="$W/sluice-$1.log"
-  "$SLUICE" -c "$conf" >>"$SLUICE_LOG" 2>&1 &
+  $(pin proxy) "$SLUICE" -c "$conf" >>"$SLUICE_LOG" 2>&1 &
   SLUICE_PID=$!
   PIDS+=("$SLUICE_PID")
   wait_http "http://127.0.0.1:$ADMIN_PORT/readyz" 15 "$SLUICE_PID" || { tail -20 "$SLUICE_LOG" >&2; die "sluice did not get ready ($1)"; }
@@ -348,6 +360,8 @@ sluice_counts() {
     /^sluice_store_errors_total/ { e += $NF }
     END { printf "%d %d %d\n", r, l, e }'
 }
+# Redis's own CPU time so far (user + system, INFO cpu), in microseconds
+redis_cpu_usec() { redis-cli -p "$REDIS_PORT" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.0f\n", s * 1000000 }'; }
 # "calls usec" of the decide calls (FCALL, EVALSHA, EVAL) in Redis
 redis_evals() { redis-cli -p "$REDIS_PORT" INFO commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval|fcall):/ { n += $3; u += $5 } END { printf "%d %d\n", n, u }'; }
 # kernel counter: connections dropped because an accept queue was full (whole machine)
@@ -379,14 +393,14 @@ parse_wrk() {
 run_wrk() {  # run_wrk PORT CONNS DURATION OUTFILE SCENARIO
   local port=$1 conns=$2 dur=$3 out=$4 scenario=$5 script="" path=/
   case "$scenario" in
-    clients100k) script="$HERE/clients.lua" ;;
+    clients100k|clients100k_memory) script="$HERE/clients.lua" ;;
     reject90) script="$HERE/reject90.lua" ;;
     reject100) path=/deny ;;
     *) path=/ ;;
   esac
   # In the background and waited for: a trapped Ctrl-C or TERM interrupts `wait` at once (it
   # would not interrupt a foreground command), and cleanup then stops wrk with the rest.
-  timeout $(( $(seconds "$dur") + 30 )) wrk -t"$THREADS" -c"$conns" -d"$dur" --timeout 5s --latency \
+  timeout $(( $(seconds "$dur") + 30 )) $(pin load) wrk -t"$THREADS" -c"$conns" -d"$dur" --timeout 5s --latency \
     ${script:+-s "$script"} "http://127.0.0.1:$port$path" >"$out" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
@@ -434,15 +448,16 @@ run_scenario() {  # run_scenario NAME CONNS
     p1=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k1=$(cpu_ticks "$REDIS_PID"); b1=$(backlog_drops)
     d1=$(listen_drops); read -r a1 q1 <<<"$(upstream_counts)"
     record_run "$name" "$conns" nginx "$round" $(parse_wrk "$out") 0 0 $((q1 - q0 - 1)) 0 0 0 \
-      "$(rss_kb $(nginx_pids "$NGINX_PID"))" 0 $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0)) $((b1 - b0))
+      "$(rss_kb $(nginx_pids "$NGINX_PID"))" 0 $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0)) $((b1 - b0)) 0
     sleep 1
     if [ "$crashed" = 1 ]; then continue; fi
     out="$RESULTS/wrk/$name-$conns-sluice-$round.txt"
     local before_c before_e after_c after_e
+    local u0r u1r
     before_c=$(sluice_counts); before_e=$(redis_evals); read -r a0 q0 <<<"$(upstream_counts)"; d0=$(listen_drops)
-    p0=$(cpu_ticks "$SLUICE_PID"); k0=$(cpu_ticks "$REDIS_PID"); b0=$(backlog_drops)
+    p0=$(cpu_ticks "$SLUICE_PID"); k0=$(cpu_ticks "$REDIS_PID"); b0=$(backlog_drops); u0r=$(redis_cpu_usec)
     run_wrk "$SLUICE_PORT" "$conns" "$DURATION" "$out" "$name"
-    p1=$(cpu_ticks "$SLUICE_PID"); k1=$(cpu_ticks "$REDIS_PID"); b1=$(backlog_drops)
+    p1=$(cpu_ticks "$SLUICE_PID"); k1=$(cpu_ticks "$REDIS_PID"); b1=$(backlog_drops); u1r=$(redis_cpu_usec)
     d1=$(listen_drops)
     if ! kill -0 "$SLUICE_PID" 2>/dev/null; then
       crashed=1
@@ -450,7 +465,7 @@ run_scenario() {  # run_scenario NAME CONNS
       say "SLUICE DIED during $name@$conns round $round (exit status $STOP_RC); log tail:"
       tail -20 "$SLUICE_LOG" >&2
       echo "$name@$conns round $round: sluice died, exit status $STOP_RC" >>"$RESULTS/anomalies.txt"
-      record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") 0 0 0 0 0 1 0 0 $((d1 - d0)) 0 0 0 0
+      record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") 0 0 0 0 0 1 0 0 $((d1 - d0)) 0 0 0 0 0
       continue
     fi
     sleep 0.3  # let the last answers be counted
@@ -459,7 +474,8 @@ run_scenario() {  # run_scenario NAME CONNS
     read -r c0 u0 <<<"$before_e"; read -r c1 u1 <<<"$after_e"
     record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") \
       $((r1 - r0)) $((c1 - c0)) $((q1 - q0 - 1)) $((l1 - l0)) $((e1 - e0)) 0 \
-      "$(rss_kb "$SLUICE_PID")" $((u1 - u0)) $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0)) $((b1 - b0))
+      "$(rss_kb "$SLUICE_PID")" $((u1 - u0)) $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0)) $((b1 - b0)) \
+      $((u1r - u0r))
   done
   [ "$crashed" = 0 ] && metrics >"$RESULTS/metrics/$name-$conns.txt"
   if [ "$name" = clients100k ] && [ "$crashed" = 0 ]; then
@@ -473,6 +489,22 @@ run_scenario() {  # run_scenario NAME CONNS
   cp "$SLUICE_LOG" "$RESULTS/logs/" 2>/dev/null
 }
 
+# The floor a decision is measured against: Redis's CPU per plain `SET key value PXAT t` over
+# 100,000 keys, pipelined 16 deep from 50 connections (a decision has to write its key once).
+# Appends "µs_per_set" to set_floor.txt; the keys are flushed afterwards.
+measure_set_floor() {
+  local n=400000 c0 c1 at
+  at=$(( ($(date +%s) + 3600) * 1000 ))
+  redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
+  c0=$(redis_cpu_usec)
+  $(pin load) redis-benchmark -p "$REDIS_PORT" -q -n "$n" -r 100000 -c 50 -P 16 \
+    SET 'sluice:floor:__rand_int__' 1700000000000000 PXAT "$at" >"$W/floor.out" 2>&1 || say "redis-benchmark failed"
+  c1=$(redis_cpu_usec)
+  redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
+  awk -v c=$((c1 - c0)) -v n="$n" 'BEGIN { printf "%.3f\n", c / n }' >>"$RESULTS/set_floor.txt"
+  say "SET PXAT floor: $(tail -1 "$RESULTS/set_floor.txt") µs of Redis CPU per SET"
+}
+
 IDLE_RESULT=""
 idle_one() {  # idle_one TARGET PORT PIDS...: sets IDLE_RESULT to "opened before_kb after_kb active"
   local target=$1 port=$2; shift 2
@@ -480,7 +512,7 @@ idle_one() {  # idle_one TARGET PORT PIDS...: sets IDLE_RESULT to "opened before
   run_wrk "$port" 64 "$WARMUP" "$W/warm.out" none
   sleep 2
   before=$(rss_kb "$@")
-  python3 "$HERE/idle_conns.py" --port "$port" --count "$IDLE_CONNS" --hold 120 >"$W/idle-$target.out" 2>&1 &
+  $(pin load) python3 "$HERE/idle_conns.py" --port "$port" --count "$IDLE_CONNS" --hold 120 >"$W/idle-$target.out" 2>&1 &
   local client=$!
   PIDS+=("$client")
   local i=0
@@ -504,7 +536,7 @@ idle_one() {  # idle_one TARGET PORT PIDS...: sets IDLE_RESULT to "opened before
 
 NGINX_PID=""
 start_nginx_proxy() {
-  "$NGINX" -e "$W/nginx-proxy/error.log" -p "$W/nginx-proxy" -c "$W/nginx-proxy/nginx.conf" &
+  $(pin proxy) "$NGINX" -e "$W/nginx-proxy/error.log" -p "$W/nginx-proxy" -c "$W/nginx-proxy/nginx.conf" &
   NGINX_PID=$!
   PIDS+=("$NGINX_PID")
   wait_http "http://127.0.0.1:$NGINX_PORT/" 10 "$NGINX_PID" || { cat "$W/nginx-proxy/error.log" >&2; die "nginx proxy did not start"; }
@@ -546,14 +578,14 @@ W=$(mktemp -d /tmp/sluice-loadtest.XXXXXX)
 chmod 755 "$W"
 mkdir -p "$RESULTS"
 rm -rf "$RESULTS/wrk" "$RESULTS/logs" "$RESULTS/configs" "$RESULTS/metrics"
-rm -f "$RESULTS/runs.tsv" "$RESULTS/redis_keys.txt" "$RESULTS/idle.tsv" "$RESULTS/idle.txt" "$RESULTS/anomalies.txt"
+rm -f "$RESULTS/set_floor.txt" "$RESULTS/runs.tsv" "$RESULTS/redis_keys.txt" "$RESULTS/idle.tsv" "$RESULTS/idle.txt" "$RESULTS/anomalies.txt"
 mkdir -p "$RESULTS/wrk" "$RESULTS/logs" "$RESULTS/configs" "$RESULTS/metrics"
 : >"$RESULTS/anomalies.txt"
 
 read -r REDIS_PORT UP_PORT NGINX_PORT SLUICE_PORT ADMIN_PORT <<<"$(free_ports 5)"
 say "ports: redis $REDIS_PORT, upstream $UP_PORT, nginx proxy $NGINX_PORT, sluice $SLUICE_PORT (admin $ADMIN_PORT)"
 
-redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
+$(pin redis) redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
   --dir "$W" --logfile "$W/redis.log" --maxclients 1000 &
 REDIS_PID=$!
 PIDS+=("$REDIS_PID")
@@ -563,13 +595,14 @@ for _ in $(seq 50); do [ "$(redis-cli -p "$REDIS_PORT" PING 2>/dev/null)" = PONG
 write_nginx_confs
 cp "$W/nginx-up/nginx.conf" "$RESULTS/configs/nginx-upstream.conf"
 cp "$W/nginx-proxy/nginx.conf" "$RESULTS/configs/nginx-proxy.conf"
-"$NGINX" -e "$W/nginx-up/error.log" -p "$W/nginx-up" -c "$W/nginx-up/nginx.conf" &
+$(pin upstream) "$NGINX" -e "$W/nginx-up/error.log" -p "$W/nginx-up" -c "$W/nginx-up/nginx.conf" &
 UP_PID=$!
 PIDS+=("$UP_PID")
 wait_http "http://127.0.0.1:$UP_PORT/" 10 "$UP_PID" || { cat "$W/nginx-up/error.log" >&2; die "upstream nginx did not start"; }
 start_nginx_proxy
 
 started=$(date -u +%s)
+measure_set_floor
 for item in $SCENARIOS; do
   case "$item" in
     idle10k) run_idle ;;
@@ -577,6 +610,7 @@ for item in $SCENARIOS; do
     *) die "scenario '$item': write NAME@CONNECTIONS or idle10k" ;;
   esac
 done
+measure_set_floor
 grep -iE 'error|alert|crit' "$W/nginx-proxy/error.log" | head -20 | sed 's/^/nginx proxy log: /' >>"$RESULTS/anomalies.txt"
 grep -iE 'error|alert|crit' "$W/nginx-up/error.log" | head -20 | sed 's/^/nginx upstream log: /' >>"$RESULTS/anomalies.txt"
 
@@ -596,6 +630,7 @@ grep -iE 'error|alert|crit' "$W/nginx-up/error.log" | head -20 | sed 's/^/nginx 
   echo "sluice=$("$SLUICE" --version 2>&1 | head -1) ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
   echo "gnuplot=$(gnuplot --version 2>/dev/null || echo none)"
   echo "settings=DURATION=$DURATION ROUNDS=$ROUNDS WARMUP=$WARMUP THREADS=$THREADS WORKERS=$WORKERS UPSTREAM_WORKERS=$UPSTREAM_WORKERS IDLE_CONNS=$IDLE_CONNS"
+  echo "pinning=load ${CPUS_LOAD:-any}, proxy ${CPUS_PROXY:-any}, upstream ${CPUS_UPSTREAM:-any}, redis ${CPUS_REDIS:-any}"
 } >"$RESULTS/machine.txt"
 
 python3 "$HERE/report.py" "$RESULTS" || die "report.py failed"
