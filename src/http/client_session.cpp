@@ -388,30 +388,34 @@ private:
     // Watches a plain client connection for its end (FIN or reset) while the upstream is
     // answering; pipelined bytes stop the watch (they are read later, as usual). A TLS
     // client is not watched: its bytes cannot be told apart without reading them.
+    // The watch is a one-byte MSG_PEEK receive, not a wait for readability: Asio queues a
+    // receive on a socket it already polls without a system call (a wait would re-arm epoll
+    // with epoll_ctl on every request), and the peek consumes nothing.
     void watch_client() {
         client_gone_ = false;
         if (stream_.is_tls()) return;
         const auto generation = ++client_watch_generation_;
         client_watched_ = true;
-        stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), generation](
-                                                                  boost::system::error_code ec) {
-            if (ec || generation != self->client_watch_generation_ || !self->client_watched_) return;
-            self->client_watched_ = false;
-            char byte;
-            const auto n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-            if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return;
-            self->client_gone_ = true;
-            boost::system::error_code ignored;
-            if (self->upstream_socket_) self->upstream_socket_->cancel(ignored);
-            if (self->hold_timer_) self->hold_timer_->cancel();
-        });
+        stream_.socket().async_receive(
+            net::buffer(&client_peek_, 1), tcp::socket::message_peek,
+            [self = shared_from_this(), generation](boost::system::error_code ec, std::size_t n) {
+                if (generation != self->client_watch_generation_ || !self->client_watched_) return;
+                if (ec == net::error::operation_aborted) return;
+                self->client_watched_ = false;
+                if (!ec && n > 0) return;  // pipelined bytes: the client is there
+                if (ec == net::error::would_block || ec == net::error::try_again || ec == net::error::interrupted) return;
+                self->client_gone_ = true;  // end of stream, or reset
+                boost::system::error_code ignored;
+                if (self->upstream_socket_) self->upstream_socket_->cancel(ignored);
+                if (self->hold_timer_) self->hold_timer_->cancel();
+            });
     }
     void unwatch_client() {
         ++client_watch_generation_;
         if (!client_watched_) return;
         client_watched_ = false;
         boost::system::error_code ignored;
-        stream_.socket().cancel(ignored);  // only the wait is pending on it now
+        stream_.socket().cancel(ignored);  // only the peek is pending on it now
     }
 
     void stop_timer() {
@@ -456,7 +460,8 @@ private:
     Clock::time_point upstream_deadline_ = Clock::time_point::max();
     tcp::socket* upstream_socket_ = nullptr;  // the socket of the upstream operation armed
     bool upstream_timed_out_ = false;
-    bool client_watched_ = false;  // watch_client's wait is pending
+    bool client_watched_ = false;  // watch_client's peek is pending
+    char client_peek_ = 0;         // where it peeks
     bool client_gone_ = false;     // it saw the client go while the upstream was answering
     std::uint64_t client_watch_generation_ = 0;
     bool idle_ = false;  // waiting for a request with nothing received: graceful stop may close it
