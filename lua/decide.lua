@@ -69,7 +69,8 @@
 --   reset_ms (ms until this limit is back to its full quota, rounded up).
 local NOT_HERE = {}
 local cluster = false  -- this call's: set by decide()
-local find, match, ceil  -- string.find, string.match, math.ceil: set on the first call
+-- The globals used per request, as upvalues (set on the first call: see above).
+local find, match, ceil, tostr, protected  -- string.find, string.match, math.ceil, tostring, pcall
 local function read_failed(reply)
   if not cluster then return end
   local message = reply.err or ''
@@ -235,7 +236,7 @@ local function decide_request(plan, n, token)
 end
 
 local function decide(KEYS, ARGV, in_cluster)
-  if not find then find, match, ceil = string.find, string.match, math.ceil end
+  if not find then find, match, ceil, tostr, protected = string.find, string.match, math.ceil, tostring, pcall end
   cluster = in_cluster
   -- Every algorithm starts the call knowing nothing (an earlier call may have failed midway).
   for i = 1, #built do built[i].begin() end
@@ -255,7 +256,7 @@ local function decide(KEYS, ARGV, in_cluster)
       if parsed_count >= 256 then parsed, parsed_count = {}, 0 end
       parsed[text], parsed_count = plan, parsed_count + 1
     end
-    plans[tostring(p)] = plan
+    plans[tostr(p)] = plan
   end
   local first, nkeys = count + 2, 0
   do
@@ -278,7 +279,7 @@ local function decide(KEYS, ARGV, in_cluster)
 
   -- Each fixed window's current window, before anything is written.
   for p = 1, count do
-    local windows = plans[tostring(p)].windows
+    local windows = plans[tostr(p)].windows
     for w = 1, #windows do
       local spec = windows[w]
       if spec.every then
@@ -313,7 +314,7 @@ local function decide(KEYS, ARGV, in_cluster)
       -- A request with a key this node cannot serve is not decided here: four zeros per limit,
       -- the first one 2 ("elsewhere"); nothing was written for it.
       local before = m
-      local ok, err = pcall(decide_request, plan, n, token)
+      local ok, err = protected(decide_request, plan, n, token)
       if not ok then
         if err ~= NOT_HERE then error(err, 0) end
         m = before

@@ -28,7 +28,10 @@
 local function token_bucket_algorithm(read_failed, leaky)
   local token_bucket = {}
 
-  local floor = math.floor
+  -- The library and the globals it uses, as upvalues: a global is looked up by name on every
+  -- use (in a function library through the sandbox's metatable), an upvalue is not.
+  local floor, ceil, format, tonumber, type = math.floor, math.ceil, string.format, tonumber, type
+  local redis_call, redis_pcall = redis.call, redis.pcall
 
   -- What this call knows of its keys. A call decides every request at one `now` and nothing
   -- else runs in Redis meanwhile, so a key read once stays as this call leaves it, and only its
@@ -44,7 +47,7 @@ local function token_bucket_algorithm(read_failed, leaky)
   local function read(key, now, interval, burst, cost)
     local tat = known[key]
     if tat == nil then
-      local value = redis.pcall('GET', key)
+      local value = redis_pcall('GET', key)
       if type(value) == 'table' then
         read_failed(value)
         value = nil  -- another type: a full bucket
@@ -75,8 +78,7 @@ local function token_bucket_algorithm(read_failed, leaky)
   -- the key up to 1 ms early). Numbers are written with %d (whole numbers below 2^63): %.0f
   -- goes through the slow floating-point printer.
   local function store(key, tat)
-    local format = string.format
-    redis.call('SET', key, format('%d', tat), 'PXAT', format('%d', math.ceil(tat / 1000)))
+    redis_call('SET', key, format('%d', tat), 'PXAT', format('%d', ceil(tat / 1000)))
   end
 
   -- Writes what this call changed: once per key, at its end.
@@ -153,7 +155,8 @@ local function token_bucket_algorithm(read_failed, leaky)
       return false, tokens(now, tolerance, tat, interval), allow_at - now, tat - now
     end
     known[key] = -next_tat  -- write()
-    return true, tokens(now, tolerance, next_tat, interval), 0, next_tat - now
+    -- tokens(now, tolerance, next_tat, interval), never below 0 here (allow_at <= now)
+    return true, floor((now + tolerance - next_tat) / interval), 0, next_tat - now
   end
   return token_bucket
 end
