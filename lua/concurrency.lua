@@ -16,6 +16,9 @@ local function concurrency_algorithm(read_failed)
   local concurrency = {}
 
   local format = string.format
+  -- Globals used per request, as upvalues (see token_bucket.lua).
+  local ceil, tonumber, type, unpack = math.ceil, tonumber, type, unpack
+  local redis_call, redis_pcall = redis.call, redis.pcall
 
   -- What this call knows of its keys: sets[key] = { now, count, foreign, adds, last }, where
   -- adds holds the slots taken in this call (token, lease end), written at the end (flush).
@@ -25,7 +28,7 @@ local function concurrency_algorithm(read_failed)
   local function entry(key, now)
     local e = sets[key]
     if e then return e end
-    local count = redis.pcall('ZCOUNT', key, '(' .. format('%d', now), '+inf')
+    local count = redis_pcall('ZCOUNT', key, '(' .. format('%d', now), '+inf')
     if type(count) == 'table' then read_failed(count) end
     local foreign = type(count) ~= 'number'
     if foreign then count = 0 end
@@ -38,20 +41,20 @@ local function concurrency_algorithm(read_failed)
     local n = #e.adds
     if n == 0 then return end
     if e.foreign then
-      redis.call('DEL', key)
+      redis_call('DEL', key)
       e.foreign = false
     else
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', e.now))
+      redis_call('ZREMRANGEBYSCORE', key, '-inf', format('%d', e.now))
     end
     local args = {}
     for i = 1, n do
       args[2 * i - 1], args[2 * i] = format('%d', e.adds[i][2]), e.adds[i][1]
     end
-    redis.call('ZADD', key, unpack(args))
+    redis_call('ZADD', key, unpack(args))
     -- Every slot is written with now + lease and renewed the same way, so the newest end is
     -- the set's last one, unless a longer lease was configured before a reload: keep the later.
-    e.last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-    redis.call('PEXPIREAT', key, format('%d', math.ceil(e.last / 1000)))
+    e.last = tonumber(redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    redis_call('PEXPIREAT', key, format('%d', ceil(e.last / 1000)))
     e.adds = {}
   end
 
@@ -64,11 +67,11 @@ local function concurrency_algorithm(read_failed)
     if e.count == 0 then return remaining, 0, 0 end
     write(key, e)  -- the slots this call took are part of the answer
     if e.last == 0 then
-      e.last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] or e.now)
+      e.last = tonumber(redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] or e.now)
     end
     local retry_us = 0
     if not allowed then
-      local first = redis.call('ZRANGEBYSCORE', key, '(' .. format('%d', e.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      local first = redis_call('ZRANGEBYSCORE', key, '(' .. format('%d', e.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
       retry_us = tonumber(first[2] or e.now) - e.now
       if retry_us > 1000000 then retry_us = 1000000 end
       if retry_us < 1 then retry_us = 1 end

@@ -15,6 +15,9 @@ local function fixed_window_algorithm(read_failed)
   local fixed_window = {}
 
   local format, match = string.format, string.match
+  -- Globals used per request, as upvalues (see token_bucket.lua).
+  local ceil, tonumber, type, unpack = math.ceil, tonumber, type, unpack
+  local redis_call, redis_pcall = redis.call, redis.pcall
 
   -- What this call knows of its keys: known[key] = { start, stop, count, dirty }. A key is
   -- read once and written once, at the end (flush), however many requests of the batch use it.
@@ -22,7 +25,7 @@ local function fixed_window_algorithm(read_failed)
   function fixed_window.begin() known = {} end
 
   local function store(key, e)
-    redis.call('SET', key, format('%d:%d', e.start, e.count), 'PXAT', format('%d', math.ceil(e.stop / 1000)))
+    redis_call('SET', key, format('%d:%d', e.start, e.count), 'PXAT', format('%d', ceil(e.stop / 1000)))
     e.dirty = false
   end
 
@@ -35,7 +38,7 @@ local function fixed_window_algorithm(read_failed)
       -- batch holds requests of both configurations): what was admitted is written first.
       if e.dirty then store(key, e) end
     end
-    local value = redis.pcall('GET', key)
+    local value = redis_pcall('GET', key)
     if type(value) == 'table' then
       read_failed(value)
       value = nil

@@ -18,6 +18,9 @@ local function sliding_window_algorithm(read_failed)
   local sliding_window = {}
 
   local format = string.format
+  -- Globals used per request, as upvalues (see token_bucket.lua).
+  local ceil, tonumber, type, unpack = math.ceil, tonumber, type, unpack
+  local redis_call, redis_pcall = redis.call, redis.pcall
 
   -- What this call knows of its keys. A call decides every request at one `now` and nothing
   -- else runs in Redis meanwhile, so a set counted once stays as this call leaves it, and its
@@ -42,7 +45,7 @@ local function sliding_window_algorithm(read_failed)
       if e.window == window then return e end
       write(key, e)  -- the window changed on reload within this call: count afresh
     end
-    local count = redis.pcall('ZCOUNT', key, '(' .. format('%d', now - window), '+inf')
+    local count = redis_pcall('ZCOUNT', key, '(' .. format('%d', now - window), '+inf')
     if type(count) == 'table' then read_failed(count) end
     local foreign = type(count) ~= 'number'
     if foreign then count = 0 end
@@ -60,9 +63,9 @@ local function sliding_window_algorithm(read_failed)
     local now = e.now
     if not e.written then
       if e.foreign or e.held == 0 then
-        redis.call('DEL', key)
+        redis_call('DEL', key)
       else
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - e.window))
+        redis_call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - e.window))
       end
       e.written, e.foreign = true, false
     end
@@ -70,8 +73,8 @@ local function sliding_window_algorithm(read_failed)
     for i = 1, n do
       args[2 * i - 1], args[2 * i] = score, e.adds[i]
     end
-    redis.call('ZADD', key, unpack(args))
-    redis.call('PEXPIREAT', key, format('%d', math.ceil((now + e.window) / 1000)))
+    redis_call('ZADD', key, unpack(args))
+    redis_call('PEXPIREAT', key, format('%d', ceil((now + e.window) / 1000)))
     e.held, e.adds = e.count, {}
   end
 
@@ -98,10 +101,10 @@ local function sliding_window_algorithm(read_failed)
     if count > 0 then
       -- The request fits once count + cost - limit of the counted members have left (the
       -- proxy refuses a cost above the limit before asking).
-      local leaving = redis.call('ZRANGEBYSCORE', key, '(' .. format('%d', now - window), '+inf',
+      local leaving = redis_call('ZRANGEBYSCORE', key, '(' .. format('%d', now - window), '+inf',
                                  'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
       if leaving[2] then retry_us = tonumber(leaving[2]) + window - now end
-      local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      local newest = redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')
       reset_us = tonumber(newest[2]) + window - now
     end
     e.refused, e.refused_cost, e.refusal = limit, cost, { remaining, retry_us, reset_us }
@@ -120,7 +123,7 @@ local function sliding_window_algorithm(read_failed)
       -- Reported as it stands when another limit rejects the request.
       local newest = now  -- a member this call admitted
       if not e.adds[1] then
-        newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+        newest = tonumber(redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
       end
       c.reset_us = newest + window - now
     elseif not c.allowed then
