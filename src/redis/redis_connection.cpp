@@ -262,20 +262,26 @@ private:
     }
 
     // Runs inside the FCALL reply callback: the library is gone (FUNCTION FLUSH, or the
-    // server restarted without it). FUNCTION LOAD, then the FCALL again, pipelined.
+    // server restarted without it). The call goes again as EVAL of the script form, which
+    // carries its code and so cannot miss it (a FUNCTION LOAD followed by the FCALL could:
+    // another client may flush in between); a FUNCTION LOAD, sent first, brings the library
+    // back for the calls after it.
     void retry_after_function_load(::redisAsyncContext* context, std::unique_ptr<Request> request) {
         const ScriptId script = *std::exchange(request->script, std::nullopt);
-        spdlog::debug("redis: function {} not found, loading its library and retrying once",
+        spdlog::debug("redis: function {} not found, loading its library again and retrying once with EVAL",
                       scripts_[script].code.function);
         const std::vector<std::string> load{"FUNCTION", "LOAD", scripts_[script].code.library};
-        // Its reply says nothing the FCALL's does not: an error there shows in the FCALL's.
+        request->argv[0] = "EVAL";  // FCALL function numkeys ... and EVAL script numkeys ... alike
+        request->argv[1] = scripts_[script].code.script;
+        // The load's reply says nothing the call needs: "already exists" when another
+        // connection was first.
         if (issue(context, &on_ignored_reply, nullptr, load) == REDIS_OK &&
             issue(context, &on_request_reply, request.get(), request->argv) == REDIS_OK) {
             request.release();
             return;
         }
         deliver(request->callback,
-                failure(RedisError::Code::connection_lost, "FCALL retry could not be queued"));
+                failure(RedisError::Code::connection_lost, "retry after a missing function could not be queued"));
     }
 
     static void on_ignored_reply(::redisAsyncContext*, void*, void*) {}

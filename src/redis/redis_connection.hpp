@@ -97,9 +97,9 @@ public:
 
     // EVALSHA of a registered script; on NOSCRIPT, one EVAL with the source. For code with
     // a library that the server loaded: FCALL of its function; when the server answers that
-    // the function is not there (FUNCTION FLUSH, or a restart without persistence), the
-    // library is loaded again and the FCALL sent once more. Neither retry can double-count:
-    // Redis ran nothing.
+    // the function is not there (FUNCTION FLUSH, or a restart without persistence), the call
+    // goes once more as EVAL of the script form, and the library is loaded again for the
+    // calls after it. Neither retry can double-count: Redis ran nothing.
     void evalsha(ScriptId script, const std::vector<std::string>& keys,
                  const std::vector<std::string>& args, Callback callback);
 

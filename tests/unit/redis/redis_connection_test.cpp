@@ -274,7 +274,7 @@ TEST_CASE("redis connection: a library is loaded on connect and called with FCAL
     redis::ScriptCode code{"return redis.call('INCRBY', KEYS[1], ARGV[1])", "#!lua name=conn_test\n" + body,
                            "conn_test_incr"};
 
-    SECTION("FCALL, and after FUNCTION FLUSH: FUNCTION LOAD, then the same FCALL once") {
+    SECTION("FCALL, and after FUNCTION FLUSH: the call once more as EVAL, and the library loaded again") {
         RedisConnection connection(io, options);
         const auto script = connection.add_script(code);
         start_and_wait_ready(io, connection);
@@ -296,7 +296,17 @@ TEST_CASE("redis connection: a library is loaded on connect and called with FCAL
         REQUIRE(second.results[0].ok());
         CHECK(second.results[0].reply.integer == 7);  // ran exactly once
         CHECK(check.text({"GET", "counter"}) == "7");
+        CHECK_THAT(check.text({"INFO", "commandstats"}),
+                   Catch::Contains("cmdstat_fcall:calls=2,") && Catch::Contains("cmdstat_eval:calls=1,"));
         CHECK(check.must({"FUNCTION", "LIST", "LIBRARYNAME", "conn_test"}).elements.size() == 1);
+        // The calls after it are FCALLs again.
+        Calls third;
+        connection.evalsha(script, {"counter"}, {"1"}, third.callback());
+        REQUIRE(run_until(io, [&] { return third.done(); }));
+        REQUIRE(third.results[0].ok());
+        CHECK(third.results[0].reply.integer == 8);
+        CHECK_THAT(check.text({"INFO", "commandstats"}),
+                   Catch::Contains("cmdstat_fcall:calls=3,") && Catch::Contains("cmdstat_eval:calls=1,"));
 
         // A second connection finds the library there already: not an error.
         RedisConnection other(io, options);
