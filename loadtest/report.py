@@ -22,9 +22,11 @@ DESCRIPTION = {
     "reject100": "every request rejected (429 answered by sluice)",
     "clients100k": "100,000 distinct clients (X-Forwarded-For from a trusted peer), token bucket per client",
     "clients100k_memory": "the same 100,000 clients, token bucket per client in process (store.type: memory)",
+    "clients100k_limit_req": "the same, against nginx with limit_req keyed on the client (per node, like the memory store)",
 }
 # scenarios where any answer other than 2xx is a fault
-ALL_2XX = {"none", "token_bucket", "token_bucket_memory", "sliding_window", "clients100k", "clients100k_memory"}
+ALL_2XX = {"none", "token_bucket", "token_bucket_memory", "sliding_window", "clients100k", "clients100k_memory",
+           "clients100k_limit_req"}
 # scenarios where every request is one decision by Redis (nothing rejected, nothing remembered)
 DECIDED_BY_REDIS = {"token_bucket", "sliding_window", "clients100k"}
 # Redis CPU per decision against the SET PXAT floor, at most (issue 24)
@@ -242,6 +244,16 @@ def targets(rows, idle, keys, floor=None):
         out.append((f"{name}, {conns} conns: Redis CPU per decision <= {most}x a SET PXAT",
                     f"{r['redis_per_decision']:.2f} µs vs {floor:.2f} µs = {x:.2f}x, "
                     f"{r['per_call']:.1f} decisions per call", x <= most))
+    # The memory store (issue 24): throughput at least nginx limit_req's, p99 at most 1.2x
+    # nginx plain's.
+    for (name, conns), r in by.items():
+        if name == "clients100k_limit_req" and r["ratio"] is not None:
+            out.append((f"memory store, 100,000 clients, {conns} conns: req/s >= nginx limit_req's",
+                        f"{r['ratio']:.2f}x", r["ratio"] >= 1.0))
+        if name == "clients100k_memory" and r["sluice"]["p99"] and r["nginx"]["p99"]:
+            x = r["sluice"]["p99"] / r["nginx"]["p99"]
+            out.append((f"memory store, 100,000 clients, {conns} conns: p99 <= 1.2x nginx plain's",
+                        f"{r['sluice']['p99']:.2f} ms vs {r['nginx']['p99']:.2f} ms = {x:.2f}x", x <= 1.2))
     for (name, conns), r in by.items():
         most = TARGET_CPU_RATIO.get(name)
         if most is None or not r["sluice"]["cpu_us"] or not r["nginx"]["cpu_us"]:
@@ -324,7 +336,9 @@ def main():
            "- req/s, p50 and p99 are means over the rounds (wrk `--latency`, latency in ms); each round "
            "ran nginx then sluice, alternating, so drifting machine noise hits both.",
            "- ratio = sluice req/s / nginx req/s. In reject90/reject100 nginx forwards everything (it "
-           "has no limits), so the ratio there compares sluice's 429 answers with nginx's proxying.",
+           "has no limits), so the ratio there compares sluice's 429 answers with nginx's proxying. In "
+           "clients100k_limit_req the nginx side limits too (`limit_req`, zone keyed on "
+           "`$http_x_forwarded_for`, 1r/m, burst 1000000 nodelay) and sluice uses its memory store.",
            "- CPU µs/req = user + system CPU time the proxy (nginx: master and workers; sluice: its one "
            "process) used during the rounds, from `/proc/PID/stat`, divided by wrk's request count. "
            "Redis CPU µs/req is the same for redis-server during sluice's rounds: on this one machine "

@@ -22,12 +22,12 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
-ALL_SCENARIOS="none token_bucket token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_memory"
+ALL_SCENARIOS="none token_bucket token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_memory clients100k_limit_req"
 if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-3s}
   ROUNDS=${ROUNDS:-1}
   WARMUP=${WARMUP:-1s}
-  SCENARIOS=${SCENARIOS:-"none@64 token_bucket@64 token_bucket_memory@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 clients100k_memory@64 none@1000 token_bucket@1000 idle10k"}
+  SCENARIOS=${SCENARIOS:-"none@64 token_bucket@64 token_bucket_memory@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 clients100k_memory@64 clients100k_limit_req@64 none@1000 token_bucket@1000 idle10k"}
 fi
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
@@ -247,6 +247,23 @@ http {${common_http//TMP/$W/nginx-proxy/tmp}
       proxy_set_header Via "1.1 nginx";
     }
   }
+  # clients100k_limit_req: the same proxy with nginx's own per-node limiter, keyed on the
+  # client (the X-Forwarded-For that wrk sends), as the clients100k token bucket: 1 per
+  # minute, a burst of 1000000, so nothing is refused
+  limit_req_zone \$http_x_forwarded_for zone=clients:64m rate=1r/m;
+  server {
+    listen 127.0.0.1:$NGINX_LR_PORT backlog=4096;
+    location / {
+      limit_req zone=clients burst=1000000 nodelay;
+      limit_req_status 429;
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header Via "1.1 nginx";
+    }
+  }
 }
 EOF
 }
@@ -268,7 +285,7 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
     address: \"127.0.0.1:$REDIS_PORT\""
   # The same token bucket decided in process, without Redis: what the limiter costs sluice
   # itself, apart from the round trip and Redis's own CPU.
-  case "$scenario" in *_memory) store="
+  case "$scenario" in *_memory|*_limit_req) store="
   type: memory" ;; esac
   case "$scenario" in
     none|idle10k) routes="
@@ -298,7 +315,7 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
     upstream: app
     limits:
       - { name: per_client, algorithm: token_bucket, rate: 1, per: 1h, burst: 1, key: [client_ip] }" ;;
-    clients100k|clients100k_memory) trusted='"127.0.0.1/32"'; routes="
+    clients100k|clients100k_memory|clients100k_limit_req) trusted='"127.0.0.1/32"'; routes="
   - name: api
     match: { path_prefix: / }
     upstream: app
@@ -393,7 +410,7 @@ parse_wrk() {
 run_wrk() {  # run_wrk PORT CONNS DURATION OUTFILE SCENARIO
   local port=$1 conns=$2 dur=$3 out=$4 scenario=$5 script="" path=/
   case "$scenario" in
-    clients100k|clients100k_memory) script="$HERE/clients.lua" ;;
+    clients100k|clients100k_memory|clients100k_limit_req) script="$HERE/clients.lua" ;;
     reject90) script="$HERE/reject90.lua" ;;
     reject100) path=/deny ;;
     *) path=/ ;;
@@ -434,8 +451,11 @@ run_scenario() {  # run_scenario NAME CONNS
   local base_mem
   base_mem=$(redis-cli -p "$REDIS_PORT" INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }')
   start_sluice "$name"
+  # the reference: nginx as a plain proxy, or with limit_req (clients100k_limit_req)
+  local nginx_port=$NGINX_PORT
+  [ "$name" = clients100k_limit_req ] && nginx_port=$NGINX_LR_PORT
   # warm both (connection pools, caches, the Lua script), not measured
-  run_wrk "$NGINX_PORT" "$conns" "$WARMUP" "$W/warm.out" "$name"
+  run_wrk "$nginx_port" "$conns" "$WARMUP" "$W/warm.out" "$name"
   run_wrk "$SLUICE_PORT" "$conns" "$WARMUP" "$W/warm.out" "$name"
   local crashed=0
   for round in $(seq 1 "$ROUNDS"); do
@@ -444,7 +464,7 @@ run_scenario() {  # run_scenario NAME CONNS
     local p0 p1 k0 k1 b0 b1
     d0=$(listen_drops); read -r a0 q0 <<<"$(upstream_counts)"
     p0=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k0=$(cpu_ticks "$REDIS_PID"); b0=$(backlog_drops)
-    run_wrk "$NGINX_PORT" "$conns" "$DURATION" "$out" "$name"
+    run_wrk "$nginx_port" "$conns" "$DURATION" "$out" "$name"
     p1=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k1=$(cpu_ticks "$REDIS_PID"); b1=$(backlog_drops)
     d1=$(listen_drops); read -r a1 q1 <<<"$(upstream_counts)"
     record_run "$name" "$conns" nginx "$round" $(parse_wrk "$out") 0 0 $((q1 - q0 - 1)) 0 0 0 \
@@ -582,7 +602,7 @@ rm -f "$RESULTS/set_floor.txt" "$RESULTS/runs.tsv" "$RESULTS/redis_keys.txt" "$R
 mkdir -p "$RESULTS/wrk" "$RESULTS/logs" "$RESULTS/configs" "$RESULTS/metrics"
 : >"$RESULTS/anomalies.txt"
 
-read -r REDIS_PORT UP_PORT NGINX_PORT SLUICE_PORT ADMIN_PORT <<<"$(free_ports 5)"
+read -r REDIS_PORT UP_PORT NGINX_PORT SLUICE_PORT ADMIN_PORT NGINX_LR_PORT <<<"$(free_ports 6)"
 say "ports: redis $REDIS_PORT, upstream $UP_PORT, nginx proxy $NGINX_PORT, sluice $SLUICE_PORT (admin $ADMIN_PORT)"
 
 $(pin redis) redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
