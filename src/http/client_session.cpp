@@ -388,9 +388,10 @@ private:
     // Watches a plain client connection for its end (FIN or reset) while the upstream is
     // answering; pipelined bytes stop the watch (they are read later, as usual). A TLS
     // client is not watched: its bytes cannot be told apart without reading them.
-    // The watch is a one-byte MSG_PEEK receive, not a wait for readability: Asio queues a
-    // receive on a socket it already polls without a system call (a wait would re-arm epoll
-    // with epoll_ctl on every request), and the peek consumes nothing.
+    // The watch is a one-byte MSG_PEEK receive, not a wait for readability: a wait re-arms
+    // epoll with epoll_ctl every time, the receive costs one attempt that finds nothing (Asio
+    // tries a receive at once on a socket that has read before) and no second receive when
+    // the client sends or closes: its result says which. The peek consumes nothing.
     void watch_client() {
         client_gone_ = false;
         if (stream_.is_tls()) return;
