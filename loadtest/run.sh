@@ -219,6 +219,15 @@ http {${common_http//TMP/$W/nginx-up/tmp}
 }
 EOF
 
+  # the proxying both servers of the reference do
+  local proxy="
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header Via \"1.1 nginx\";"
+
   cat >"$W/nginx-proxy/nginx.conf" <<EOF
 # reference: nginx as a plain reverse proxy to the upstream, same worker count as sluice
 $user_line
@@ -238,13 +247,7 @@ http {${common_http//TMP/$W/nginx-proxy/tmp}
   server {
     listen 127.0.0.1:$NGINX_PORT backlog=4096;
     location = /__status { stub_status; }
-    location / {
-      proxy_pass http://app;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header Via "1.1 nginx";
+    location / {$proxy
     }
   }
   # clients100k_limit_req: the same proxy with nginx's own per-node limiter, keyed on the
@@ -255,13 +258,7 @@ http {${common_http//TMP/$W/nginx-proxy/tmp}
     listen 127.0.0.1:$NGINX_LR_PORT backlog=4096;
     location / {
       limit_req zone=clients burst=1000000 nodelay;
-      limit_req_status 429;
-      proxy_pass http://app;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header Via "1.1 nginx";
+      limit_req_status 429;$proxy
     }
   }
 }

@@ -404,7 +404,6 @@ private:
                 if (ec == net::error::operation_aborted) return;
                 self->client_watched_ = false;
                 if (!ec && n > 0) return;  // pipelined bytes: the client is there
-                if (ec == net::error::would_block || ec == net::error::try_again || ec == net::error::interrupted) return;
                 self->client_gone_ = true;  // end of stream, or reset
                 boost::system::error_code ignored;
                 if (self->upstream_socket_) self->upstream_socket_->cancel(ignored);

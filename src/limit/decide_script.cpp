@@ -11,7 +11,7 @@
 
 namespace sluice::limit {
 
-DecideCode decide_code(bool cluster) {
+redis::ScriptCode decide_code(bool cluster) {
     std::string code;
     for (auto part : {lua::token_bucket, lua::sliding_window, lua::fixed_window, lua::concurrency, lua::decide,
                       cluster ? lua::cluster_keys : lua::standalone_keys})
@@ -23,7 +23,7 @@ DecideCode decide_code(bool cluster) {
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
 
-    DecideCode out;
+    redis::ScriptCode out;
     out.function = std::string("sluice_decide_") + hex;
     // Redis reads the flags only from the very first line.
     if (cluster) out.script.append("#!lua flags=allow-cross-slot-keys\n");

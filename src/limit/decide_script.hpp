@@ -29,20 +29,17 @@
 
 #include "config/config.hpp"
 #include "limit/decision.hpp"
+#include "redis/redis_connection.hpp"
 #include "redis/redis_reply.hpp"
 
 namespace sluice::limit {
 
-// The decide code in both forms. `cluster`: the Redis Cluster variant (lua/cluster_keys.lua:
-// a batch's keys in ARGV; the function has the flag allow-cross-slot-keys).
-struct DecideCode {
-    std::string script;    // for EVAL / EVALSHA
-    std::string library;   // for FUNCTION LOAD: "#!lua name=sluice_<hash>" and the same code
-    std::string function;  // the function it registers, for FCALL: "sluice_decide_<hash>"
-};
-// The library's and the function's names end with a hash of the code: instances of two
-// sluice versions sharing one Redis each find their own.
-DecideCode decide_code(bool cluster = false);
+// The decide code in both forms: the script (EVAL / EVALSHA), and the library (FUNCTION
+// LOAD: "#!lua name=sluice_<hash>" and the same code) with its function "sluice_decide_<hash>"
+// (FCALL). `cluster`: the Redis Cluster variant (lua/cluster_keys.lua: a batch's keys in ARGV;
+// the function has the flag allow-cross-slot-keys). The names end with a hash of the code:
+// instances of two sluice versions sharing one Redis each find their own.
+redis::ScriptCode decide_code(bool cluster = false);
 // The script form alone.
 std::string decide_script_source(bool cluster = false);
 // lua/release.lua: a request's concurrency slots given back or renewed, by owner token.

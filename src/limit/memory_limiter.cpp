@@ -70,14 +70,6 @@ std::int64_t MemoryLimiter::reset(const std::vector<std::string>& keys) {
     return deleted;
 }
 
-namespace {
-
-// Whether a key's state is back to empty at `now` (gone from Redis, expired).
-template <class State>
-bool is_empty(const State& state, std::int64_t now);
-
-}  // namespace
-
 void MemoryLimiter::count_decision(std::int64_t now) {
     const std::uint64_t d = ++decisions_;
     const std::uint64_t step = std::max<std::uint64_t>(1024 / shard_count, keys_.load() / shard_count);
@@ -218,7 +210,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                 if (!std::holds_alternative<Concurrency>(state)) state = Concurrency{};
                 auto& held = std::get<Concurrency>(state).slots;
                 std::erase_if(held, [now](const auto& slot) { return slot.second <= now; });
-                if (token.empty()) token = "memory-" + std::to_string(++tokens_made_);  // atomic
+                if (token.empty()) token = "memory-" + std::to_string(++tokens_made_);
                 const std::int64_t end = now + lease_us(limit);
                 held.emplace_back(token, end);
                 slots.keys.emplace_back(*keys[i], lease_us(limit));
@@ -293,18 +285,13 @@ void MemoryLimiter::renew(const Slots& slots) {
     }
 }
 
-namespace {
-
-template <class State>
-bool is_empty(const State& state, std::int64_t now) {
-    if (const auto* bucket = std::get_if<0>(&state)) return bucket->tat <= now;
-    if (const auto* window = std::get_if<1>(&state))
-        return window->times.empty() || window->times.back() + window->window_us <= now;
-    if (const auto* fixed = std::get_if<2>(&state)) return fixed->end <= now;
-    const auto& held = std::get<3>(state);
-    return std::all_of(held.slots.begin(), held.slots.end(), [now](const auto& slot) { return slot.second <= now; });
+bool MemoryLimiter::is_empty(const State& state, std::int64_t now) {
+    if (const auto* bucket = std::get_if<TokenBucket>(&state)) return bucket->tat <= now;
+    if (const auto* fixed = std::get_if<FixedWindow>(&state)) return fixed->end <= now;
+    if (const auto* held = std::get_if<Concurrency>(&state))
+        return std::all_of(held->slots.begin(), held->slots.end(), [now](const auto& slot) { return slot.second <= now; });
+    const auto& window = std::get<SlidingWindow>(state);
+    return window.times.empty() || window.times.back() + window.window_us <= now;
 }
-
-}  // namespace
 
 }  // namespace sluice::limit

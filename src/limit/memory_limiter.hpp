@@ -72,6 +72,8 @@ private:
         std::unordered_map<std::string, State> states;
     };
     Shard& shard_of(const std::string& key);
+    // Whether a key's state is back to empty at `now` (as if Redis had expired the key).
+    static bool is_empty(const State& state, std::int64_t now);
     // Counts a decision; every so often sweeps the next shard (see above).
     void count_decision(std::int64_t now);
 

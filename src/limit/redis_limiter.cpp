@@ -158,10 +158,7 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topolo
     : io_context_(io_context),
       topology_(topology),
       sharded_(topology.sharded()),
-      script_(topology.add_script([this] {
-          auto code = decide_code(sharded_);
-          return redis::ScriptCode{std::move(code.script), std::move(code.library), std::move(code.function)};
-      }())),
+      script_(topology.add_script(decide_code(sharded_))),
       release_script_(topology.add_script(redis::ScriptCode{release_script_source(), {}, {}})),
       key_prefix_(std::move(key_prefix)),
       timeout_(timeout),

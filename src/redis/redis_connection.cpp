@@ -234,7 +234,7 @@ private:
             if (request->script && is_noscript(result))
                 return self->retry_with_eval(context, std::move(request));
             if (request->script && is_no_function(result))
-                return self->retry_after_function_load(context, std::move(request));
+                return self->retry_as_eval(context, std::move(request));
         }
         std::string error = result.ok() ? std::string() : result.error->message;
         deliver(request->callback, std::move(result));
@@ -266,7 +266,7 @@ private:
     // carries its code and so cannot miss it (a FUNCTION LOAD followed by the FCALL could:
     // another client may flush in between); a FUNCTION LOAD, sent first, brings the library
     // back for the calls after it.
-    void retry_after_function_load(::redisAsyncContext* context, std::unique_ptr<Request> request) {
+    void retry_as_eval(::redisAsyncContext* context, std::unique_ptr<Request> request) {
         const ScriptId script = *std::exchange(request->script, std::nullopt);
         spdlog::debug("redis: function {} not found, loading its library again and retrying once with EVAL",
                       scripts_[script].code.function);

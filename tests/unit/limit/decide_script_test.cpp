@@ -61,7 +61,7 @@ struct Script {
     // The function library (FUNCTION LOAD, FCALL: what sluice uses on Redis 7), or the
     // script (SCRIPT LOAD, EVALSHA: where FUNCTION is refused).
     bool library = true;
-    limit::DecideCode code = limit::decide_code(cluster);
+    redis::ScriptCode code = limit::decide_code(cluster);
     std::string name = load();  // the function's name, or the script's sha
 
     std::string load() {

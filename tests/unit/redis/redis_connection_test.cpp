@@ -49,6 +49,16 @@ void start_and_wait_ready(boost::asio::io_context& io, RedisConnection& connecti
     REQUIRE(run_until(io, [&] { return connection.ready(); }));
 }
 
+// One evalsha of `script` on `key` with `arg`, waited for; its callback ran exactly once.
+RedisResult call_once(boost::asio::io_context& io, RedisConnection& connection, RedisConnection::ScriptId script,
+                      const std::string& key, const std::string& arg) {
+    Calls call;
+    connection.evalsha(script, {key}, {arg}, call.callback());
+    REQUIRE(run_until(io, [&] { return call.done(); }));
+    REQUIRE(call.results.size() == 1);
+    return std::move(call.results[0]);
+}
+
 }  // namespace
 
 TEST_CASE("redis connection: commands over TCP are pipelined and answered in order", "[redis]") {
@@ -233,20 +243,15 @@ TEST_CASE("redis connection: scripts are loaded on connect; NOSCRIPT is retried 
     start_and_wait_ready(io, connection);
 
     const auto sha = check.must({"SCRIPT", "LOAD", "return redis.call('INCRBY', KEYS[1], ARGV[1])"}).text;
-    Calls first;
-    connection.evalsha(script, {"counter"}, {"5"}, first.callback());
-    REQUIRE(run_until(io, [&] { return first.done(); }));
-    REQUIRE(first.results[0].ok());
-    CHECK(first.results[0].reply.integer == 5);
+    const auto first = call_once(io, connection, script, "counter", "5");
+    REQUIRE(first.ok());
+    CHECK(first.reply.integer == 5);
 
     check.must({"SCRIPT", "FLUSH"});
     check.must({"CONFIG", "RESETSTAT"});
-    Calls second;
-    connection.evalsha(script, {"counter"}, {"2"}, second.callback());
-    REQUIRE(run_until(io, [&] { return second.done(); }));
-    REQUIRE(second.results.size() == 1);
-    REQUIRE(second.results[0].ok());
-    CHECK(second.results[0].reply.integer == 7);  // ran exactly once
+    const auto second = call_once(io, connection, script, "counter", "2");
+    REQUIRE(second.ok());
+    CHECK(second.reply.integer == 7);  // ran exactly once
     CHECK(check.text({"GET", "counter"}) == "7");
     const auto stats = check.text({"INFO", "commandstats"});
     CHECK_THAT(stats, Catch::Contains("cmdstat_evalsha:calls=1,") && Catch::Contains("cmdstat_eval:calls=1,"));
@@ -280,31 +285,24 @@ TEST_CASE("redis connection: a library is loaded on connect and called with FCAL
         start_and_wait_ready(io, connection);
         CHECK(connection.uses_function(script));
         check.must({"CONFIG", "RESETSTAT"});
-        Calls first;
-        connection.evalsha(script, {"counter"}, {"5"}, first.callback());
-        REQUIRE(run_until(io, [&] { return first.done(); }));
-        REQUIRE(first.results[0].ok());
-        CHECK(first.results[0].reply.integer == 5);
+        const auto first = call_once(io, connection, script, "counter", "5");
+        REQUIRE(first.ok());
+        CHECK(first.reply.integer == 5);
         CHECK_THAT(check.text({"INFO", "commandstats"}),
                    Catch::Contains("cmdstat_fcall:calls=1,") && !Catch::Contains("cmdstat_evalsha"));
 
         check.must({"FUNCTION", "FLUSH"});
-        Calls second;
-        connection.evalsha(script, {"counter"}, {"2"}, second.callback());
-        REQUIRE(run_until(io, [&] { return second.done(); }));
-        REQUIRE(second.results.size() == 1);
-        REQUIRE(second.results[0].ok());
-        CHECK(second.results[0].reply.integer == 7);  // ran exactly once
+        const auto second = call_once(io, connection, script, "counter", "2");
+        REQUIRE(second.ok());
+        CHECK(second.reply.integer == 7);  // ran exactly once
         CHECK(check.text({"GET", "counter"}) == "7");
         CHECK_THAT(check.text({"INFO", "commandstats"}),
                    Catch::Contains("cmdstat_fcall:calls=2,") && Catch::Contains("cmdstat_eval:calls=1,"));
         CHECK(check.must({"FUNCTION", "LIST", "LIBRARYNAME", "conn_test"}).elements.size() == 1);
         // The calls after it are FCALLs again.
-        Calls third;
-        connection.evalsha(script, {"counter"}, {"1"}, third.callback());
-        REQUIRE(run_until(io, [&] { return third.done(); }));
-        REQUIRE(third.results[0].ok());
-        CHECK(third.results[0].reply.integer == 8);
+        const auto third = call_once(io, connection, script, "counter", "1");
+        REQUIRE(third.ok());
+        CHECK(third.reply.integer == 8);
         CHECK_THAT(check.text({"INFO", "commandstats"}),
                    Catch::Contains("cmdstat_fcall:calls=3,") && Catch::Contains("cmdstat_eval:calls=1,"));
 
@@ -323,11 +321,9 @@ TEST_CASE("redis connection: a library is loaded on connect and called with FCAL
         const auto script = connection.add_script(code);
         start_and_wait_ready(io, connection);
         CHECK_FALSE(connection.uses_function(script));
-        Calls call;
-        connection.evalsha(script, {"counter"}, {"3"}, call.callback());
-        REQUIRE(run_until(io, [&] { return call.done(); }));
-        REQUIRE(call.results[0].ok());
-        CHECK(call.results[0].reply.integer == 3);
+        const auto call = call_once(io, connection, script, "counter", "3");
+        REQUIRE(call.ok());
+        CHECK(call.reply.integer == 3);
         CHECK(check.must({"FUNCTION", "LIST", "LIBRARYNAME", "conn_test"}).elements.empty());
     }
 
