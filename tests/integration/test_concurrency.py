@@ -132,7 +132,10 @@ class ConcurrencyTest(SluiceTestCase):
         # Nobody gives those slots back: they end with their lease (renewed every 2/3 s
         # while the instance lived, so at most 2 s after it died).
         while True:
-            r = RawClient(self.ports[1])
+            # An admitted probe waits on the 20 s upstream until sluice's 5 s upstream timeout
+            # answers 504: the client waits longer than that (with the default 5 s, which
+            # timed out first was a race).
+            r = RawClient(self.ports[1], timeout=15)
             status = r.request("GET", "/slow/probe").status
             r.close()
             if status != 429:

@@ -285,7 +285,8 @@ class ClusterFailoverTest(ClusterTestCase):
             for _ in range(20):
                 self.assertEqual(c.request("GET", "/f/warm", [("X-User", u)]).status, 200)
 
-        with Load(self, s.port, "/f", [on_victim, elsewhere] * 2) as load:
+        load_users = [on_victim, elsewhere] * 2
+        with Load(self, s.port, "/f", load_users) as load:
             time.sleep(0.5)
             killed_at = time.monotonic()
             new_master = self.cluster.kill_master(victim)
@@ -320,7 +321,12 @@ class ClusterFailoverTest(ClusterTestCase):
         print(f"\n    cluster master {victim.port} killed: replica {new_master.port} promoted after "
               f"{promoted:.2f}s, decisions resumed after {resumed:.2f}s, lost_counts={lost}, "
               f"responses without a decision on the victim's key={load.decided[(on_victim, False)]}")
-        self.assertGreaterEqual(lost, 0)
+        # Redis may hold a count the access log calls a store error: a call the victim ran and
+        # passed to its replica, whose reply the SIGKILL cut off (sluice never resends, and
+        # says a decision whose reply was lost may have counted). At most one per client that
+        # had a request in flight on the victim's key when it died; nothing else over-counts.
+        in_flight_at_kill = load_users.count(on_victim)
+        self.assertGreaterEqual(lost, -in_flight_at_kill)
         moved = rf"moved from 127\.0\.0\.1:{victim.port} to 127\.0\.0\.1:{new_master.port}"
         self.assertTrue(re.search(moved, s.log_text()), f"no log line like {moved!r}")
 
