@@ -16,7 +16,6 @@ deps:
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
-	@bash scripts/dev_tls.sh
 
 test: build
 	@bash scripts/fuzz.sh smoke

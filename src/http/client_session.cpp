@@ -583,6 +583,12 @@ net::awaitable<Session::Head> Session::read_head(bool first) {
             head.problem = scan.problem;
             co_return head;
         }
+        if (auto problem = check_request_line(data.substr(scan.leading_crlf)); !problem.empty()) {
+            disarm();
+            head.kind = Head::Kind::malformed;
+            head.problem = problem;
+            co_return head;
+        }
         if (data.size() - scan.leading_crlf > max_header_bytes) {
             disarm();
             head.kind = Head::Kind::too_large;

@@ -83,6 +83,13 @@ std::size_t request_version_offset(std::string_view head) {
     return end - 3;
 }
 
+std::string_view check_request_line(std::string_view data) {
+    const auto end = data.find("\r\n");
+    if (end == std::string_view::npos) return {};
+    if (request_version_offset(data.substr(0, end + 2)) != std::string_view::npos) return {};
+    return "request line without an HTTP version (HTTP/0.9 is not served)";
+}
+
 std::size_t count_field_lines(std::string_view head) {
     std::size_t lines = 0;
     for (char c : head) lines += c == '\n';

@@ -32,6 +32,13 @@ std::string_view check_request_head(std::string_view head);
 // knows only 1.0 and 1.1, so the version is looked at here first.
 std::size_t request_version_offset(std::string_view head);
 
+// The request line at the start of `data` (what has arrived of a head, after any leading
+// empty lines), once its CRLF is there: an empty view when it ends in " HTTP/d.d" or is not
+// complete yet, else why it is refused. A line without a version is HTTP/0.9, which has no
+// header lines: waiting for them would hold the client until header_timeout, so such a line
+// is refused as soon as it is complete.
+std::string_view check_request_line(std::string_view data);
+
 // The number of field lines of a complete head (request or response): its lines less the
 // start line and the blank line.
 std::size_t count_field_lines(std::string_view head);

@@ -91,6 +91,16 @@ class FramingTest(SluiceTestCase):
                 self.assertEqual(len(self.up.requests), before[0],
                                  f"a complete request reached the upstream: {self.up.last()}")
 
+    def test_http09_request_line_gets_400_at_once(self):
+        # "GET /" and CRLF, nothing more: an HTTP/0.9 request has no header lines, so it is
+        # answered 400 now, not 408 after header_timeout (2 s here) waiting for them.
+        c = self.client(self.port, timeout=3)
+        c.send(b"GET /\r\n")
+        r = c.read_response(timeout=3)
+        self.assert_problem(r, 400)
+        c.wait_closed(3)
+        self.assert_nothing_reached(self.up, settle=0.1)
+
     def test_a_good_request_still_works_afterwards(self):
         self.send_bad(HEAD_ERRORS[0][1])
         r = self.client(self.port).request("POST", "/good", body=b"hello")

@@ -97,3 +97,23 @@ TEST_CASE("count_field_lines counts the lines between the start line and the bla
     CHECK(count_field_lines("GET / HTTP/1.1\r\n\r\n") == 0);
     CHECK(count_field_lines("GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n\r\n") == 2);
 }
+
+TEST_CASE("check_request_line refuses a complete request line without a version at once") {
+    using sluice::http::check_request_line;
+    // Not complete yet: nothing to say.
+    CHECK(check_request_line("").empty());
+    CHECK(check_request_line("GET /").empty());
+    CHECK(check_request_line("GET / HTTP/1.1").empty());
+    CHECK(check_request_line("GET / HTTP/1.1\r").empty());
+    // Complete, with a version: fine (the rest of the head may still be on its way).
+    CHECK(check_request_line("GET / HTTP/1.1\r\n").empty());
+    CHECK(check_request_line("GET / HTTP/1.0\r\nHost: a\r\n").empty());
+    CHECK(check_request_line("GET / HTTP/2.0\r\n").empty());  // a version: 505 comes later
+    // HTTP/0.9 and other lines that cannot be HTTP/1.x: refused as soon as the CRLF is there.
+    CHECK_FALSE(check_request_line("GET /\r\n").empty());
+    CHECK_FALSE(check_request_line("GET\r\n").empty());
+    CHECK_FALSE(check_request_line("\r\n").empty());
+    CHECK_FALSE(check_request_line("GET / HTTP/1.1 \r\n").empty());
+    CHECK_FALSE(check_request_line("GET / HTTP/1\r\nHost: a\r\n\r\n").empty());
+    CHECK_FALSE(check_request_line("GET /HTTP/1.1\r\n").empty());
+}
