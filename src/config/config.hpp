@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "config/access_format.hpp"
 #include "net/cidr.hpp"
 #include "time/calendar.hpp"
 
@@ -197,6 +198,8 @@ struct LoggingConfig {
     std::string level = "info";  // trace | debug | info | warn | error
     std::string access_log = "stdout";  // stdout | off | path
     LogFormat format = LogFormat::text;
+    AccessFormat access_format;       // classic: the standard line
+    bool local_time = false;          // time_zone: the lines' times in UTC ("Z") or local time
     Duration summary_interval = 10s;  // 0 disables
 };
 

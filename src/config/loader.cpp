@@ -18,6 +18,7 @@
 #include <map>
 #include <sstream>
 
+#include "config/access_format.hpp"
 #include "config/duration.hpp"
 #include "config/endpoint.hpp"
 #include "config/message_text.hpp"
@@ -52,7 +53,7 @@ const Keys limit_keys{"name",      "algorithm", "rate",   "per",    "burst", "li
                       "time_zone", "lease",     "key",    "shadow", "cost",  "default_cost", "delay",
                       "nodelay",   "max_wait"};
 const Keys responses_keys{"limited_status", "headers"};
-const Keys logging_keys{"level", "access_log", "format", "summary_interval"};
+const Keys logging_keys{"level", "access_log", "format", "access_format", "time_zone", "summary_interval"};
 
 constexpr std::int64_t no_maximum = std::numeric_limits<std::int64_t>::max();
 // Ranges that keep every figure derived from a limit exact and far from overflow: the Redis
@@ -256,6 +257,7 @@ private:
     void read_key(const Field& field, LimitConfig& limit);
     void read_responses(const Field& field);
     void read_logging(const Field& field);
+    void read_access_format(const Field& field);
     void warn_when_no_routes(const Field* routes);
 
     DiagnosticList diagnostics_;
@@ -854,6 +856,56 @@ void ConfigReader::read_logging(const Field& field) {
     if (const Field* f = section.find("format"))
         assign(logging.format, choice<LogFormat>(*f, {{"text", LogFormat::text}, {"json", LogFormat::json}}));
     if (const Field* f = section.find("summary_interval")) assign(logging.summary_interval, duration(*f, true));
+    if (const Field* f = section.find("time_zone"))
+        assign(logging.local_time, choice<bool>(*f, {{"utc", false}, {"local", true}}));
+    if (const Field* f = section.find("access_format")) read_access_format(*f);
+}
+
+// logging.access_format: a list of field names, or a string with $variables.
+void ConfigReader::read_access_format(const Field& field) {
+    const std::vector<std::string_view> known(access_field_names().begin(), access_field_names().end());
+    auto unknown = [&](const Field& at, std::string_view name, std::string_view as_written) {
+        std::string message = at.label() + " names no field " + quoted(as_written);
+        if (auto suggestion = closest_spelling(name, known)) return message + " (did you mean " + quoted(*suggestion) + "?)";
+        return message + " (fields: " + keys_list(known) + ")";
+    };
+    if (!field.empty() && field.value.IsSequence()) {
+        AccessFormat format;
+        format.kind = AccessFormat::Kind::fields;
+        bool ok = true;
+        for (const Field& item : items_of(field)) {
+            const auto name = text(item);
+            if (!name) {
+                ok = false;
+                continue;
+            }
+            const auto named = access_field_named(*name);
+            if (!named) {
+                diagnostics_.error(item.at, unknown(item, *name, *name));
+                ok = false;
+                continue;
+            }
+            format.fields.push_back(*named);
+        }
+        if (ok && format.fields.empty())
+            diagnostics_.error(field.at, field.label() + " lists no field (leave it out for the standard line)");
+        else if (ok)
+            config_.logging.access_format = std::move(format);
+        return;
+    }
+    const auto pattern = text(field);
+    if (!pattern) return;
+    auto parsed = parse_access_pattern(*pattern);
+    if (auto* error = std::get_if<AccessPatternError>(&parsed)) {
+        std::string message = field.label() + ": " + error->message;
+        if (error->message.starts_with("unknown field $")) {
+            const std::string_view name = std::string_view(error->message).substr(15);
+            message = unknown(field, name, "$" + std::string(name));
+        }
+        diagnostics_.error(field.at, message + " (at character " + std::to_string(error->offset + 1) + ")");
+        return;
+    }
+    config_.logging.access_format = std::get<AccessFormat>(std::move(parsed));
 }
 
 // ---- routes ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 
 #include <boost/asio/as_tuple.hpp>
@@ -69,6 +70,30 @@ std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
 
 double ms_since(Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// The request's id: the X-Request-Id a trusted peer (a proxy in front) sent, when it sent one
+// that is 1 to 128 visible ASCII characters without '"' or '\\'; else a new one, 32 hex
+// digits of a per-thread generator (an id names a request in logs, it is not a secret).
+std::string request_id(const Request& req, bool peer_trusted) {
+    if (peer_trusted) {
+        std::optional<std::string_view> given;
+        bool twice = false;
+        for (const auto& f : req)
+            if (beast::iequals(f.name_string(), "x-request-id")) {
+                twice = twice || given.has_value();
+                given = sv(f.value());
+            }
+        const auto plain = [](std::string_view id) {
+            if (id.empty() || id.size() > 128) return false;
+            for (const char c : id)
+                if (c <= 0x20 || c >= 0x7f || c == '"' || c == '\\') return false;
+            return true;
+        };
+        if (given && !twice && plain(*given)) return std::string(*given);
+    }
+    thread_local std::mt19937_64 random{std::random_device{}()};
+    return fmt::format("{:016x}{:016x}", random(), random());
 }
 
 // The request line's method and target for the access log, from a head Beast did not parse.
@@ -325,9 +350,10 @@ private:
                                std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
                                const limit::HeaderList* headers = nullptr, bool name_route_and_limit = false,
                                bool problem_body = true);
-    // Where a check route's key parts find the original request's method and path.
+    // Where a check route's key parts find the original request's method and path (and `uri`,
+    // its target as the proxy in front named it, for the access line).
     bool original_request(const config::Config& cfg, const Request& req, std::string& method, std::string& path,
-                          std::string_view& problem);
+                          std::string& uri, std::string_view& problem);
     net::awaitable<bool> drain_body(const config::ServerConfig& server);
     // After the upstream's 101 to a WebSocket handshake: the 101 to the client, then bytes
     // both ways until both sides are done, either fails, or nothing moved for
@@ -626,14 +652,15 @@ net::awaitable<bool> Session::serve_one(bool first) {
     const auto& cfg = *snap.config;
     const auto started = Clock::now();
     observe::AccessRecord rec;
-    rec.client_ip = peer_ip_;
+    rec.client = peer_ip_;
+    rec.peer = peer_ip_;
     rec.method = "-";
     rec.target = "-";
 
     const config::RouteConfig* route = nullptr;
     auto finish = [&](bool keep) {
         rec.total_ms = ms_since(started);
-        observe::log_access(rec, cfg.logging.format);
+        observe::log_access(rec, cfg.logging);
         auto& counters = route ? *snap.route_metrics[static_cast<std::size_t>(route - cfg.routes.data())]
                                : snap.metrics->no_route();
         counters.count_status(rec.status);
@@ -691,6 +718,21 @@ net::awaitable<bool> Session::serve_one(bool first) {
     rec.method = std::string(sv(req.method_string()));
     rec.target = std::string(sv(req.target()));
     rec.version = req.version();
+    // Who sent it: the peer, or the client a trusted proxy in front names; the request id
+    // such a proxy gave it, else a new one (sent upstream either way: forward()).
+    bool peer_trusted = false;
+    if (!cfg.client_ip.trusted_proxies.empty()) {
+        const auto peer = sluice::net::IpAddress::parse(peer_ip_);
+        peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
+    }
+    if (peer_trusted) {
+        std::vector<std::string_view> xff;
+        for (const auto& f : req)
+            if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
+        rec.client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
+    }
+    rec.request_id = request_id(req, peer_trusted);
+    if (auto it = req.find(bhttp::field::user_agent); it != req.end()) rec.user_agent = std::string(sv(it->value()));
     const auto framing = check_request_framing(req.base(), req.version());
     if (!framing.ok()) co_return finish(co_await reply(cfg.server, false, framing.status, framing.problem, false, rec));
     {
@@ -722,6 +764,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
         if (!problem.empty()) co_return finish(co_await reply(cfg.server, false, 400, problem, false, rec));
     }
     req.target(target.origin_form());
+    rec.host = std::string(sv(req[bhttp::field::host]));
 
     const bool keep_alive = req.keep_alive() && !worker_.stopping();
     const std::string_view path = target.path;
@@ -744,15 +787,15 @@ net::awaitable<bool> Session::serve_one(bool first) {
     std::string key_path(path);
     if (check) {
         std::string_view problem;
-        if (!original_request(cfg, req, key_method, key_path, problem))
+        std::string key_target;
+        if (!original_request(cfg, req, key_method, key_path, key_target, problem))
             co_return finish(co_await reply(cfg.server, true, 400, problem, keep_alive, rec));
+        // The line names the request that was decided, not the check itself.
+        rec.method = key_method;
+        if (!key_target.empty()) rec.target = std::move(key_target);
     }
     if (!route->limits.empty()) {
-        std::vector<std::string_view> xff;  // only read from a trusted peer
-        if (!cfg.client_ip.trusted_proxies.empty())
-            for (const auto& f : req)
-                if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
-        const std::string client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
+        const std::string& client = rec.client;
         const limit::RouteLimits limits{route->name, route->limits,
                                         &snap.key_plans[static_cast<std::size_t>(route - cfg.routes.data())]};
         limit::RequestKeyValues values{client, key_method, key_path,
@@ -883,7 +926,7 @@ net::awaitable<Session::Hold> Session::hold_back(std::chrono::microseconds wait,
 // ForwardAuth), from a trusted peer; else the check request's own method and path. A
 // method that is not a token or a URI that is not a valid origin-form target is a 400.
 bool Session::original_request(const config::Config& cfg, const Request& req, std::string& method, std::string& path,
-                               std::string_view& problem) {
+                               std::string& uri, std::string_view& problem) {
     if (cfg.client_ip.trusted_proxies.empty()) return true;
     const auto peer = sluice::net::IpAddress::parse(peer_ip_);
     if (!peer || !limit::is_trusted(cfg.client_ip.trusted_proxies, *peer)) return true;
@@ -912,6 +955,7 @@ bool Session::original_request(const config::Config& cfg, const Request& req, st
             return false;
         }
         path = target.path;
+        uri = std::string(*original_uri);
     }
     return true;
 }
@@ -1228,6 +1272,8 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     // upstream's name, as nginx sends its proxy_host.
     if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, upstream_cfg.name);
     add_forwarding_headers(req.base(), {peer_ip_, peer_trusted, client_version, stream_.is_tls()});
+    req.erase("X-Request-Id");
+    req.set("X-Request-Id", rec.request_id);
     if (request_body_.mode() == BodyReader::Mode::length)
         req.set(bhttp::field::content_length, std::to_string(request_length_));
     else if (chunked_out)
@@ -1264,6 +1310,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             co_return co_await reply(cfg.server, true, 502, "upstream refused the connection", keep_alive, rec);
         }
         const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
+        rec.upstream = conn->key;
 
         if (expect_continue && !continue_sent) {
             static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";

@@ -3,60 +3,210 @@
 #include <spdlog/spdlog.h>
 
 #include "observe/json_text.hpp"
+#include "observe/log_time.hpp"
 
 namespace sluice::observe {
 
 namespace {
 
-std::string_view or_dash(std::string_view s) { return s.empty() ? std::string_view("-") : s; }
+using config::AccessField;
+using config::AccessFormat;
+
+// Text values as nginx writes them: a '"', a '\', control bytes and bytes above 0x7e as
+// \xHH, so that a value can neither end its quotes nor forge a line.
+void append_escaped(std::string& out, std::string_view value) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    for (const char ch : value) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '"' || c == '\\' || c < 0x20 || c > 0x7e) {
+            out += "\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += ch;
+        }
+    }
+}
+
+void append_text_or_dash(std::string& out, std::string_view value) {
+    if (value.empty())
+        out += '-';
+    else
+        append_escaped(out, value);
+}
+
+void append_ms(std::string& out, double ms) { fmt::format_to(std::back_inserter(out), "{:.1f}", ms); }
+
+std::string request_line(const AccessRecord& r) {
+    return fmt::format("{} {} HTTP/{}.{}", r.method, r.target, r.version / 10, r.version % 10);
+}
+
+void append_text(std::string& out, const AccessRecord& r, AccessField field) {
+    switch (field) {
+    case AccessField::client: return append_text_or_dash(out, r.client);
+    case AccessField::peer: return append_text_or_dash(out, r.peer);
+    case AccessField::request: return append_escaped(out, request_line(r));
+    case AccessField::method: return append_text_or_dash(out, r.method);
+    case AccessField::uri: return append_text_or_dash(out, r.target);
+    case AccessField::protocol: return append_escaped(out, fmt::format("HTTP/{}.{}", r.version / 10, r.version % 10));
+    case AccessField::status: out += std::to_string(r.status); return;
+    case AccessField::bytes: out += std::to_string(r.bytes_sent); return;
+    case AccessField::route: return append_text_or_dash(out, r.route);
+    case AccessField::limit: return append_text_or_dash(out, r.limit);
+    case AccessField::decision: return append_text_or_dash(out, r.decision);
+    case AccessField::remaining: out += r.remaining ? std::to_string(*r.remaining) : "-"; return;
+    case AccessField::upstream_ms:
+        if (r.upstream_ms) return append_ms(out, *r.upstream_ms);
+        out += '-';
+        return;
+    case AccessField::total_ms: return append_ms(out, r.total_ms);
+    case AccessField::wait_ms:
+        if (r.wait_ms) return append_ms(out, *r.wait_ms);
+        out += '-';
+        return;
+    case AccessField::request_id: return append_text_or_dash(out, r.request_id);
+    case AccessField::host: return append_text_or_dash(out, r.host);
+    case AccessField::upstream: return append_text_or_dash(out, r.upstream);
+    case AccessField::user_agent: return append_text_or_dash(out, r.user_agent);
+    case AccessField::tunnel_up: out += r.tunnel_up ? std::to_string(*r.tunnel_up) : "-"; return;
+    case AccessField::tunnel_down: out += r.tunnel_up ? std::to_string(r.tunnel_down.value_or(0)) : "-"; return;
+    case AccessField::tunnel_ms:
+        if (r.tunnel_up) return append_ms(out, r.tunnel_ms);
+        out += '-';
+        return;
+    }
+}
+
+std::string json_or_null(std::string_view value) { return value.empty() ? "null" : json_string(value); }
+
+std::string ms_json(double ms) { return fmt::format("{:.1f}", ms); }
+
+std::string json_value(const AccessRecord& r, AccessField field) {
+    switch (field) {
+    case AccessField::client: return json_or_null(r.client);
+    case AccessField::peer: return json_or_null(r.peer);
+    case AccessField::request: return json_string(request_line(r));
+    case AccessField::method: return json_or_null(r.method);
+    case AccessField::uri: return json_or_null(r.target);
+    case AccessField::protocol: return json_string(fmt::format("HTTP/{}.{}", r.version / 10, r.version % 10));
+    case AccessField::status: return std::to_string(r.status);
+    case AccessField::bytes: return std::to_string(r.bytes_sent);
+    case AccessField::route: return json_or_null(r.route);
+    case AccessField::limit: return json_or_null(r.limit);
+    case AccessField::decision: return json_or_null(r.decision);
+    case AccessField::remaining: return r.remaining ? std::to_string(*r.remaining) : "null";
+    case AccessField::upstream_ms: return r.upstream_ms ? ms_json(*r.upstream_ms) : "null";
+    case AccessField::total_ms: return ms_json(r.total_ms);
+    case AccessField::wait_ms: return r.wait_ms ? ms_json(*r.wait_ms) : "null";
+    case AccessField::request_id: return json_or_null(r.request_id);
+    case AccessField::host: return json_or_null(r.host);
+    case AccessField::upstream: return json_or_null(r.upstream);
+    case AccessField::user_agent: return json_or_null(r.user_agent);
+    case AccessField::tunnel_up: return r.tunnel_up ? std::to_string(*r.tunnel_up) : "null";
+    case AccessField::tunnel_down: return r.tunnel_up ? std::to_string(r.tunnel_down.value_or(0)) : "null";
+    case AccessField::tunnel_ms: return r.tunnel_up ? ms_json(r.tunnel_ms) : "null";
+    }
+    return "null";
+}
+
+// The fields of the standard line after "client "request" status bytes", as name=value in
+// text and as keys in json; wait_ms and the tunnel's only when they have a value.
+std::vector<AccessField> classic_named_fields(const AccessRecord& r) {
+    std::vector<AccessField> fields{AccessField::route,     AccessField::limit,       AccessField::decision,
+                                    AccessField::remaining, AccessField::upstream_ms, AccessField::total_ms};
+    if (r.wait_ms) fields.push_back(AccessField::wait_ms);
+    if (r.tunnel_up) {
+        fields.push_back(AccessField::tunnel_up);
+        fields.push_back(AccessField::tunnel_down);
+        fields.push_back(AccessField::tunnel_ms);
+    }
+    for (auto f : {AccessField::peer, AccessField::request_id, AccessField::host, AccessField::upstream})
+        fields.push_back(f);
+    return fields;
+}
 
 }  // namespace
 
-std::string format_access_text(const AccessRecord& r) {
-    std::string remaining = r.remaining ? std::to_string(*r.remaining) : "-";
-    std::string upstream = r.upstream_ms ? fmt::format("{:.1f}", *r.upstream_ms) : "-";
-    auto line = fmt::format("{} \"{} {} HTTP/{}.{}\" {} {} route={} limit={} decision={} remaining={} upstream_ms={} total_ms={:.1f}",
-                            r.client_ip, r.method, r.target, r.version / 10, r.version % 10, r.status, r.bytes_sent,
-                            or_dash(r.route), or_dash(r.limit), r.decision, remaining, upstream, r.total_ms);
-    if (r.wait_ms) line += fmt::format(" wait_ms={:.1f}", *r.wait_ms);
-    if (r.tunnel_up)
-        line += fmt::format(" tunnel_up={} tunnel_down={} tunnel_ms={:.1f}", *r.tunnel_up, r.tunnel_down.value_or(0),
-                            r.tunnel_ms);
+std::string format_access_text(const AccessRecord& r, const AccessFormat& format, std::string_view time) {
+    std::string line(time);
+    line += ' ';
+    switch (format.kind) {
+    case AccessFormat::Kind::classic:
+        append_text(line, r, AccessField::client);
+        line += " \"";
+        append_text(line, r, AccessField::request);
+        line += "\" ";
+        append_text(line, r, AccessField::status);
+        line += ' ';
+        append_text(line, r, AccessField::bytes);
+        for (const auto field : classic_named_fields(r)) {
+            line += ' ';
+            line += config::access_field_name(field);
+            line += '=';
+            append_text(line, r, field);
+        }
+        line += " user_agent=\"";
+        append_text(line, r, AccessField::user_agent);
+        line += '"';
+        break;
+    case AccessFormat::Kind::fields:
+        for (std::size_t i = 0; i < format.fields.size(); ++i) {
+            if (i > 0) line += ' ';
+            line += config::access_field_name(format.fields[i]);
+            line += '=';
+            std::string value;
+            append_text(value, r, format.fields[i]);
+            // Quoted when it has a space (escaping leaves no '"' in it to confuse a reader).
+            if (value.find(' ') != std::string::npos) {
+                line += '"';
+                line += value;
+                line += '"';
+            } else {
+                line += value;
+            }
+        }
+        break;
+    case AccessFormat::Kind::pattern:
+        for (const auto& piece : format.pieces) {
+            line += piece.literal;
+            if (piece.field) append_text(line, r, *piece.field);
+        }
+        break;
+    }
     return line;
 }
 
-std::string format_access_json(const AccessRecord& r) {
-    std::string out = "{";
-    auto field = [&](std::string_view name, const std::string& json_value) {
-        if (out.size() > 1) out += ',';
-        out += json_string(name);
+std::string format_access_json(const AccessRecord& r, const AccessFormat& format, std::string_view time) {
+    std::string out = "{\"time\":";
+    out += json_string(time);
+    auto field = [&](AccessField f) {
+        out += ',';
+        out += json_string(config::access_field_name(f));
         out += ':';
-        out += json_value;
+        out += json_value(r, f);
     };
-    field("client_ip", json_string(r.client_ip));
-    field("request", json_string(fmt::format("{} {} HTTP/{}.{}", r.method, r.target, r.version / 10, r.version % 10)));
-    field("status", std::to_string(r.status));
-    field("bytes", std::to_string(r.bytes_sent));
-    field("route", r.route.empty() ? "null" : json_string(r.route));
-    field("limit", r.limit.empty() ? "null" : json_string(r.limit));
-    field("decision", json_string(r.decision));
-    field("remaining", r.remaining ? std::to_string(*r.remaining) : "null");
-    field("upstream_ms", r.upstream_ms ? fmt::format("{:.1f}", *r.upstream_ms) : "null");
-    field("total_ms", fmt::format("{:.1f}", r.total_ms));
-    if (r.wait_ms) field("wait_ms", fmt::format("{:.1f}", *r.wait_ms));
-    if (r.tunnel_up) {
-        field("tunnel_up", std::to_string(*r.tunnel_up));
-        field("tunnel_down", std::to_string(r.tunnel_down.value_or(0)));
-        field("tunnel_ms", fmt::format("{:.1f}", r.tunnel_ms));
+    if (format.kind == AccessFormat::Kind::classic) {
+        for (auto f : {AccessField::client, AccessField::request, AccessField::status, AccessField::bytes}) field(f);
+        for (const auto f : classic_named_fields(r)) field(f);
+        field(AccessField::user_agent);
+    } else {
+        std::vector<AccessField> seen;
+        for (const auto f : format.fields) {
+            if (std::find(seen.begin(), seen.end(), f) != seen.end()) continue;  // a key once
+            seen.push_back(f);
+            field(f);
+        }
     }
     out += '}';
     return out;
 }
 
-void log_access(const AccessRecord& r, config::LogFormat format) {
+void log_access(const AccessRecord& r, const config::LoggingConfig& logging) {
     static auto logger = spdlog::get("access");
     if (!logger || !logger->should_log(spdlog::level::info)) return;
-    logger->info(format == config::LogFormat::json ? format_access_json(r) : format_access_text(r));
+    const std::string time = log_time(std::chrono::system_clock::now(), logging.local_time);
+    logger->info(logging.format == config::LogFormat::json ? format_access_json(r, logging.access_format, time)
+                                                           : format_access_text(r, logging.access_format, time));
 }
 
 }  // namespace sluice::observe

@@ -1,6 +1,8 @@
-// One access line per request, in the text or json form of INTERFACE.md.
+// One access line per request: the standard line of INTERFACE.md, or the fields an operator
+// chose (logging.access_format), as text or json; every line starts with its time.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,7 +12,8 @@
 namespace sluice::observe {
 
 struct AccessRecord {
-    std::string client_ip;
+    std::string client;  // the resolved client: the limits' client_ip (the peer until resolved)
+    std::string peer;    // the TCP peer
     std::string method;
     std::string target;
     unsigned version = 11;  // 10 or 11
@@ -29,12 +32,17 @@ struct AccessRecord {
     double tunnel_ms = 0;
     // decision=delayed: how long a leaky bucket held the request back (part of total_ms).
     std::optional<double> wait_ms;
+    std::string request_id;  // empty: none (the head was not read)
+    std::string host;        // the Host the request named
+    std::string upstream;    // the server it went to, "host:port"
+    std::string user_agent;
 };
 
-std::string format_access_text(const AccessRecord& r);
-std::string format_access_json(const AccessRecord& r);
+// `time`: what the line starts with (log_time.hpp).
+std::string format_access_text(const AccessRecord& r, const config::AccessFormat& format, std::string_view time);
+std::string format_access_json(const AccessRecord& r, const config::AccessFormat& format, std::string_view time);
 
-// Writes the line through the "access" logger (no-op when access_log is off).
-void log_access(const AccessRecord& r, config::LogFormat format);
+// Writes the line through the "access" logger (no-op when access_log is off), timed now.
+void log_access(const AccessRecord& r, const config::LoggingConfig& logging);
 
 }  // namespace sluice::observe

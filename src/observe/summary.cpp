@@ -21,15 +21,15 @@ std::string top_text(const RouteInterval& r) {
 
 }  // namespace
 
-std::string format_summary_text(const RouteInterval& r, config::Duration interval) {
+std::string format_summary_text(const RouteInterval& r, config::Duration interval, std::string_view time) {
     return fmt::format(
-        "summary route={} interval={} requests={} forwarded={} limited={} limited_pct={:.1f} shadow_limited={} "
+        "{} summary route={} interval={} requests={} forwarded={} limited={} limited_pct={:.1f} shadow_limited={} "
         "store_errors={} delayed={} top_limited={}",
-        r.route, config::format_duration(interval), r.requests, r.forwarded, r.limited, r.limited_pct(),
+        time, r.route, config::format_duration(interval), r.requests, r.forwarded, r.limited, r.limited_pct(),
         r.shadow_limited, r.store_errors, r.delayed, top_text(r));
 }
 
-std::string format_summary_json(const RouteInterval& r, config::Duration interval) {
+std::string format_summary_json(const RouteInterval& r, config::Duration interval, std::string_view time) {
     std::string top = "[";
     for (const auto& [client, n] : r.top_limited) {
         if (top.size() > 1) top += ',';
@@ -37,9 +37,9 @@ std::string format_summary_json(const RouteInterval& r, config::Duration interva
     }
     top += ']';
     return fmt::format(
-        "{{\"summary\":true,\"route\":{},\"interval\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},"
+        "{{\"time\":{},\"summary\":true,\"route\":{},\"interval\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},"
         "\"limited_pct\":{:.1f},\"shadow_limited\":{},\"store_errors\":{},\"delayed\":{},\"top_limited\":{}}}",
-        json_string(r.route), json_string(config::format_duration(interval)), r.requests, r.forwarded, r.limited,
+        json_string(time), json_string(r.route), json_string(config::format_duration(interval)), r.requests, r.forwarded, r.limited,
         r.limited_pct(), r.shadow_limited, r.store_errors, r.delayed, top);
 }
 

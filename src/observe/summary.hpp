@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -20,8 +21,8 @@ struct RouteInterval {
     double limited_pct() const { return requests ? 100.0 * static_cast<double>(limited) / static_cast<double>(requests) : 0; }
 };
 
-std::string format_summary_text(const RouteInterval& r, config::Duration interval);
-std::string format_summary_json(const RouteInterval& r, config::Duration interval);
+std::string format_summary_text(const RouteInterval& r, config::Duration interval, std::string_view time);
+std::string format_summary_json(const RouteInterval& r, config::Duration interval, std::string_view time);
 
 // A route whose limited share rose by at least 20 points to at least 25 %, over at least
 // 20 requests, is worth a warning: that is what an attack or a broken client looks like.

@@ -16,6 +16,7 @@
 #include "observe/recent_limited.hpp"
 #include "server/limits_api.hpp"
 #include "observe/logging.hpp"
+#include "observe/log_time.hpp"
 #include "observe/summary.hpp"
 #include "server/snapshot.hpp"
 #include "server/worker.hpp"
@@ -417,10 +418,11 @@ void Server::write_summary() {
     observe::LimitedClients::Counts limited = std::move(limited_interval_);
     limited_interval_.clear();
     const auto& logging = snapshot_->config->logging;
+    const std::string time = observe::log_time(std::chrono::system_clock::now(), logging.local_time);
     for (const auto& r : summaries_.take(metrics_, limited)) {
         observe::log_summary_line(logging.format == config::LogFormat::json
-                                      ? observe::format_summary_json(r, logging.summary_interval)
-                                      : observe::format_summary_text(r, logging.summary_interval));
+                                      ? observe::format_summary_json(r, logging.summary_interval, time)
+                                      : observe::format_summary_text(r, logging.summary_interval, time));
         if (observe::limited_share_jumped(r)) {
             std::string top;
             for (const auto& [client, n] : r.top_limited) top += fmt::format(" {}:{}", client, n);

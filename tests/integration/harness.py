@@ -460,21 +460,23 @@ class Sluice:
 
 
 _ACCESS_RE = re.compile(
+    r'^(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(?:Z|[+-]\d\d:\d\d)) '
     r'(?P<client>\S+) "(?P<method>\S+) (?P<target>\S+) (?P<version>HTTP/\d\.\d)" '
-    r'(?P<status>\d{3}) (?P<bytes>\d+|-)(?P<fields>(?: [A-Za-z_]+=\S*)*)\s*$')
+    r'(?P<status>\d{3}) (?P<bytes>\d+|-)(?P<fields>(?: [A-Za-z_]+=(?:"[^"]*"|\S*))*)\s*$')
+_FIELD_RE = re.compile(r'([A-Za-z_]+)=("[^"]*"|\S*)')
 
 
 def parse_access_line(line):
-    """The fields of a text access-log line as a dict of strings, or None.
-    Keys: client method target version status bytes, plus every key=value
-    (route, limit, decision, remaining, upstream_ms, total_ms, ...)."""
+    """The fields of a standard text access-log line as a dict of strings, or None.
+    Keys: time client method target version status bytes, plus every key=value
+    (route, limit, decision, remaining, upstream_ms, total_ms, peer, request_id, host,
+    upstream, user_agent, ...; a quoted value without its quotes)."""
     m = _ACCESS_RE.search(line)
     if not m:
         return None
-    entry = {k: m.group(k) for k in ("client", "method", "target", "version", "status", "bytes")}
-    for item in m.group("fields").split():
-        key, _, value = item.partition("=")
-        entry[key] = value
+    entry = {k: m.group(k) for k in ("time", "client", "method", "target", "version", "status", "bytes")}
+    for key, value in _FIELD_RE.findall(m.group("fields")):
+        entry[key] = value[1:-1] if value.startswith('"') else value
     entry["line"] = line
     return entry
 

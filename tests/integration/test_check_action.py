@@ -74,6 +74,9 @@ class CheckDirectTest(SluiceTestCase):
         self.assertEqual(self.up.requests, [])
         entry = self.sluice.wait_access(status="429")
         self.assertEqual((entry["route"], entry["decision"], entry["limit"]), ("check", "limited", "per_page"))
+        # The line names the request that was decided (method, URI, client), not the check.
+        self.assertEqual((entry["method"], entry["target"], entry["client"], entry["peer"]),
+                         ("POST", "/login?next=%2Fhome", "203.0.113.7", "127.0.0.1"), entry["line"])
 
     def test_ambiguous_or_invalid_originals_are_refused(self):
         self.start()
@@ -196,6 +199,9 @@ class NginxAuthRequestTest(SluiceTestCase):
         self.assertEqual(len(self.up.requests), 4)
         entry = self.sluice.wait_access(status="403")
         self.assertEqual(entry["route"], "check")
+        # nginx's subrequest is logged as the request it decided: method, URI with its query.
+        decided = self.sluice.wait_access(status="200", route="check")
+        self.assertEqual((decided["method"], decided["target"]), ("GET", "/account?tab=1"), decided["line"])
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import shutil
 import signal
 import tempfile
 import unittest
+from unittest import mock
 
 from harness import SluiceTestCase, free_port, parse_access_line, proxy_config, respond, wait_until
 
@@ -18,6 +19,8 @@ _SUMMARY_RE = re.compile(
     r"forwarded=(?P<forwarded>\d+) limited=(?P<limited>\d+) limited_pct=(?P<limited_pct>\d+\.\d) "
     r"shadow_limited=(?P<shadow_limited>\d+) store_errors=(?P<store_errors>\d+) delayed=(?P<delayed>\d+) "
     r"top_limited=(?P<top_limited>\S+)$")
+
+_TIME_RE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"  # RFC 3339, ms, UTC
 
 _JUMP_RE = r"route {route}: limited share jumped from (\d+\.\d)% to (\d+\.\d)%"
 
@@ -201,6 +204,7 @@ class JsonSummaryTest(LogsTestCase):
         wait_until(hot_summaries, 5.0, message="a json summary of route hot")
         found = hot_summaries()
         self.assertEqual(len(found), 1, found)
+        self.assertRegex(found[0].pop("time"), _TIME_RE)
         self.assertEqual(found[0], {
             "summary": True, "route": "hot", "interval": "1s", "requests": 30, "forwarded": 20,
             "limited": 10, "limited_pct": 33.3, "shadow_limited": 0, "store_errors": 0, "delayed": 0,
@@ -221,6 +225,92 @@ class JsonSummaryTest(LogsTestCase):
 
         m = s.wait_log(_JUMP_RE.format(route="hot"))
         self.assertEqual((m.group(1), m.group(2)), ("0.0", "33.3"))
+
+
+class AccessLineTest(LogsTestCase):
+    """What an access line says: its time, the resolved client and the peer, the request id
+    (kept from a trusted proxy, else made, and sent upstream), Host, upstream, user agent; and
+    the operator's own format."""
+
+    def start(self, logging=None, trusted=("127.0.0.1/32",)):
+        self.up = self.start_upstream(respond(200, b"ok"))
+        self.port = free_port()
+        self.sluice = self.start_sluice(proxy_config(
+            self.port, {"app": self.up.address}, [limit_route("main", "/", 100)],
+            client_ip={"trusted_proxies": list(trusted)},
+            logging={"summary_interval": "0s", "access_log": "stdout", **(logging or {})}))
+        return self.sluice
+
+    def test_standard_line_names_client_peer_request_id_host_upstream_user_agent(self):
+        s = self.start()
+        c = self.client(self.port)
+        r = c.request("GET", "/a?b=1", [("X-Forwarded-For", "203.0.113.7"), ("User-Agent", 'probe/1.0 (x "y")')])
+        self.assertEqual(r.status, 200)
+        e = s.wait_access(target="/a?b=1")
+        self.assertRegex(e["time"], _TIME_RE)
+        self.assertEqual((e["client"], e["peer"], e["host"], e["upstream"]),
+                         ("203.0.113.7", "127.0.0.1", "test.local", self.up.address), e["line"])
+        self.assertEqual(e["user_agent"], r"probe/1.0 (x \x22y\x22)", e["line"])
+        # A new id, and the upstream got the same one.
+        self.assertRegex(e["request_id"], r"^[0-9a-f]{32}$")
+        self.assertEqual(self.up.last().header_values("X-Request-Id"), [e["request_id"]])
+        # Two requests, two ids.
+        c.request("GET", "/second")
+        self.assertNotEqual(s.wait_access(target="/second")["request_id"], e["request_id"])
+        # From a trusted peer, its id is kept (one plain token); anything else gets a new one.
+        c.request("GET", "/kept", [("X-Request-Id", "lb-7f3a.42")])
+        self.assertEqual(s.wait_access(target="/kept")["request_id"], "lb-7f3a.42")
+        self.assertEqual(self.up.last().header_values("X-Request-Id"), ["lb-7f3a.42"])
+        for name, headers in (("two ids", [("X-Request-Id", "a"), ("X-Request-Id", "b")]),
+                              ("a quote", [("X-Request-Id", 'a"b')]),
+                              ("too long", [("X-Request-Id", "x" * 129)])):
+            with self.subTest(name):
+                target = "/refused-id/" + name.replace(" ", "-")
+                c.request("GET", target, headers)
+                got = s.wait_access(target=target)["request_id"]
+                self.assertRegex(got, r"^[0-9a-f]{32}$")
+                self.assertEqual(self.up.last().header_values("X-Request-Id"), [got])
+
+    def test_an_untrusted_peer_names_neither_client_nor_request_id(self):
+        s = self.start(trusted=("10.9.9.9/32",))
+        c = self.client(self.port)
+        c.request("GET", "/u", [("X-Forwarded-For", "203.0.113.7"), ("X-Request-Id", "forged")])
+        e = s.wait_access(target="/u")
+        self.assertEqual((e["client"], e["peer"]), ("127.0.0.1", "127.0.0.1"), e["line"])
+        self.assertRegex(e["request_id"], r"^[0-9a-f]{32}$")
+        self.assertEqual(self.up.last().header_values("X-Request-Id"), [e["request_id"]])
+
+    def test_json_line_has_client_peer_and_time_first(self):
+        s = self.start({"format": "json"})
+        self.client(self.port).request("GET", "/j", [("X-Forwarded-For", "203.0.113.7")])
+
+        def line():
+            for text in s.stdout_text().splitlines():
+                if text.strip():
+                    o = json.loads(text)
+                    if o.get("request", "").startswith("GET /j "):
+                        return text, o
+            return None
+        text, o = wait_until(line, 5.0, message="the json access line of /j")
+        self.assertTrue(text.startswith('{"time":'), text)
+        self.assertRegex(o["time"], _TIME_RE)
+        self.assertEqual((o["client"], o["peer"], o["status"], o["route"], o["host"], o["upstream"]),
+                         ("203.0.113.7", "127.0.0.1", 200, "main", "test.local", self.up.address))
+        self.assertNotIn("client_ip", o)
+
+    def test_operator_pattern_and_local_time(self):
+        with mock.patch.dict(os.environ, {"TZ": "Asia/Kolkata"}):
+            s = self.start({"time_zone": "local",
+                            "access_format": '$client "$method $uri" $status ${total_ms}ms id=$request_id'})
+        self.client(self.port).request("GET", "/p?q=1", [("X-Forwarded-For", "203.0.113.7")])
+        m = s.wait_log(r"(\S+) 203\.0\.113\.7 \"GET /p\?q=1\" 200 \d+\.\dms id=([0-9a-f]{32})\n")
+        self.assertRegex(m.group(1), r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+05:30$")
+        self.assertEqual(self.up.last().header_values("X-Request-Id"), [m.group(2)])
+
+    def test_operator_field_list(self):
+        s = self.start({"access_format": ["status", "request", "user_agent", "wait_ms"]})
+        self.client(self.port).request("GET", "/f", [("User-Agent", "two words")])
+        s.wait_log(r"\.\d{3}Z status=200 request=\"GET /f HTTP/1\.1\" user_agent=\"two words\" wait_ms=-\n")
 
 
 class AccessLogOffTest(LogsTestCase):

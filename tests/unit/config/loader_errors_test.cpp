@@ -495,7 +495,44 @@ TEST_CASE("loader errors: responses and logging", "[config][loader]") {
         {"logging:\n  format: xml\n", {"2:11: 'format' must be text or json, got 'xml'"}},
         {"logging:\n  summary_interval: 10\n",
          {"2:21: 'summary_interval' must be a duration such as 250ms, 10s, 5m, 1h or 1d, got '10'"}},
+        {"logging:\n  time_zone: Europe/Paris\n", {"2:14: 'time_zone' must be utc or local, got 'Europe/Paris'"}},
+        {"logging:\n  access_format: [client, stauts]\n",
+         {"2:27: 'access_format' entry names no field 'stauts' (did you mean 'status'?)"}},
+        {"logging:\n  access_format: []\n",
+         {"2:18: 'access_format' lists no field (leave it out for the standard line)"}},
+        {"logging:\n  access_format: '$client \"$reqest\"'\n",
+         {"2:18: 'access_format' names no field '$reqest' (did you mean 'request'?) (at character 10)"}},
+        {"logging:\n  access_format: 'rt=$'\n",
+         {"2:18: 'access_format': '$' without a field name (write '$$' for a '$') (at character 4)"}},
+        {"logging:\n  access_format: 'x ${client'\n",
+         {"2:18: 'access_format': '${' without its '}' (at character 3)"}},
     });
+}
+
+TEST_CASE("logging: access_format as a list or a pattern, time_zone", "[config][loader]") {
+    using sluice::config::AccessField;
+    using sluice::config::AccessFormat;
+    auto logging_of = [](const std::string& yaml) {
+        const auto result = load_string(yaml, "t.yaml");
+        INFO(yaml);
+        REQUIRE(result.ok());
+        return result.config->logging;
+    };
+    const auto standard = logging_of("logging: {format: json}\n");
+    CHECK(standard.access_format.kind == AccessFormat::Kind::classic);
+    CHECK_FALSE(standard.local_time);
+    const auto list = logging_of("logging:\n  time_zone: local\n  access_format: [client, status, user_agent]\n");
+    CHECK(list.local_time);
+    CHECK(list.access_format.kind == AccessFormat::Kind::fields);
+    CHECK(list.access_format.fields ==
+          std::vector<AccessField>{AccessField::client, AccessField::status, AccessField::user_agent});
+    const auto pattern = logging_of("logging:\n  access_format: '$client \"$request\" ${status}ms'\n");
+    CHECK(pattern.access_format.kind == AccessFormat::Kind::pattern);
+    CHECK(pattern.access_format.fields ==
+          std::vector<AccessField>{AccessField::client, AccessField::request, AccessField::status});
+    REQUIRE(pattern.access_format.pieces.size() == 4);
+    CHECK(pattern.access_format.pieces[1].literal == " \"");
+    CHECK(pattern.access_format.pieces[3].literal == "ms");
 }
 
 TEST_CASE("loader errors: every problem is reported, not only the first", "[config][loader]") {
