@@ -54,7 +54,7 @@ COPY scripts/container_healthcheck.sh /usr/local/bin/sluice-healthcheck
 COPY conf/sluice.docker.yaml /etc/sluice/sluice.yaml
 RUN chmod 0755 /usr/local/bin/sluice /usr/local/bin/sluice-healthcheck \
  && chmod 0644 /etc/sluice/sluice.yaml \
- && sluice --check -c /etc/sluice/sluice.yaml
+ && sluice --check --no-resolve -c /etc/sluice/sluice.yaml
 
 # Numeric, so that runtimes checking "runAsNonRoot" can tell it is not root.
 USER 10001:10001

@@ -1,8 +1,18 @@
 // sluice: command line, configuration check, start.
+#include <netdb.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -13,25 +23,98 @@
 namespace {
 
 constexpr std::string_view usage =
-    "Usage: sluice [-c FILE] [--check]\n"
+    "Usage: sluice [-c FILE] [--check [--no-resolve] | --reload]\n"
     "\n"
     "An HTTP/1.1 reverse proxy with Redis-backed rate limiting.\n"
     "\n"
     "Options:\n"
     "  -c, --config FILE  configuration file (default conf/sluice.yaml)\n"
     "      --check        validate the configuration, print 'configuration OK' or every\n"
-    "                     problem as FILE:LINE:COL: message, and exit\n"
+    "                     problem as FILE:LINE:COL: message, and exit; upstream names must\n"
+    "                     resolve, as at start\n"
+    "      --no-resolve   with --check: do not resolve upstream names (for names that\n"
+    "                     resolve only where sluice runs)\n"
+    "      --reload, -s reload\n"
+    "                     check the configuration, then signal the instance whose pid\n"
+    "                     server.pid_file holds to reload it (SIGHUP), and exit\n"
     "      --version      print the version and exit\n"
     "  -h, --help         print this help and exit\n"
     "\n"
-    "Signals: SIGHUP reloads the configuration; SIGTERM/SIGINT stop gracefully.\n"
+    "Signals: SIGHUP reloads the configuration; SIGTERM/SIGINT stop gracefully;\n"
+    "SIGUSR1 reopens the access log.\n"
     "Exit codes: 0 normal, 1 configuration error, 2 start-up error.\n";
+
+// --check: every upstream server's name resolves now, as it must when sluice starts (nginx -t
+// resolves its upstreams too). A problem per name that does not, at the server's place.
+std::vector<sluice::config::Diagnostic> unresolved_upstreams(const sluice::config::Config& config) {
+    std::vector<sluice::config::Diagnostic> problems;
+    for (const auto& upstream : config.upstreams) {
+        for (std::size_t i = 0; i < upstream.servers.size(); ++i) {
+            const auto& server = upstream.servers[i];
+            addrinfo hints{};
+            hints.ai_socktype = SOCK_STREAM;
+            addrinfo* found = nullptr;
+            const int rc = ::getaddrinfo(server.host.c_str(), std::to_string(server.port).c_str(), &hints, &found);
+            if (found) ::freeaddrinfo(found);
+            if (rc == 0) continue;
+            const auto at = i < upstream.server_at.size() ? upstream.server_at[i] : sluice::config::Position{};
+            problems.push_back({config.source_path, at.line, at.column,
+                                "upstream '" + upstream.name + "' server '" + server.str() + "' does not resolve: " +
+                                    ::gai_strerror(rc) + " (sluice would not start; --no-resolve skips this check)",
+                                false});
+        }
+    }
+    return problems;
+}
+
+// --reload: the pid in server.pid_file, when it names a running sluice, gets SIGHUP.
+int signal_reload(const sluice::config::Config& config, const std::string& config_path) {
+    const std::string& path = config.server.pid_file;
+    if (path.empty()) {
+        std::cerr << "sluice: --reload needs server.pid_file in " << config_path
+                  << " (the running instance writes its pid there)\n";
+        return 2;
+    }
+    std::ifstream file(path);
+    long pid = 0;
+    if (!file || !(file >> pid) || pid <= 1) {
+        std::cerr << "sluice: cannot read a pid from " << path << (file ? "" : ": " + std::string(std::strerror(errno)))
+                  << " (is sluice running with this configuration?)\n";
+        return 2;
+    }
+    // A stale file can name a process that is not sluice: SIGHUP would end most programs.
+    auto program = [](const std::string& exe) {
+        std::error_code ec;
+        const auto target = std::filesystem::read_symlink(exe, ec);
+        return ec ? std::string() : target.filename().string();
+    };
+    const std::string theirs = program("/proc/" + std::to_string(pid) + "/exe");
+    const std::string ours = program("/proc/self/exe");
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        std::cerr << "sluice: no process " << pid << " (from " << path << "): sluice is not running, or the file is stale\n";
+        return 2;
+    }
+    if (!theirs.empty() && !ours.empty() && theirs != ours) {
+        std::cerr << "sluice: process " << pid << " (from " << path << ") is " << theirs
+                  << ", not sluice: the pid file is stale; nothing was signalled\n";
+        return 2;
+    }
+    if (::kill(static_cast<pid_t>(pid), SIGHUP) != 0) {
+        std::cerr << "sluice: cannot signal process " << pid << ": " << std::strerror(errno) << "\n";
+        return 2;
+    }
+    std::cout << "sluice: asked sluice (pid " << pid << ") to reload " << config_path
+              << "; its log says how it went\n";
+    return 0;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
     std::string config_path = "conf/sluice.yaml";
     bool check_only = false;
+    bool no_resolve = false;
+    bool reload = false;
     for (int i = 1; i < argc; ++i) {
         std::string_view arg = argv[i];
         if (arg == "-h" || arg == "--help") {
@@ -44,6 +127,17 @@ int main(int argc, char** argv) {
         }
         if (arg == "--check") {
             check_only = true;
+        } else if (arg == "--no-resolve") {
+            no_resolve = true;
+        } else if (arg == "--reload") {
+            reload = true;
+        } else if (arg == "-s") {
+            if (i + 1 >= argc || std::string_view(argv[i + 1]) != "reload") {
+                std::cerr << "sluice: -s takes 'reload'\n" << usage;
+                return 2;
+            }
+            ++i;
+            reload = true;
         } else if (arg == "-c" || arg == "--config") {
             if (i + 1 >= argc) {
                 std::cerr << "sluice: " << arg << " needs a file name\n" << usage;
@@ -58,11 +152,31 @@ int main(int argc, char** argv) {
         }
     }
 
+    if (check_only && reload) {
+        std::cerr << "sluice: --check and --reload do not go together (--reload checks first)\n" << usage;
+        return 2;
+    }
+    if (no_resolve && !check_only) {
+        std::cerr << "sluice: --no-resolve goes with --check\n" << usage;
+        return 2;
+    }
+
     auto loaded = sluice::config::load_file(config_path);
     for (const auto& d : loaded.diagnostics) std::cerr << d.str() << "\n";
     if (loaded.io_error) return 2;
-    if (!loaded.ok()) return 1;
-    if (check_only) {
+    if (!loaded.ok()) {
+        if (reload) std::cerr << "sluice: not reloaded: the configuration has errors\n";
+        return 1;
+    }
+    if (check_only || reload) {
+        const auto unresolved = no_resolve ? std::vector<sluice::config::Diagnostic>{}
+                                           : unresolved_upstreams(*loaded.config);
+        for (const auto& d : unresolved) std::cerr << d.str() << "\n";
+        if (!unresolved.empty()) {
+            if (reload) std::cerr << "sluice: not reloaded: the configuration has errors\n";
+            return 1;
+        }
+        if (reload) return signal_reload(*loaded.config, config_path);
         std::cout << "configuration OK\n";
         return 0;
     }

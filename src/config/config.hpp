@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/access_format.hpp"
+#include "config/diagnostic.hpp"
 #include "net/cidr.hpp"
 #include "time/calendar.hpp"
 
@@ -61,6 +62,9 @@ struct ServerConfig {
     // Requests a leaky_bucket limit holds back at once in this instance; past it a request
     // that would have to wait is limited instead (it takes nothing).
     std::size_t max_waiting = 4096;
+    // Where the running instance writes its pid (`sluice --reload` reads it); "" = none.
+    // Relative paths are relative to the configuration file.
+    std::string pid_file;
 };
 
 struct AdminConfig {
@@ -115,6 +119,7 @@ struct UpstreamTls {
 struct UpstreamConfig {
     std::string name;
     std::vector<Endpoint> servers;
+    std::vector<Position> server_at;  // where each server is written (for --check's messages)
     std::optional<UpstreamTls> tls;
     Duration connect_timeout = 2s;
     Duration timeout = 30s;

@@ -35,7 +35,7 @@ using Keys = std::vector<std::string_view>;
 const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "responses", "logging"};
 const Keys server_keys{"listen",           "workers",        "max_connections", "header_timeout",
                        "idle_timeout",     "max_header_bytes", "max_body_bytes", "shutdown_timeout",
-                       "tunnel_idle_timeout", "max_waiting"};
+                       "tunnel_idle_timeout", "max_waiting", "pid_file"};
 const Keys listener_keys{"address", "tls"};
 const Keys listener_tls_keys{"cert", "key", "certificates", "min_version", "handshake_timeout"};
 const Keys certificate_keys{"cert", "key"};
@@ -427,6 +427,13 @@ void ConfigReader::read_server(const Field& field) {
     if (const Field* f = section.find("tunnel_idle_timeout"))
         assign(server.tunnel_idle_timeout, duration(*f, false));
     if (const Field* f = section.find("max_waiting")) assign(server.max_waiting, integer(*f, 0, max_count));
+    if (const Field* f = section.find("pid_file")) {
+        const auto written = text(*f);
+        if (written && written->empty())
+            diagnostics_.error(f->at, f->label() + " must be a file path (leave it out for none), got ''");
+        else if (written)
+            server.pid_file = file_path(*written);
+    }
 }
 
 void ConfigReader::read_listen(const Field& field) {
@@ -819,7 +826,10 @@ void ConfigReader::read_upstream(const Field& field) {
 void ConfigReader::read_servers(const Field& field, UpstreamConfig& upstream) {
     if (!expect_list(field)) return;
     for (const Field& item : items_of(field))
-        if (auto address = endpoint(item, false)) upstream.servers.push_back(*address);
+        if (auto address = endpoint(item, false)) {
+            upstream.servers.push_back(*address);
+            upstream.server_at.push_back(item.at);
+        }
     if (field.empty() || field.value.size() == 0)
         diagnostics_.error(field.at, "upstream " + quoted(upstream.name) + " has no servers");
 }
@@ -1038,6 +1048,20 @@ void ConfigReader::read_methods(const Field& field, RouteMatch& match) {
 void ConfigReader::read_limits(const Field& field, RouteConfig& route, RouteSite& site) {
     if (!expect_list(field)) return;
     for (const Field& item : items_of(field)) read_limit(item, route, site);
+    // A limit keyed on a header does not apply to a request without it. When every limit of
+    // the route is such a limit, a client only has to leave the header out to be unlimited.
+    if (route.limits.empty()) return;
+    std::string headers;
+    for (const auto& limit : route.limits) {
+        const auto header = std::find_if(limit.key.begin(), limit.key.end(),
+                                         [](const KeyPart& part) { return part.kind == KeyPart::Kind::header; });
+        if (header == limit.key.end()) return;  // this one applies to every request
+        if (headers.find(header->header_name) == std::string::npos)
+            headers += (headers.empty() ? "" : ", ") + header->header_name;
+    }
+    diagnostics_.warning(field.at, "every limit of route " + quoted(route.name) + " is keyed on a header (" + headers +
+                                       "): a request without it is not limited at all; add a limit keyed on "
+                                       "client_ip alone to cover such requests");
 }
 
 void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite& site) {

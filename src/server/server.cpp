@@ -1,10 +1,17 @@
 #include "server/server.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
@@ -46,6 +53,7 @@ std::vector<std::string> restart_only_changes(const config::Config& before, cons
     if (before.server.workers != after.server.workers) changed.push_back("server.workers");
     auto admin = [](const config::Config& c) { return c.admin.listen ? c.admin.listen->str() : std::string(); };
     if (admin(before) != admin(after)) changed.push_back("admin.listen");
+    if (before.server.pid_file != after.server.pid_file) changed.push_back("server.pid_file");
     if (before.logging.access_log != after.logging.access_log) changed.push_back("logging.access_log");
     const auto& a = before.store;
     const auto& b = after.store;
@@ -63,6 +71,52 @@ std::vector<std::string> restart_only_changes(const config::Config& before, cons
         a.redis.sentinel_password != b.redis.sentinel_password || addresses(a.redis.nodes) != addresses(b.redis.nodes))
         changed.push_back("store (type, redis)");
     return changed;
+}
+
+// Why a listen failed, as a person reads it: the system's words ("Address already in use"),
+// not the library's source location.
+std::string failure_text(const std::exception& e) {
+    if (const auto* system = dynamic_cast<const boost::system::system_error*>(&e)) return system->code().message();
+    return e.what();
+}
+
+// Every worker binds its listen addresses with SO_REUSEPORT, which the kernel also grants
+// when another process of the same user (a second sluice) already listens there: the two
+// would share the connections. A plain bind first, closed at once, finds any listener.
+void check_port_free(const tcp::endpoint& endpoint) {
+    if (endpoint.port() == 0) return;
+    boost::asio::io_context io;
+    tcp::acceptor probe(io);
+    probe.open(endpoint.protocol());
+    probe.set_option(boost::asio::socket_base::reuse_address(true));
+    if (endpoint.address().is_v6()) probe.set_option(boost::asio::ip::v6_only(true));
+    probe.bind(endpoint);
+}
+
+// server.pid_file: written once sluice listens, removed when it stops (if it still holds our pid).
+bool write_pid_file(const std::string& path) {
+    const std::string temporary = path + ".tmp";
+    std::FILE* f = std::fopen(temporary.c_str(), "w");
+    if (!f) {
+        spdlog::error("cannot write the pid file {}: {}", path, std::strerror(errno));
+        return false;
+    }
+    const bool written = std::fprintf(f, "%d\n", static_cast<int>(::getpid())) > 0;
+    if (std::fclose(f) != 0 || !written || std::rename(temporary.c_str(), path.c_str()) != 0) {
+        spdlog::error("cannot write the pid file {}: {}", path, std::strerror(errno));
+        std::remove(temporary.c_str());
+        return false;
+    }
+    return true;
+}
+
+void remove_pid_file(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) return;
+    int pid = 0;
+    const bool read = std::fscanf(f, "%d", &pid) == 1;
+    std::fclose(f);
+    if (read && pid == static_cast<int>(::getpid())) std::remove(path.c_str());
 }
 
 std::string endpoint_text(const tcp::endpoint& ep) {
@@ -94,6 +148,7 @@ private:
     void limits_call(observe::AdminServer::LimitsCall call, std::function<void(observe::AdminServer::LimitsAnswer)> done);
 
     std::shared_ptr<const config::Config> config_;  // as started: what a reload cannot change
+    std::string pid_file_;                          // written at start: removed at the end
     net::io_context io_{1};
     net::signal_set signals_{io_, SIGINT, SIGTERM, SIGHUP};
     observe::Metrics metrics_;
@@ -174,6 +229,7 @@ int Server::run() {
     io_.run();
     for (auto& w : workers_) w->join();
     workers_.clear();
+    if (!pid_file_.empty()) remove_pid_file(pid_file_);
     spdlog::info("stopped");
     return 0;
 }
@@ -245,17 +301,20 @@ bool Server::start() {
         return nodes;
     };
 
+    // Every address is tried, so that one start names every one that is taken.
+    bool listening_everywhere = true;
     std::vector<std::string> listening;
     for (const auto& listen : config_->server.listen) {
         try {
             auto endpoint = resolve_endpoint(listen);
+            check_port_free(endpoint);
             // Every worker gets its own acceptor on the same port (SO_REUSEPORT): the kernel
             // spreads connections and no lock is shared. Port 0 binds once, then reuses that port.
             for (auto& worker : workers_) endpoint = worker->listen(endpoint);
             listening.push_back(endpoint_text(endpoint));
         } catch (const std::exception& e) {
-            spdlog::error("cannot listen on {}: {}", listen.str(), e.what());
-            return false;
+            spdlog::error("cannot listen on {}: {}", listen.str(), failure_text(e));
+            listening_everywhere = false;
         }
     }
     std::string admin_text = "admin disabled";
@@ -265,12 +324,19 @@ bool Server::start() {
             admin_->set_token(config_->admin.token);
             admin_->set_top_limited([this] { return recent_limited_.top(5); });
             admin_->set_limits_handler([this](auto call, auto done) { limits_call(std::move(call), std::move(done)); });
-            admin_text = "admin on " + endpoint_text(admin_->listen(resolve_endpoint(*config_->admin.listen)));
+            const auto endpoint = resolve_endpoint(*config_->admin.listen);
+            check_port_free(endpoint);
+            admin_text = "admin on " + endpoint_text(admin_->listen(endpoint));
         } catch (const std::exception& e) {
-            spdlog::error("cannot listen on {} (admin): {}", config_->admin.listen->str(), e.what());
-            return false;
+            spdlog::error("cannot listen on {} (admin): {}", config_->admin.listen->str(), failure_text(e));
+            listening_everywhere = false;
         }
-        admin_->start();
+    }
+    if (!listening_everywhere) return false;
+    if (admin_) admin_->start();
+    if (!config_->server.pid_file.empty()) {
+        if (!write_pid_file(config_->server.pid_file)) return false;
+        pid_file_ = config_->server.pid_file;
     }
 
     for (auto& worker : workers_) worker->start();

@@ -2,13 +2,15 @@
 
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import textwrap
 import unittest
 
-from harness import LOOPBACK, Sluice, SluiceTestCase, free_port, proxy_config, run_cli
+from harness import LOOPBACK, Sluice, SluiceTestCase, free_port, proxy_config, run_cli, wait_until
 
 
 def write_temp(test, text, name="sluice.yaml"):
@@ -209,6 +211,96 @@ class CheckTest(unittest.TestCase):
         self.assertGreaterEqual(problems[0][0], 1)
 
 
+class CheckResolveTest(unittest.TestCase):
+    """--check resolves upstream names as the start does (nginx -t too); --no-resolve skips it."""
+
+    def test_an_upstream_name_that_does_not_resolve_is_an_error_at_its_place(self):
+        path = write_temp(self, VALID.replace('"127.0.0.1:18081"', '"no-such-host.invalid:18081"'))
+        r = run_cli(["--check", "-c", path])
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        found = problem_lines(r.stderr, path)
+        self.assertEqual(len(found), 1, r.stderr)
+        line, col, message = found[0]
+        self.assertEqual((line, col), (11, 15), r.stderr)
+        self.assertIn("upstream 'app' server 'no-such-host.invalid:18081' does not resolve", message)
+        self.assertNotIn("configuration OK", r.stdout)
+        # Where the name resolves only where sluice runs: --no-resolve.
+        r = run_cli(["--check", "--no-resolve", "-c", path])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("configuration OK", r.stdout)
+
+    def test_a_name_that_resolves_passes(self):
+        path = write_temp(self, VALID.replace('"127.0.0.1:18081"', '"localhost:18081"'))
+        r = run_cli(["--check", "-c", path])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class ReloadCommandTest(SluiceTestCase):
+    """server.pid_file and `sluice --reload` (`-s reload`)."""
+
+    def start_with_pid_file(self):
+        self.dir = tempfile.mkdtemp(prefix="sluice-pid-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.pid_file = os.path.join(self.dir, "sluice.pid")
+        self.up_port = free_port()
+        self.port = free_port()
+        cfg = proxy_config(self.port, {"app": f"{LOOPBACK}:{self.up_port}"},
+                           server={"pid_file": self.pid_file})
+        s = self.start_sluice(cfg)
+        return s, cfg
+
+    def test_pid_file_is_written_at_start_and_removed_at_stop(self):
+        s, _ = self.start_with_pid_file()
+        with open(self.pid_file) as f:
+            self.assertEqual(f.read(), f"{s.proc.pid}\n")
+        self.assertEqual(s.stop(signal.SIGTERM), 0, s.log_text())
+        self.assertFalse(os.path.exists(self.pid_file), "the pid file outlived sluice")
+
+    def test_reload_signals_the_instance_in_the_pid_file(self):
+        s, cfg = self.start_with_pid_file()
+        cfg["routes"].append({"name": "added", "match": {"path_prefix": "/added"}, "upstream": "app"})
+        s.write_config(cfg)
+        for args in (["--reload"], ["-s", "reload"]):
+            with self.subTest(args):
+                before = s.stderr_text().count("reloaded ")
+                r = run_cli([*args, "-c", s.config_path])
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertIn(f"pid {s.proc.pid}", r.stdout)
+                wait_until(lambda: s.stderr_text().count("reloaded ") > before, 5.0,
+                           message="the reload in sluice's log")
+        # A configuration with an error is not signalled at all.
+        with open(s.config_path, "a") as f:
+            f.write("nonsense_key: 1\n")
+        before = s.stderr_text().count("reload")
+        r = run_cli(["--reload", "-c", s.config_path])
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("not reloaded", r.stderr)
+        self.assertEqual(s.stderr_text().count("reload"), before, "sluice was signalled anyway")
+        self.assertIsNone(s.proc.poll())
+
+    def test_reload_refuses_a_stale_pid_file_and_a_config_without_one(self):
+        other = subprocess.Popen(["sleep", "30"])
+        self.addCleanup(lambda: (other.kill(), other.wait()))
+        d = tempfile.mkdtemp(prefix="sluice-pid-")
+        self.addCleanup(shutil.rmtree, d, True)
+        pid_file = os.path.join(d, "sluice.pid")
+        with open(pid_file, "w") as f:
+            f.write(f"{other.pid}\n")
+        path = write_temp(self, VALID.replace("  header_timeout: 2s\n",
+                                              f"  header_timeout: 2s\n  pid_file: {pid_file}\n"))
+        r = run_cli(["--reload", "-c", path])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("not sluice", r.stderr)
+        self.assertIsNone(other.poll(), "a process that is not sluice got SIGHUP")
+        os.remove(pid_file)
+        r = run_cli(["--reload", "-c", path])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("cannot read a pid", r.stderr)
+        r = run_cli(["--reload", "-c", write_temp(self, VALID)])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("needs server.pid_file", r.stderr)
+
+
 class StartupTest(SluiceTestCase):
     def test_unreadable_config_file_exits_2(self):
         d = tempfile.TemporaryDirectory(prefix="sluice-cli-")
@@ -227,6 +319,36 @@ class StartupTest(SluiceTestCase):
             s.start(wait=False)
             rc = s.wait(10)
         self.assertEqual(rc, 2, s.log_text())
+
+    def test_every_port_in_use_is_named_without_library_internals(self):
+        with socket.socket() as a, socket.socket() as b:
+            for held in (a, b):
+                held.bind((LOOPBACK, 0))
+                held.listen(1)
+            port, admin_port = a.getsockname()[1], b.getsockname()[1]
+            s = Sluice(proxy_config(port, {"app": f"{LOOPBACK}:{free_port()}"},
+                                    extra={"admin": {"listen": f"{LOOPBACK}:{admin_port}"}}))
+            self.addCleanup(self._finish_sluice, s)
+            s.start(wait=False)
+            rc = s.wait(10)
+        self.assertEqual(rc, 2, s.log_text())
+        log = s.stderr_text()
+        self.assertIn(f"cannot listen on 127.0.0.1:{port}: Address already in use", log)
+        self.assertIn(f"cannot listen on 127.0.0.1:{admin_port} (admin): Address already in use", log)
+        self.assertNotIn(".hpp", log)
+        self.assertNotIn("boost", log.lower())
+
+    def test_a_second_sluice_on_the_same_port_exits_2(self):
+        # Workers bind with SO_REUSEPORT, which the kernel grants a second process of the
+        # same user: without the check, two instances would split the connections.
+        port = free_port()
+        first = self.start_sluice(proxy_config(port, {"app": f"{LOOPBACK}:{free_port()}"}))
+        s = Sluice(proxy_config(port, {"app": f"{LOOPBACK}:{free_port()}"}))
+        self.addCleanup(self._finish_sluice, s)
+        s.start(wait=False)
+        self.assertEqual(s.wait(10), 2, s.log_text())
+        self.assertIn(f"cannot listen on 127.0.0.1:{port}: Address already in use", s.stderr_text())
+        self.assertIsNone(first.proc.poll())
 
     def test_invalid_config_at_start_exits_1(self):
         port = free_port()

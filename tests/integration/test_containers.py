@@ -322,7 +322,8 @@ class ClusterComposeTest(ComposeTest):
                     self.assertTrue(os.path.isfile(m.group(1)), f"{service}: {m.group(1)} is not a file")
 
     def test_its_config_is_checked_and_names_every_node(self):
-        r = run_cli(["--check", "-c", os.path.join(REPO, CLUSTER_DOCKER_CONFIG)])
+        # The upstream is the compose service "backend": a name only the compose network resolves.
+        r = run_cli(["--check", "--no-resolve", "-c", os.path.join(REPO, CLUSTER_DOCKER_CONFIG)])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         text = read(CLUSTER_DOCKER_CONFIG)
         self.assertRegex(text, r"(?m)^    mode: cluster")
@@ -468,8 +469,9 @@ class DockerConfigTest(unittest.TestCase):
         self.assertEqual(routes(DOCKER_CONFIG), routes(EXAMPLE_CONFIG))
 
     def test_check_accepts_it(self):
-        # --check validates only; it does not resolve the names redis and backend.
-        r = run_cli(["--check", "-c", os.path.join(REPO, DOCKER_CONFIG)])
+        # As the image's build runs it: --no-resolve, since the upstream "backend" is a name
+        # only the compose network resolves (--check alone resolves upstream names).
+        r = run_cli(["--check", "--no-resolve", "-c", os.path.join(REPO, DOCKER_CONFIG)])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("configuration OK", r.stdout)
 
@@ -576,6 +578,57 @@ class SystemdUnitTest(unittest.TestCase):
                 if path in line or line.startswith("sluice.service")]
         self.assertEqual(r.returncode, 0, output)
         self.assertEqual(ours, [], f"systemd-analyze verify complains:\n{output}")
+
+
+# ---------------------------------------------------------------------------------------
+# The README's systemd steps, done under a scratch root
+
+class InstallStepsTest(unittest.TestCase):
+    """The `install` lines of the README's systemd steps put a configuration in
+    /etc/sluice/sluice.yaml that `sluice --check` accepts from that place, that is not the
+    demo, and whose pid file the unit gives a directory for."""
+
+    def steps(self):
+        text = read("README.md")
+        block = text[text.index("### systemd"):]
+        block = block[block.index("```sh") + 5:]
+        block = block[:block.index("```")]
+        return [line.split("#")[0].split() for line in block.splitlines()
+                if line.strip().startswith("sudo install")]
+
+    def test_the_installed_configuration_checks_in_place(self):
+        steps = self.steps()
+        config_steps = [s for s in steps if s[-1] == "/etc/sluice/sluice.yaml"]
+        self.assertEqual(len(config_steps), 1, steps)
+        source = config_steps[0][-2]
+        self.assertNotEqual(source, EXAMPLE_CONFIG, "the demo configuration is not for installing")
+        with tempfile.TemporaryDirectory(prefix="install-") as root:
+            # What a Debian system has already (the steps create the rest with install -D).
+            for d in ("usr/local/bin", "etc/systemd/system"):
+                os.makedirs(os.path.join(root, d))
+            for step in steps:
+                args = step[1:]  # without sudo
+                self.assertEqual(args[0], "install", step)
+                args = [os.path.join(REPO, a) if a.startswith(("build/", "conf/")) else
+                        root + a if a.startswith("/") else a for a in args]
+                if step[-2] == "build/sluice":
+                    args[-2] = sluice_binary()
+                r = subprocess.run(args, capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, f"{step}: {r.stderr}")
+            installed = root + "/etc/sluice/sluice.yaml"
+            r = run_cli(["--check", "-c", installed])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("configuration OK", r.stdout)
+            self.assertNotIn("warning", r.stderr)
+            with open(installed, encoding="utf-8") as f:
+                text = f.read()
+        # Nothing it names lies next to it (the demo's certificates do): no TLS, no relative path.
+        self.assertNotIn("tls:", without_comments(text))
+        # The pid file lives in the directory the unit makes for it.
+        pid_file = re.search(r"^\s+pid_file:\s*(\S+)", text, re.M).group(1)
+        runtime = [v for k, v in unit_directives(read(UNIT_FILE))["Service"] if k == "RuntimeDirectory"]
+        self.assertEqual(runtime, ["sluice"])
+        self.assertEqual(os.path.dirname(pid_file), "/run/sluice")
 
 
 if __name__ == "__main__":

@@ -324,6 +324,17 @@ TEST_CASE("loader: warnings do not fail the load", "[config][loader]") {
                     "  - {name: g, match: {path_prefix: /g, host: A.COM}, upstream: app}\n"
                     "  - {name: other, match: {path_prefix: /g, host: b.com}, upstream: app}\n",
          {"w.yaml:4:5: warning: route 'g' is unreachable: earlier route 'h' (line 3) matches every request it would match"}},
+        // Every limit keyed on a header: leaving the header out escapes them all.
+        {upstream + "routes:\n  - name: api\n    match: {path_prefix: /}\n    upstream: app\n    limits:\n"
+                    "      - {name: a, algorithm: token_bucket, rate: 1, burst: 1, key: [client_ip, \"header:X-Api-Key\"]}\n"
+                    "      - {name: b, limit: 5, window: 1m, algorithm: sliding_window, key: [\"header:x-tenant\"]}\n",
+         {"w.yaml:7:7: warning: every limit of route 'api' is keyed on a header (x-api-key, x-tenant): a request without "
+          "it is not limited at all; add a limit keyed on client_ip alone to cover such requests"}},
+        // One limit that every request meets: no warning.
+        {upstream + "routes:\n  - name: api\n    match: {path_prefix: /}\n    upstream: app\n    limits:\n"
+                    "      - {name: a, algorithm: token_bucket, rate: 1, burst: 1, key: [\"header:x-api-key\"]}\n"
+                    "      - {name: b, algorithm: token_bucket, rate: 1, burst: 1}\n",
+         {}},
     };
     for (const auto& c : cases) {
         CAPTURE(c.yaml);
@@ -362,7 +373,7 @@ TEST_CASE("loader: files", "[config][loader]") {
         REQUIRE(result.ok());
         const Config& config = *result.config;
         CHECK(config.source_path == path);
-        CHECK(endpoints_of(config.server.listen) == std::vector<std::string>{"0.0.0.0:8080", "127.0.0.1:8443"});
+        CHECK(endpoints_of(config.server.listen) == std::vector<std::string>{"127.0.0.1:8080", "127.0.0.1:8443"});
         CHECK_FALSE(config.server.listen[0].tls);
         REQUIRE(config.server.listen[1].tls);  // conf/dev-tls/, made by scripts/dev_tls.sh
         REQUIRE(config.server.listen[1].tls->certificates.size() == 1);
@@ -384,8 +395,11 @@ TEST_CASE("loader: files", "[config][loader]") {
         CHECK(config.routes[0].limits[1].window == 1min);
         CHECK(config.routes[1].name == "api");
         REQUIRE(config.routes[1].limits.size() == 3);
-        REQUIRE(config.routes[1].limits[0].key.size() == 2);
-        CHECK(config.routes[1].limits[0].key[1].header_name == "x-api-key");
+        // minute is per client: with every limit keyed on the API key, a request without one
+        // would not be limited (--check warns about such routes).
+        REQUIRE(config.routes[1].limits[0].key.size() == 1);
+        CHECK(config.routes[1].limits[0].key[0].kind == sluice::config::KeyPart::Kind::client_ip);
+        CHECK(config.routes[1].limits[1].key[0].header_name == "x-api-key");
         const LimitConfig& daily = config.routes[1].limits[1];
         CHECK(daily.algorithm == Algorithm::fixed_window);
         REQUIRE(daily.calendar);
