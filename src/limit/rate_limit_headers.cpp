@@ -83,7 +83,11 @@ HeaderList rate_limit_headers(const config::RouteConfig& route, const Decision& 
     const auto& limit = route.limits[*index];
     const auto& result = decision.limits[*index];
     auto [quota, window] = quota_and_window(limit);
-    auto reset = ceil_seconds(result.reset);
+    // t (and X-RateLimit-Reset): when more quota is there. On a refusal that is when the
+    // refusing limit admits this request again, the same figure as Retry-After (draft-ietf-
+    // httpapi-ratelimit-headers-10: "seconds until additional quota ... is made available");
+    // otherwise when the limit is back to its full quota.
+    auto reset = decision.limited_by == index ? retry_after_seconds(result.retry_after) : ceil_seconds(result.reset);
     out.reserve(6);  // room for Retry-After too
     if (style == config::HeaderStyle::ietf || style == config::HeaderStyle::both) {
         out.emplace_back("RateLimit-Policy", structured(limit.name, 'q', quota, 'w', window));

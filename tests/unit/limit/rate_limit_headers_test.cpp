@@ -83,6 +83,12 @@ TEST_CASE("a rejected request advertises the limit that rejected it") {
     CHECK(limit::advertised_limit(decision) == std::optional<std::size_t>(1));
     auto h = limit::rate_limit_headers(route, decision, config::HeaderStyle::ietf);
     CHECK(find(h, "RateLimit-Policy") == "\"minute\";q=30;w=60");
+    // One answer to "when may I send again": t is when the refusing limit admits this request
+    // (what Retry-After says: 1.5 s, rounded up), not when its whole quota is back (59 s).
+    CHECK(find(h, "RateLimit") == "\"minute\";r=0;t=2");
+    CHECK(limit::retry_after_seconds(decision.limits[1].retry_after) == 2);
+    h = limit::rate_limit_headers(route, decision, config::HeaderStyle::legacy);
+    CHECK(find(h, "X-RateLimit-Reset") == "2");
 }
 
 TEST_CASE("Retry-After is whole seconds, rounded up, never 0") {
