@@ -158,7 +158,9 @@ void count_decision(const server::Snapshot& snap, std::size_t route_index, const
     }
     if (decision.outcome == limit::Decision::Outcome::limited) observe::add(route.limited);
     if (decision.shadow_limited()) observe::add(route.shadow_limited);
-    if (decision.wait().count() > 0) observe::add(route.delayed);
+    // route.delayed is counted when the request ends (Session::serve_one), with its request:
+    // a request held back across a summary tick counts in one interval, not delayed in one
+    // and requested in the next.
 }
 
 // Why a client's handshake failed, for sluice_tls_handshake_failures_total{reason}.
@@ -665,6 +667,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
                                : snap.metrics->no_route();
         counters.count_status(rec.status);
         if (rec.forwarded) observe::add(counters.forwarded);
+        if (rec.decision == "delayed") observe::add(counters.delayed);
         return keep;
     };
 

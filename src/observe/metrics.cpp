@@ -88,6 +88,11 @@ LimitMetrics& Metrics::limit(RouteMetrics& route, const std::string& name) {
     return route.limits.emplace_back(name);
 }
 
+void Metrics::describe(RouteMetrics& route, std::vector<RouteMetrics::LimitShown> limits) {
+    std::lock_guard lock(mutex_);
+    route.shown = std::move(limits);
+}
+
 void Metrics::for_each_route(const std::function<void(const RouteMetrics&)>& f) const {
     std::lock_guard lock(mutex_);
     for (const auto& r : routes_) f(r);
@@ -196,6 +201,20 @@ std::string stats_json(const Metrics& m, double uptime_seconds,
             for (std::size_t i = 0; i < it->second.size(); ++i)
                 fmt::format_to(std::back_inserter(out), "{}[{},{}]", i == 0 ? "" : ",", json_string(it->second[i].first),
                                it->second[i].second);
+        }
+        // Each limit of the route with its settings and how often it refused (a request
+        // refused by several limits counts for each): which limit does the refusing.
+        out += "],\"limits\":[";
+        for (std::size_t i = 0; i < r.shown.size(); ++i) {
+            const auto& l = r.shown[i];
+            const auto& d = l.metrics->decisions;
+            fmt::format_to(std::back_inserter(out),
+                           "{}{{\"name\":{},\"algorithm\":{},\"setting\":{},\"limited\":{},\"shadow_limited\":{},"
+                           "\"delayed\":{}}}",
+                           i == 0 ? "" : ",", json_string(l.name), json_string(l.algorithm), json_string(l.setting),
+                           read(d[static_cast<std::size_t>(DecisionKind::limited)]),
+                           read(d[static_cast<std::size_t>(DecisionKind::shadow_limited)]),
+                           read(d[static_cast<std::size_t>(DecisionKind::delayed)]));
         }
         out += "]}";
     });

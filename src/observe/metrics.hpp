@@ -74,6 +74,15 @@ struct RouteMetrics {
     Counter store_errors{0};
     Counter delayed{0};  // held back by a leaky bucket before being forwarded
     std::deque<LimitMetrics> limits;  // guarded by Metrics::mutex_ for insertion
+    // The limits the route has in the running configuration, as /stats shows them (set with
+    // Metrics::describe, under Metrics::mutex_).
+    struct LimitShown {
+        std::string name;
+        std::string algorithm;
+        std::string setting;
+        const LimitMetrics* metrics = nullptr;
+    };
+    std::vector<LimitShown> shown;
 
     void count_status(unsigned status) {
         add(requests);
@@ -89,6 +98,8 @@ public:
     RouteMetrics& route(const std::string& name);
     LimitMetrics& limit(RouteMetrics& route, const std::string& name);
     RouteMetrics& no_route() { return *no_route_; }
+    // The route's limits in the configuration now running (each also made with limit()).
+    void describe(RouteMetrics& route, std::vector<RouteMetrics::LimitShown> limits);
 
     // Calls f for every route, in creation order, under the registry lock.
     void for_each_route(const std::function<void(const RouteMetrics&)>& f) const;

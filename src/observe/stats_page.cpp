@@ -11,7 +11,7 @@ const std::string_view stats_page_html = R"html(<!DOCTYPE html>
 <style>
   :root { --bg:#0f1419; --panel:#171d24; --text:#e6e6e6; --dim:#8a96a3; --ok:#4caf50; --bad:#ef5350; --warn:#ffb300; --line:#263140; }
   * { box-sizing: border-box; }
-  body { margin:0; font:14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; background:var(--bg); color:var(--text); }
+  body { margin:0; font:13px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; background:var(--bg); color:var(--text); }
   header { display:flex; gap:24px; align-items:baseline; padding:16px 24px; border-bottom:1px solid var(--line); flex-wrap:wrap; }
   header h1 { font-size:18px; margin:0; letter-spacing:.5px; }
   .pill { padding:2px 10px; border-radius:999px; background:var(--panel); color:var(--dim); }
@@ -19,12 +19,20 @@ const std::string_view stats_page_html = R"html(<!DOCTYPE html>
   #store.up b { color:var(--ok); } #store.down b { color:var(--bad); }
   #conn-state.stale { color:var(--bad); }
   main { padding:16px 24px; }
-  table { width:100%; border-collapse:collapse; background:var(--panel); border-radius:8px; overflow:hidden; }
-  th, td { padding:10px 14px; text-align:right; border-bottom:1px solid var(--line); white-space:nowrap; }
-  th { color:var(--dim); font-weight:500; font-size:12px; text-transform:uppercase; letter-spacing:.6px; }
+  /* Fits 1280 px: numbers stay on one line, the limits and clients columns wrap; a narrower
+     window scrolls the table, never the page. */
+  .table { overflow-x:auto; }
+  table { width:100%; border-collapse:collapse; background:var(--panel); border-radius:8px; }
+  th, td { padding:8px 8px; text-align:right; border-bottom:1px solid var(--line); white-space:nowrap; vertical-align:top; }
+  th { color:var(--dim); font-weight:500; font-size:11px; text-transform:uppercase; letter-spacing:.4px; white-space:normal; }
   th:first-child, td:first-child { text-align:left; }
   td.route, td.top { font-family:ui-monospace, SFMono-Regular, Menlo, monospace; }
-  td.top { text-align:left; font-size:12px; color:var(--dim); }
+  td.route.none { font-family:inherit; color:var(--dim); font-style:italic; }
+  td.top, td.limits { text-align:left; font-size:12px; color:var(--dim); white-space:normal; min-width:150px; max-width:300px; }
+  td.top a { color:var(--text); }
+  td.limits div { margin:1px 0; }
+  td.limits b { color:var(--text); font-weight:600; }
+  td.limits .refusing b, td.limits .refusing .n { color:var(--bad); }
   td.pct.hot { color:var(--bad); font-weight:600; } td.pct.warm { color:var(--warn); }
   .bar { display:inline-block; height:8px; border-radius:4px; background:var(--bad); vertical-align:middle; margin-left:8px; }
   canvas { vertical-align:middle; }
@@ -42,21 +50,27 @@ const std::string_view stats_page_html = R"html(<!DOCTYPE html>
   <span class="pill" id="conn-state">updated <b id="updated">never</b></span>
 </header>
 <main>
-  <table>
+  <div class="table"><table>
     <thead>
-      <tr><th>route</th><th>requests/s</th><th>forwarded/s</th><th>limited/s</th><th>limited %</th><th title="held back by a leaky bucket, then forwarded">delayed/s</th><th>shadow/s</th><th>store errors/s</th><th>total requests</th><th>limited % (last 2 min)</th><th>most limited clients (last min)</th></tr>
+      <tr><th>route</th><th>requests/s</th><th>forwarded/s</th><th>limited/s</th><th>limited %</th><th title="held back by a leaky bucket, then forwarded">delayed/s</th><th>shadow/s</th><th>store errors/s</th><th>total requests</th><th>limited % (last 2 min)</th><th title="each limit of the route, its settings, and how many requests it refused per second; the one refusing most in red">limits: refused/s</th><th title="the clients limited most in the last minute; a client links to its /limits look-up">most limited clients (last min): quota left</th></tr>
     </thead>
     <tbody id="routes"></tbody>
-  </table>
+  </table></div>
   <div id="empty">waiting for the first figures...</div>
   <p class="note">Rates are per second over the last poll (every second), from the cumulative counters at
-  <a href="stats.json" style="color:inherit">/stats.json</a>; Prometheus scrapes <a href="metrics" style="color:inherit">/metrics</a>.</p>
+  <a href="stats.json" style="color:inherit">/stats.json</a>; Prometheus scrapes <a href="metrics" style="color:inherit">/metrics</a>.
+  <i>(no route)</i> counts requests that matched no route (answered 404). A request refused by two limits
+  counts for each. "quota left" is each limit's remaining quota for that client now (from
+  <a href="limits" style="color:inherit">/limits</a>, every 5 s; not shown when /limits needs the admin token).</p>
 </main>
 <script>
 "use strict";
 const POLL_MS = 1000, HISTORY = 120;
 let previous = null;            // last /stats.json reading
 const history = new Map();      // route -> [limited %, ...]
+const quota = new Map();        // "route client" -> "burst 0, minute 12" (from /limits)
+let quotaRefused = false;       // /limits answered 401/403: it needs the admin token
+let quotaAt = 0;
 
 function fmtRate(x) { return x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2); }
 function fmtUptime(s) {
@@ -64,9 +78,58 @@ function fmtUptime(s) {
   return (d ? d + "d " : "") + (d || h ? h + "h " : "") + m + "m " + (s % 60) + "s";
 }
 function cell(text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; return td; }
+function lookup(route, client) { return "limits?route=" + encodeURIComponent(route) + "&client=" + encodeURIComponent(client); }
+
+// Each limit: its name, settings and refusals per second; the one refusing most stands out.
+function limitsCell(r) {
+  const td = cell("", "limits");
+  if (!r.limits.length) { td.textContent = r.route === "-" ? "" : "none"; return td; }
+  const most = Math.max(0, ...r.limits.map(l => l.lps));
+  for (const l of r.limits) {
+    const div = document.createElement("div");
+    if (most > 0 && l.lps === most) div.className = "refusing";
+    const name = document.createElement("b"); name.textContent = l.name; div.appendChild(name);
+    div.appendChild(document.createTextNode(" " + l.setting + ": "));
+    const n = document.createElement("span"); n.className = "n"; n.textContent = fmtRate(l.lps) + "/s"; div.appendChild(n);
+    td.appendChild(div);
+  }
+  return td;
+}
+
+function topCell(r) {
+  const td = cell("", "top");
+  if (!r.top.length) { td.textContent = "-"; return td; }
+  r.top.forEach(([client, n], i) => {
+    if (i) td.appendChild(document.createTextNode(", "));
+    const a = document.createElement("a"); a.href = lookup(r.route, client); a.textContent = client; td.appendChild(a);
+    const left = quota.get(r.route + " " + client);
+    td.appendChild(document.createTextNode(" (" + n + ")" + (left ? " left: " + left : "")));
+  });
+  return td;
+}
+
+// Every 5 s: what the top clients (three per route) have left, from /limits. Nothing is
+// asked once /limits turns out to need the admin token.
+async function refreshQuota(routes) {
+  if (quotaRefused || Date.now() - quotaAt < 5000) return;
+  quotaAt = Date.now();
+  for (const r of routes) {
+    if (r.route === "-") continue;
+    for (const [client] of (r.top_limited || []).slice(0, 3)) {
+      try {
+        const res = await fetch(lookup(r.route, client), { cache: "no-store" });
+        if (res.status === 401 || res.status === 403) { quotaRefused = true; return; }
+        if (!res.ok) continue;
+        const state = await res.json();
+        const parts = state.limits.filter(l => l.applies).map(l => l.name + " " + l.remaining);
+        quota.set(r.route + " " + client, parts.join(", "));
+      } catch (e) { /* the next round tries again */ }
+    }
+  }
+}
 
 function spark(values) {
-  const c = document.createElement("canvas"); c.width = 160; c.height = 28;
+  const c = document.createElement("canvas"); c.width = 110; c.height = 24;
   const g = c.getContext("2d"); g.strokeStyle = "#ef5350"; g.lineWidth = 1.5; g.beginPath();
   values.forEach((v, i) => {
     const x = (i / (HISTORY - 1)) * (c.width - 2) + 1, y = c.height - 2 - (v / 100) * (c.height - 4);
@@ -89,7 +152,9 @@ function render(now, rates) {
   for (const r of rates) {
     const tr = document.createElement("tr");
     tr.dataset.route = r.route;
-    tr.appendChild(cell(r.route, "route"));
+    const name = cell(r.route === "-" ? "(no route)" : r.route, r.route === "-" ? "route none" : "route");
+    if (r.route === "-") name.title = "requests that matched no route (answered 404)";
+    tr.appendChild(name);
     tr.appendChild(cell(fmtRate(r.rps), "rps"));
     tr.appendChild(cell(fmtRate(r.fps), "fps"));
     tr.appendChild(cell(fmtRate(r.lps), "lps"));
@@ -101,7 +166,8 @@ function render(now, rates) {
     tr.appendChild(cell(fmtRate(r.eps), "eps"));
     tr.appendChild(cell(String(r.total), "total"));
     const sparkCell = cell(""); sparkCell.appendChild(spark(history.get(r.route) || [])); tr.appendChild(sparkCell);
-    tr.appendChild(cell(r.top.length ? r.top.map(([client, n]) => client + " (" + n + ")").join(", ") : "-", "top"));
+    tr.appendChild(limitsCell(r));
+    tr.appendChild(topCell(r));
     body.appendChild(tr);
   }
   document.getElementById("empty").style.display = rates.length ? "none" : "block";
@@ -121,11 +187,16 @@ async function poll() {
       const rps = d("requests"), lps = d("limited");
       const pct = rps > 0 ? Math.min(100, 100 * lps / rps) : 0;
       const h = history.get(r.route) || []; h.push(pct); if (h.length > HISTORY) h.shift(); history.set(r.route, h);
+      const limits = (r.limits || []).map(l => {
+        const was = before && (before.limits || []).find(b => b.name === l.name);
+        return { name: l.name, setting: l.setting, lps: was ? Math.max(0, l.limited - was.limited) / dt : 0 };
+      });
       rates.push({ route: r.route, rps, fps: d("forwarded"), lps, pct, sps: d("shadow_limited"), eps: d("store_errors"), dps: d("delayed"),
-                   total: r.requests, top: r.top_limited || [] });
+                   total: r.requests, top: r.top_limited || [], limits });
     }
     previous = now;
     render(now, rates);
+    refreshQuota(now.routes);
   } catch (e) {
     document.getElementById("conn-state").className = "pill stale";
   } finally {

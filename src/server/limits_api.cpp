@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "limit/describe.hpp"
 #include "limit/limit_params.hpp"
 #include "net/cidr.hpp"
 #include "observe/json_text.hpp"
@@ -17,17 +18,6 @@ std::string lower(std::string text) {
 
 bool uses(const config::LimitConfig& limit, config::KeyPart::Kind kind) {
     return std::any_of(limit.key.begin(), limit.key.end(), [kind](const auto& part) { return part.kind == kind; });
-}
-
-const char* algorithm_name(config::Algorithm algorithm) {
-    switch (algorithm) {
-    case config::Algorithm::token_bucket: return "token_bucket";
-    case config::Algorithm::sliding_window: return "sliding_window";
-    case config::Algorithm::fixed_window: return "fixed_window";
-    case config::Algorithm::concurrency: return "concurrency";
-    case config::Algorithm::leaky_bucket: return "leaky_bucket";
-    }
-    return "?";
 }
 
 bool selected(const LimitsQuery& query, std::size_t index) { return !query.limit || *query.limit == index; }
@@ -162,7 +152,7 @@ std::string limits_state_json(const config::Config& config, const LimitsQuery& q
         out += "\"name\":";
         observe::append_json_string(out, limit.name);
         out += ",\"algorithm\":\"";
-        out += algorithm_name(limit.algorithm);
+        out += limit::algorithm_label(limit.algorithm);
         out += "\",\"shadow\":";
         out += limit.shadow ? "true" : "false";
         const auto capacity = limit::capacity_of(limit);

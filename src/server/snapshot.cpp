@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "limit/describe.hpp"
 #include "tls/context.hpp"
 
 namespace sluice::server {
@@ -47,6 +48,15 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
     auto contexts = tls::make_contexts(*config);
     snap->listener_tls = std::move(contexts.listeners);
     snap->upstream_tls = std::move(contexts.upstreams);
+    // What /stats shows of each route's limits, once nothing can refuse this configuration.
+    for (std::size_t r = 0; r < config->routes.size(); ++r) {
+        const auto& route = config->routes[r];
+        std::vector<observe::RouteMetrics::LimitShown> shown;
+        for (std::size_t i = 0; i < route.limits.size(); ++i)
+            shown.push_back({route.limits[i].name, std::string(limit::algorithm_label(route.limits[i].algorithm)),
+                             limit::describe_limit(route.limits[i]), snap->limit_metrics[r][i]});
+        metrics.describe(*snap->route_metrics[r], std::move(shown));
+    }
     snap->config = std::move(config);
     return snap;
 }

@@ -24,11 +24,14 @@ READ_PAGE = r"""(() => {
   for (const tr of document.querySelectorAll('tr[data-route]')) {
     const cell = cls => { const td = tr.querySelector('td.' + cls); return td ? td.textContent.trim() : null; };
     rows[tr.dataset.route] = {};
-    for (const cls of ['rps', 'fps', 'lps', 'pct', 'dps', 'sps', 'eps', 'total', 'top']) rows[tr.dataset.route][cls] = cell(cls);
+    for (const cls of ['rps', 'fps', 'lps', 'pct', 'dps', 'sps', 'eps', 'total', 'top', 'limits', 'route']) rows[tr.dataset.route][cls] = cell(cls);
+    rows[tr.dataset.route].links = [...tr.querySelectorAll('td.top a')].map(a => a.getAttribute('href'));
+    rows[tr.dataset.route].refusing = [...tr.querySelectorAll('td.limits .refusing b')].map(b => b.textContent);
   }
   return {rows, store: text('#store'), uptime: text('#uptime'), connections: text('#connections'),
           waiting: text('#waiting'),
-          updated: text('#updated'), title: document.title};
+          updated: text('#updated'), title: document.title,
+          width: document.documentElement.scrollWidth, viewport: window.innerWidth};
 })()"""
 
 RESOURCES = r"""[location.href,
@@ -151,8 +154,13 @@ class StatsPageTest(SluiceTestCase):
         self.addCleanup(browser.stop)
         browser.start()
         page = browser.cdp().new_page()
+        # A 1280 px wide window: the page must fit it without scrolling sideways.
+        page.call("Emulation.setDeviceMetricsOverride",
+                  {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
         page_url = f"http://127.0.0.1:{self.admin}/stats"
         page.navigate(page_url)
+        # One request no route matches: its row is named and explained, not "-".
+        self.assertEqual(RawClient(self.port).request("GET", "/nowhere").status, 404)
 
         # Rates need two polls of stats.json (one second apart) to be non-zero.
         def both_rows_live(state):
@@ -188,8 +196,32 @@ class StatsPageTest(SluiceTestCase):
         # traffic comes from 127.0.0.1, limited on login only.
         tops = self.wait_page(page, lambda s: (s["rows"]["login"]["top"] or "").startswith("127.0.0.1 ("), 12.0,
                               "the login row naming 127.0.0.1 as the most limited client")
-        self.assertRegex(tops["rows"]["login"]["top"], r"^127\.0\.0\.1 \(\d+\)$")
+        self.assertRegex(tops["rows"]["login"]["top"], r"^127\.0\.0\.1 \(\d+\)( left: burst \d+)?$")
+        self.assertEqual(tops["rows"]["login"]["links"], ["limits?route=login&client=127.0.0.1"])
         self.assertEqual(tops["rows"]["browse"]["top"], "-")
+        # What the client has left, from its /limits look-up (refreshed every 5 s).
+        left = self.wait_page(page, lambda s: " left: burst " in (s["rows"]["login"]["top"] or ""), 12.0,
+                              "the quota 127.0.0.1 has left on login")
+        self.assertRegex(left["rows"]["login"]["top"], r"^127\.0\.0\.1 \(\d+\) left: burst [0-5]$")
+        # Which limit refuses, with its settings; the route without limits says so.
+        refusing = self.wait_page(page, lambda s: s["rows"]["login"]["refusing"] == ["burst"], 5.0,
+                                  "the burst limit of login shown as refusing")
+        self.assertRegex(refusing["rows"]["login"]["limits"],
+                         r"^burst 5 per 1s, burst 5, per client_ip: \d+(\.\d+)?/s$")
+        self.assertEqual(refusing["rows"]["browse"]["limits"], "none")
+        self.assertEqual(refusing["rows"]["shaped"]["refusing"], [], "the shaped route refuses nothing")
+        self.assertRegex(refusing["rows"]["shaped"]["limits"],
+                         r"^shape 10 per 1s, burst 40, one counter for all: 0\.00/s$")
+        # The request no route matched, named for what it is; the page fits 1280 px.
+        self.assertEqual(refusing["rows"]["-"]["route"], "(no route)")
+        self.assertLessEqual(refusing["width"], refusing["viewport"],
+                             f"the page is {refusing['width']} px wide in a {refusing['viewport']} px window")
+        self.assertEqual(refusing["viewport"], 1280)
+        limits = {r["route"]: r["limits"] for r in stats_json(self.admin)["routes"]}
+        self.assertEqual([(l["name"], l["algorithm"], l["setting"]) for l in limits["login"]],
+                         [("burst", "token_bucket", "5 per 1s, burst 5, per client_ip")])
+        self.assertGreater(limits["login"][0]["limited"], 0)
+        self.assertEqual(limits["browse"], [])
         top = {r["route"]: r["top_limited"] for r in stats_json(self.admin)["routes"]}
         self.assertEqual([client for client, n in top["login"]], ["127.0.0.1"])
         self.assertGreater(top["login"][0][1], 0)
