@@ -1497,4 +1497,23 @@ LoadResult load_file(const std::string& path) {
     return load_string(content, path);
 }
 
+std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys() {
+    return {{"", top_level_keys},
+            {"server", server_keys},
+            {"server.listen[]", listener_keys},
+            {"server.listen[].tls", listener_tls_keys},
+            {"server.listen[].tls.certificates[]", certificate_keys},
+            {"admin", admin_keys},
+            {"client_ip", client_ip_keys},
+            {"store", store_keys},
+            {"store.redis", redis_keys},
+            {"upstreams.NAME", upstream_keys},
+            {"upstreams.NAME.tls", upstream_tls_keys},
+            {"routes[]", route_keys},
+            {"routes[].match", match_keys},
+            {"routes[].limits[]", limit_keys},
+            {"responses", responses_keys},
+            {"logging", logging_keys}};
+}
+
 }  // namespace sluice::config

@@ -20,6 +20,11 @@ struct LoadResult {
 };
 
 LoadResult load_file(const std::string& path);
+
+// Every key the loader knows, by where it sits: "" is the top level, then "server",
+// "server.listen[]", "upstreams.NAME", "routes[].limits[]" and so on (docs/configuration.md
+// names each one as section.key, and a test holds the two together).
+std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys();
 // `name` stands for the file in diagnostics and in Config::source_path.
 LoadResult load_string(std::string_view yaml, const std::string& name);
 
