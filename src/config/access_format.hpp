@@ -36,6 +36,7 @@ enum class AccessField {
     tunnel_up,    // a WebSocket tunnel's bytes client to upstream
     tunnel_down,
     tunnel_ms,
+    skipped,      // limits of the route that did not apply: keyed on a header the request lacks
 };
 
 // Every field's name, in the order of AccessField.

@@ -842,6 +842,12 @@ net::awaitable<bool> Session::serve_one(bool first) {
             }
             rec.decision = "store_error_allowed";
         } else {
+            // A limit keyed on a header the request lacks does not count it: the line says so.
+            for (std::size_t i = 0; i < decision.limits.size() && i < route->limits.size(); ++i)
+                if (!decision.limits[i].applies) {
+                    if (!rec.skipped.empty()) rec.skipped += ',';
+                    rec.skipped += route->limits[i].name;
+                }
             rate_headers = limit::rate_limit_headers(*route, decision, cfg.responses.headers);
             if (auto shown = limit::advertised_limit(decision)) {
                 rec.limit = route->limits[*shown].name;

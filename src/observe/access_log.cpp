@@ -74,6 +74,7 @@ void append_text(std::string& out, const AccessRecord& r, AccessField field) {
         if (r.tunnel_up) return append_ms(out, r.tunnel_ms);
         out += '-';
         return;
+    case AccessField::skipped: return append_text_or_dash(out, r.skipped);
     }
 }
 
@@ -105,6 +106,7 @@ std::string json_value(const AccessRecord& r, AccessField field) {
     case AccessField::tunnel_up: return r.tunnel_up ? std::to_string(*r.tunnel_up) : "null";
     case AccessField::tunnel_down: return r.tunnel_up ? std::to_string(r.tunnel_down.value_or(0)) : "null";
     case AccessField::tunnel_ms: return r.tunnel_up ? ms_json(r.tunnel_ms) : "null";
+    case AccessField::skipped: return json_or_null(r.skipped);
     }
     return "null";
 }
@@ -120,6 +122,7 @@ std::vector<AccessField> classic_named_fields(const AccessRecord& r) {
         fields.push_back(AccessField::tunnel_down);
         fields.push_back(AccessField::tunnel_ms);
     }
+    if (!r.skipped.empty()) fields.push_back(AccessField::skipped);
     for (auto f : {AccessField::peer, AccessField::request_id, AccessField::host, AccessField::upstream})
         fields.push_back(f);
     return fields;

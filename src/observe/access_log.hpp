@@ -36,6 +36,9 @@ struct AccessRecord {
     std::string host;        // the Host the request named
     std::string upstream;    // the server it went to, "host:port"
     std::string user_agent;
+    // Limits of the route that did not apply, comma-separated: each is keyed on a header the
+    // request does not have (empty: every limit applied).
+    std::string skipped;
 };
 
 // `time`: what the line starts with (log_time.hpp).

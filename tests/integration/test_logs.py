@@ -271,6 +271,26 @@ class AccessLineTest(LogsTestCase):
                 self.assertRegex(got, r"^[0-9a-f]{32}$")
                 self.assertEqual(self.up.last().header_values("X-Request-Id"), [got])
 
+    def test_limits_keyed_on_a_missing_header_are_named_skipped(self):
+        self.up = self.start_upstream(respond(200, b"ok"))
+        self.port = free_port()
+        route = {"name": "api", "match": {"path_prefix": "/"}, "upstream": "app",
+                 "limits": [{"name": "per_client", "algorithm": "token_bucket", "rate": 1, "per": HOUR,
+                             "burst": 100, "key": ["client_ip"]},
+                            {"name": "per_key", "algorithm": "token_bucket", "rate": 1, "per": HOUR,
+                             "burst": 100, "key": ["header:x-api-key"]},
+                            {"name": "per_tenant", "algorithm": "token_bucket", "rate": 1, "per": HOUR,
+                             "burst": 100, "key": ["client_ip", "header:x-tenant"]}]}
+        s = self.start_sluice(proxy_config(self.port, {"app": self.up.address}, [route],
+                                           logging={"summary_interval": "0s", "access_log": "stdout"}))
+        c = self.client(self.port)
+        c.request("GET", "/none")
+        c.request("GET", "/key", [("X-Api-Key", "k1")])
+        c.request("GET", "/both", [("X-Api-Key", "k1"), ("X-Tenant", "t")])
+        self.assertEqual(s.wait_access(target="/none")["skipped"], "per_key,per_tenant")
+        self.assertEqual(s.wait_access(target="/key")["skipped"], "per_tenant")
+        self.assertNotIn("skipped", s.wait_access(target="/both"))
+
     def test_an_untrusted_peer_names_neither_client_nor_request_id(self):
         s = self.start(trusted=("10.9.9.9/32",))
         c = self.client(self.port)

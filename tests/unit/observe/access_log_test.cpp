@@ -57,6 +57,20 @@ TEST_CASE("access line in the text form of INTERFACE.md, time first, the added f
           "upstream_ms=1.2 total_ms=0.0 peer=::1 request_id=- host=- upstream=127.0.0.1:8081 user_agent=\"-\"");
 }
 
+TEST_CASE("access line: the limits a request was not counted by (keyed on a header it lacks)") {
+    observe::AccessRecord r;
+    r.client = r.peer = "127.0.0.1";
+    r.method = "GET";
+    r.target = "/api";
+    r.decision = "allowed";
+    r.skipped = "daily,in_flight";
+    const auto line = observe::format_access_text(r, classic, t);
+    CHECK(line.find(" total_ms=0.0 skipped=daily,in_flight peer=127.0.0.1 ") != std::string::npos);
+    CHECK(observe::format_access_json(r, classic, t).find(R"("skipped":"daily,in_flight")") != std::string::npos);
+    r.skipped.clear();
+    CHECK(observe::format_access_text(r, classic, t).find("skipped") == std::string::npos);
+}
+
 TEST_CASE("access line: a value cannot end its quotes or forge a line") {
     observe::AccessRecord r;
     r.client = r.peer = "127.0.0.1";
