@@ -23,19 +23,22 @@ declare -A sources=(
   [pem]="src/tls/pem.cpp"
   [time_zone]="src/time/time_zone.cpp src/time/calendar.cpp"
   [query_string]="src/observe/query_string.cpp"
+  [access_format]="src/config/access_format.cpp src/observe/access_log.cpp src/observe/json_text.cpp src/observe/log_time.cpp"
 )
 declare -A libs=(
   [redis_reply]="$(pkg-config --libs hiredis)"
   [topology_parse]="$(pkg-config --libs hiredis)"
   [config_loader]="-lyaml-cpp -lspdlog -lfmt -lssl -lcrypto"
   [pem]="-lssl -lcrypto"
+  [access_format]="-lspdlog -lfmt"
 )
 declare -A cflags=(
   [redis_reply]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
   [topology_parse]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
   [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
+  [access_format]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan redis_reply topology_parse config_loader pem time_zone query_string"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan redis_reply topology_parse config_loader pem time_zone query_string access_format"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 

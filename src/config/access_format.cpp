@@ -36,6 +36,8 @@ std::variant<AccessFormat, AccessPatternError> parse_access_pattern(std::string_
     std::size_t i = 0;
     while (i < pattern.size()) {
         const char c = pattern[i];
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            return AccessPatternError{i, "control character (a line break, a tab) in the pattern: one line each"};
         if (c != '$') {
             literal += c;
             ++i;

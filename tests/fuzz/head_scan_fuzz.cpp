@@ -36,7 +36,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (whole.state == HeadScan::State::complete &&
         (split.head_size != whole.head_size || split.leading_crlf != whole.leading_crlf))
         __builtin_trap();
+    // A request line refused early is one the complete head would not have had a version in.
+    const auto line_problem = check_request_line(in.substr(std::min(whole.leading_crlf, in.size())));
     if (whole.state != HeadScan::State::complete) return 0;
+    if (!line_problem.empty() &&
+        request_version_offset(in.substr(whole.leading_crlf, whole.head_size)) != std::string_view::npos)
+        __builtin_trap();
 
     const auto head = in.substr(whole.leading_crlf, whole.head_size);
     if (!check_request_head(head).empty()) return 0;

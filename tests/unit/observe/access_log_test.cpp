@@ -135,7 +135,8 @@ TEST_CASE("access patterns: what is refused, and where") {
         std::size_t offset;
     };
     for (const auto& c : {Case{"$nope", 0}, Case{"a $", 2}, Case{"x ${client", 2}, Case{"${}", 0},
-                          Case{"no fields at all", 0}, Case{"$client $stauts", 8}}) {
+                          Case{"no fields at all", 0}, Case{"$client $stauts", 8}, Case{"$client\n$status", 7},
+                          Case{"$client\t$status", 7}}) {
         INFO(c.pattern);
         auto parsed = config::parse_access_pattern(c.pattern);
         REQUIRE(std::holds_alternative<config::AccessPatternError>(parsed));
