@@ -77,16 +77,21 @@ int signal_reload(const sluice::config::Config& config, const std::string& confi
     }
     std::ifstream file(path);
     long pid = 0;
-    if (!file || !(file >> pid) || pid <= 1) {
+    if (!file || !(file >> pid) || pid < 1) {
         std::cerr << "sluice: cannot read a pid from " << path << (file ? "" : ": " + std::string(std::strerror(errno)))
                   << " (is sluice running with this configuration?)\n";
         return 2;
     }
-    // A stale file can name a process that is not sluice: SIGHUP would end most programs.
+    // A stale file can name a process that is not sluice: SIGHUP would end most programs. The
+    // process's executable must have our executable's name (a binary replaced on disk since it
+    // started reads "NAME (deleted)").
     auto program = [](const std::string& exe) {
         std::error_code ec;
-        const auto target = std::filesystem::read_symlink(exe, ec);
-        return ec ? std::string() : target.filename().string();
+        std::string name = std::filesystem::read_symlink(exe, ec).filename().string();
+        if (ec) return std::string();
+        constexpr std::string_view deleted = " (deleted)";
+        if (name.ends_with(deleted)) name.resize(name.size() - deleted.size());
+        return name;
     };
     const std::string theirs = program("/proc/" + std::to_string(pid) + "/exe");
     const std::string ours = program("/proc/self/exe");
@@ -94,8 +99,9 @@ int signal_reload(const sluice::config::Config& config, const std::string& confi
         std::cerr << "sluice: no process " << pid << " (from " << path << "): sluice is not running, or the file is stale\n";
         return 2;
     }
-    if (!theirs.empty() && !ours.empty() && theirs != ours) {
-        std::cerr << "sluice: process " << pid << " (from " << path << ") is " << theirs
+    if (theirs.empty() || theirs != ours) {
+        std::cerr << "sluice: process " << pid << " (from " << path << ") is "
+                  << (theirs.empty() ? "a process whose program cannot be read" : theirs)
                   << ", not sluice: the pid file is stale; nothing was signalled\n";
         return 2;
     }

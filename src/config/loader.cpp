@@ -1051,14 +1051,16 @@ void ConfigReader::read_limits(const Field& field, RouteConfig& route, RouteSite
     // A limit keyed on a header does not apply to a request without it. When every limit of
     // the route is such a limit, a client only has to leave the header out to be unlimited.
     if (route.limits.empty()) return;
-    std::string headers;
+    std::vector<std::string> named;
     for (const auto& limit : route.limits) {
         const auto header = std::find_if(limit.key.begin(), limit.key.end(),
                                          [](const KeyPart& part) { return part.kind == KeyPart::Kind::header; });
         if (header == limit.key.end()) return;  // this one applies to every request
-        if (headers.find(header->header_name) == std::string::npos)
-            headers += (headers.empty() ? "" : ", ") + header->header_name;
+        if (std::find(named.begin(), named.end(), header->header_name) == named.end())
+            named.push_back(header->header_name);  // lower-case already
     }
+    std::string headers;
+    for (const auto& name : named) headers += (headers.empty() ? "" : ", ") + name;
     diagnostics_.warning(field.at, "every limit of route " + quoted(route.name) + " is keyed on a header (" + headers +
                                        "): a request without it is not limited at all; add a limit keyed on "
                                        "client_ip alone to cover such requests");

@@ -92,7 +92,11 @@ std::string request_id(const Request& req, bool peer_trusted) {
         };
         if (given && !twice && plain(*given)) return std::string(*given);
     }
-    thread_local std::mt19937_64 random{std::random_device{}()};
+    thread_local std::mt19937_64 random = [] {
+        std::random_device device;
+        std::seed_seq seed{device(), device(), device(), device(), device(), device(), device(), device()};
+        return std::mt19937_64(seed);
+    }();
     return fmt::format("{:016x}{:016x}", random(), random());
 }
 
@@ -843,11 +847,14 @@ net::awaitable<bool> Session::serve_one(bool first) {
             rec.decision = "store_error_allowed";
         } else {
             // A limit keyed on a header the request lacks does not count it: the line says so.
-            for (std::size_t i = 0; i < decision.limits.size() && i < route->limits.size(); ++i)
-                if (!decision.limits[i].applies) {
-                    if (!rec.skipped.empty()) rec.skipped += ',';
-                    rec.skipped += route->limits[i].name;
-                }
+            // (From the request, not from `applies`, which a remembered refusal also clears.)
+            for (const auto& limit : route->limits)
+                for (const auto& part : limit.key)
+                    if (part.kind == config::KeyPart::Kind::header && req.find(part.header_name) == req.end()) {
+                        if (!rec.skipped.empty()) rec.skipped += ',';
+                        rec.skipped += limit.name;
+                        break;
+                    }
             rate_headers = limit::rate_limit_headers(*route, decision, cfg.responses.headers);
             if (auto shown = limit::advertised_limit(decision)) {
                 rec.limit = route->limits[*shown].name;

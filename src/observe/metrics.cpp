@@ -93,6 +93,11 @@ void Metrics::describe(RouteMetrics& route, std::vector<RouteMetrics::LimitShown
     route.shown = std::move(limits);
 }
 
+void Metrics::forget_limits() {
+    std::lock_guard lock(mutex_);
+    for (auto& r : routes_) r.shown.clear();
+}
+
 void Metrics::for_each_route(const std::function<void(const RouteMetrics&)>& f) const {
     std::lock_guard lock(mutex_);
     for (const auto& r : routes_) f(r);

@@ -100,6 +100,8 @@ public:
     RouteMetrics& no_route() { return *no_route_; }
     // The route's limits in the configuration now running (each also made with limit()).
     void describe(RouteMetrics& route, std::vector<RouteMetrics::LimitShown> limits);
+    // Forgets every route's limits (a reload first, then describe() for the routes it has).
+    void forget_limits();
 
     // Calls f for every route, in creation order, under the registry lock.
     void for_each_route(const std::function<void(const RouteMetrics&)>& f) const;

@@ -48,7 +48,9 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
     auto contexts = tls::make_contexts(*config);
     snap->listener_tls = std::move(contexts.listeners);
     snap->upstream_tls = std::move(contexts.upstreams);
-    // What /stats shows of each route's limits, once nothing can refuse this configuration.
+    // What /stats shows of each route's limits, once nothing can refuse this configuration
+    // (a route the reload removed shows none).
+    metrics.forget_limits();
     for (std::size_t r = 0; r < config->routes.size(); ++r) {
         const auto& route = config->routes[r];
         std::vector<observe::RouteMetrics::LimitShown> shown;

@@ -39,11 +39,31 @@ std::size_t count(std::string_view s, char c) {
     return n;
 }
 
+// Well-formed UTF-8 (RFC 3629), decoded independently of json_text.cpp.
+bool utf8(std::string_view s) {
+    for (std::size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (n == 0 || i + n > s.size()) return false;
+        std::uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+        for (std::size_t k = 1; k < n; ++k) {
+            const auto d = static_cast<unsigned char>(s[i + k]);
+            if ((d >> 6) != 2) return false;
+            cp = (cp << 6) | (d & 0x3f);
+        }
+        const std::uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+        i += n;
+    }
+    return true;
+}
+
 void check_line(std::string_view line, bool json) {
     for (const char ch : line) {
         const auto c = static_cast<unsigned char>(ch);
         if (c < 0x20 || (json && c == 0x7f)) __builtin_trap();
     }
+    if (json && !utf8(line)) __builtin_trap();
     if (json && (!line.starts_with("{\"time\":") || !line.ends_with("}"))) __builtin_trap();
 }
 
@@ -85,7 +105,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     const std::string time = "2026-11-25T19:40:01.123Z";
     const config::AccessFormat classic;
-    for (const config::AccessFormat* f : {&static_cast<const config::AccessFormat&>(format), &classic}) {
+    config::AccessFormat listed;
+    listed.kind = config::AccessFormat::Kind::fields;
+    listed.fields = {config::AccessField::request, config::AccessField::user_agent, config::AccessField::host,
+                     config::AccessField::request_id, config::AccessField::skipped, config::AccessField::status};
+    for (const config::AccessFormat* f : {&static_cast<const config::AccessFormat&>(format), &classic,
+                                          static_cast<const config::AccessFormat*>(&listed)}) {
         const auto& use = *f;
         const auto text = observe::format_access_text(r, use, time);
         check_line(text, false);

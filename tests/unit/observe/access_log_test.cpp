@@ -183,7 +183,7 @@ TEST_CASE("json_string escapes") {
     CHECK(observe::json_string("caf\xc3\xa9") == "\"caf\xc3\xa9\"");
 }
 
-TEST_CASE("json_string: every byte below 0x20 and 0x7f escaped, everything else as itself") {
+TEST_CASE("json_string: every byte below 0x20 and 0x7f escaped, a lone byte above 0x7f is U+FFFD, the rest as itself") {
     for (int c = 0; c < 256; ++c) {
         const char ch = static_cast<char>(c);
         std::string want;
@@ -198,12 +198,39 @@ TEST_CASE("json_string: every byte below 0x20 and 0x7f escaped, everything else 
                 char buf[8];
                 std::snprintf(buf, sizeof buf, "\\u%04x", c);
                 want = buf;
+            } else if (c > 0x7f) {
+                want = "\\ufffd";  // alone, never well-formed UTF-8
             } else {
                 want = std::string(1, ch);
             }
         }
         INFO("byte " << c);
         CHECK(observe::json_string(std::string("ab") + ch + "cd") == "\"ab" + want + "cd\"");
+    }
+}
+
+TEST_CASE("json_string: well-formed UTF-8 passes, anything else becomes U+FFFD (RFC 3629)") {
+    struct Case {
+        std::string in, out;
+    };
+    const Case cases[] = {
+        {"\xc3\xa9", "\xc3\xa9"},                    // é
+        {"\xe2\x82\xac", "\xe2\x82\xac"},            // €
+        {"\xf0\x9f\x98\x80", "\xf0\x9f\x98\x80"},    // an emoji
+        {"\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf"},    // U+10FFFF
+        {"\xe9t\xe9", "\\ufffdt\\ufffd"},             // Latin-1 "été"
+        {"\xc3", "\\ufffd"},                         // cut short
+        {"\xe2\x82", "\\ufffd\\ufffd"},               // cut short: each byte alone
+        {"\xc0\xaf", "\\ufffd\\ufffd"},               // overlong '/'
+        {"\xe0\x80\xaf", "\\ufffd\\ufffd\\ufffd"},     // overlong
+        {"\xed\xa0\x80", "\\ufffd\\ufffd\\ufffd"},     // a surrogate
+        {"\xf4\x90\x80\x80", "\\ufffd\\ufffd\\ufffd\\ufffd"},  // above U+10FFFF
+        {"\xf5\x80", "\\ufffd\\ufffd"},
+        {"a\x80\"b", "a\\ufffd\\\"b"},
+    };
+    for (const auto& c : cases) {
+        INFO(c.in);
+        CHECK(observe::json_string(c.in) == "\"" + c.out + "\"");
     }
 }
 
