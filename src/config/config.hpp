@@ -2,11 +2,13 @@
 // Every default here is the one documented in INTERFACE.md.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/access_format.hpp"
@@ -127,6 +129,14 @@ struct UpstreamConfig {
 };
 
 enum class Algorithm { token_bucket, sliding_window, fixed_window, concurrency, leaky_bucket };
+
+// Every algorithm and the one name it has everywhere: the YAML, the decide script's plans, the
+// admin look-up, /stats. In the order of Algorithm.
+inline constexpr std::array<std::string_view, 5> algorithm_names{"token_bucket", "sliding_window", "fixed_window",
+                                                                 "concurrency", "leaky_bucket"};
+inline std::string_view algorithm_name(Algorithm algorithm) {
+    return algorithm_names[static_cast<std::size_t>(algorithm)];
+}
 
 struct KeyPart {
     enum class Kind { client_ip, header, method, path };

@@ -1079,15 +1079,15 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
     const Field* algorithm_field = section.find("algorithm");
     std::optional<Algorithm> algorithm;
     if (algorithm_field) {
-        algorithm = choice<Algorithm>(*algorithm_field, {{"token_bucket", Algorithm::token_bucket},
-                                                         {"sliding_window", Algorithm::sliding_window},
-                                                         {"fixed_window", Algorithm::fixed_window},
-                                                         {"concurrency", Algorithm::concurrency},
-                                                         {"leaky_bucket", Algorithm::leaky_bucket}});
+        Choices<Algorithm> algorithms;
+        for (std::size_t i = 0; i < algorithm_names.size(); ++i)
+            algorithms.emplace_back(algorithm_names[i], static_cast<Algorithm>(i));
+        algorithm = choice<Algorithm>(*algorithm_field, algorithms);
     } else {
-        diagnostics_.error(field.at, named("limit", limit.name) +
-                                         " needs an 'algorithm' (token_bucket, sliding_window, fixed_window, "
-                                         "concurrency or leaky_bucket)");
+        std::string names;
+        for (std::size_t i = 0; i < algorithm_names.size(); ++i)
+            names += (i == 0 ? "" : i + 1 == algorithm_names.size() ? " or " : ", ") + std::string(algorithm_names[i]);
+        diagnostics_.error(field.at, named("limit", limit.name) + " needs an 'algorithm' (" + names + ")");
     }
     if (algorithm) {
         limit.algorithm = *algorithm;
@@ -1321,16 +1321,6 @@ void ConfigReader::refuse_parameters(const Section& section, const LimitConfig& 
         {"nodelay", {Algorithm::leaky_bucket}},
         {"max_wait", {Algorithm::leaky_bucket}},
     };
-    auto algorithm_name = [](Algorithm a) -> std::string {
-        switch (a) {
-        case Algorithm::token_bucket: return "token_bucket";
-        case Algorithm::sliding_window: return "sliding_window";
-        case Algorithm::fixed_window: return "fixed_window";
-        case Algorithm::concurrency: return "concurrency";
-        case Algorithm::leaky_bucket: return "leaky_bucket";
-        }
-        return "?";
-    };
     for (const auto& owner : owners) {
         const Field* f = section.find(owner.key);
         if (!f || std::find(owner.algorithms.begin(), owner.algorithms.end(), limit.algorithm) != owner.algorithms.end())
@@ -1338,9 +1328,10 @@ void ConfigReader::refuse_parameters(const Section& section, const LimitConfig& 
         std::string theirs;
         for (std::size_t i = 0; i < owner.algorithms.size(); ++i)
             theirs += (i == 0 ? "" : i + 1 == owner.algorithms.size() ? " and " : ", ") +
-                      algorithm_name(owner.algorithms[i]);
+                      std::string(algorithm_name(owner.algorithms[i]));
         diagnostics_.error(f->key_at, quoted(owner.key) + " is a " + theirs + " parameter, but " +
-                                          named("limit", limit.name) + " is " + algorithm_name(limit.algorithm));
+                                          named("limit", limit.name) + " is " +
+                                          std::string(algorithm_name(limit.algorithm)));
     }
 }
 

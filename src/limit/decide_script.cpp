@@ -67,30 +67,31 @@ CalendarArg calendar_arg(const config::LimitConfig& limit, std::int64_t now_us) 
 void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, std::string_view window,
                         std::vector<std::string>& args, bool may_wait) {
     const char* shadow = limit.shadow ? "1" : "0";
+    const std::string name(config::algorithm_name(limit.algorithm));  // decide.lua knows them by these names
     switch (limit.algorithm) {
     case config::Algorithm::token_bucket: {
         const auto params = token_bucket_params(limit);
-        args.insert(args.end(), {"token_bucket", shadow, std::to_string(cost), std::to_string(params.interval_us),
+        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(params.interval_us),
                                  std::to_string(params.burst)});
         break;
     }
     case config::Algorithm::sliding_window: {
         const auto params = sliding_window_params(limit);
-        args.insert(args.end(), {"sliding_window", shadow, std::to_string(cost), std::to_string(params.limit),
+        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(params.limit),
                                  std::to_string(params.window_us)});
         break;
     }
     case config::Algorithm::fixed_window:
-        args.insert(args.end(), {"fixed_window", shadow, std::to_string(cost), std::to_string(limit.limit),
+        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(limit.limit),
                                  window.empty() ? std::to_string(fixed_window_us(limit)) : std::string(window)});
         break;
     case config::Algorithm::concurrency:
-        args.insert(args.end(), {"concurrency", shadow, std::to_string(cost), std::to_string(limit.limit),
+        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(limit.limit),
                                  std::to_string(lease_us(limit))});
         break;
     case config::Algorithm::leaky_bucket: {
         const auto params = leaky_bucket_params(limit, may_wait);
-        args.insert(args.end(), {"leaky_bucket", shadow, std::to_string(cost), std::to_string(params.interval_us),
+        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(params.interval_us),
                                  std::to_string(params.burst) + "," + std::to_string(params.delay_us) + "," +
                                      std::to_string(params.max_wait_us)});
         break;

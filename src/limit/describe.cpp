@@ -6,17 +6,6 @@
 
 namespace sluice::limit {
 
-std::string_view algorithm_label(config::Algorithm algorithm) {
-    switch (algorithm) {
-    case config::Algorithm::token_bucket: return "token_bucket";
-    case config::Algorithm::sliding_window: return "sliding_window";
-    case config::Algorithm::fixed_window: return "fixed_window";
-    case config::Algorithm::concurrency: return "concurrency";
-    case config::Algorithm::leaky_bucket: return "leaky_bucket";
-    }
-    return "?";
-}
-
 namespace {
 
 std::string_view calendar_name(time::CalendarUnit unit) {

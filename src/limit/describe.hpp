@@ -8,8 +8,6 @@
 
 namespace sluice::limit {
 
-std::string_view algorithm_label(config::Algorithm algorithm);  // as the YAML writes it
-
 std::string describe_limit(const config::LimitConfig& limit);
 
 }  // namespace sluice::limit

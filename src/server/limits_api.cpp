@@ -152,7 +152,7 @@ std::string limits_state_json(const config::Config& config, const LimitsQuery& q
         out += "\"name\":";
         observe::append_json_string(out, limit.name);
         out += ",\"algorithm\":\"";
-        out += limit::algorithm_label(limit.algorithm);
+        out += config::algorithm_name(limit.algorithm);
         out += "\",\"shadow\":";
         out += limit.shadow ? "true" : "false";
         const auto capacity = limit::capacity_of(limit);

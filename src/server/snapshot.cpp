@@ -55,7 +55,7 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         const auto& route = config->routes[r];
         std::vector<observe::RouteMetrics::LimitShown> shown;
         for (std::size_t i = 0; i < route.limits.size(); ++i)
-            shown.push_back({route.limits[i].name, std::string(limit::algorithm_label(route.limits[i].algorithm)),
+            shown.push_back({route.limits[i].name, std::string(config::algorithm_name(route.limits[i].algorithm)),
                              limit::describe_limit(route.limits[i]), snap->limit_metrics[r][i]});
         metrics.describe(*snap->route_metrics[r], std::move(shown));
     }

@@ -976,3 +976,15 @@ TEST_CASE("decide script: concurrency slots are taken, given back by their owner
     REQUIRE_FALSE(odd.ok());
     CHECK_THAT(odd.error->message, Catch::Contains("expected release|renew"));
 }
+
+TEST_CASE("decide script: it knows every algorithm by the name the configuration gives it") {
+    // config::algorithm_names is the one table of names; decide.lua builds an algorithm when a
+    // plan names it (its `makers` table), so each name must be a key there.
+    for (const bool cluster : {false, true}) {
+        const auto code = limit::decide_code(cluster);
+        for (const auto name : config::algorithm_names) {
+            INFO(name);
+            CHECK(code.script.find("  " + std::string(name) + " = ") != std::string::npos);
+        }
+    }
+}

@@ -22,7 +22,7 @@ TEST_CASE("describe_limit: a limit's settings in a few words, as /stats shows th
     auto fixed_cost = test::token_bucket("b", 1, 1s, 5);
     fixed_cost.cost = 2;
     CHECK(limit::describe_limit(fixed_cost) == "1 per 1s, burst 5, per client_ip, cost 2");
-    CHECK(limit::algorithm_label(config::Algorithm::leaky_bucket) == "leaky_bucket");
+    CHECK(config::algorithm_name(config::Algorithm::leaky_bucket) == "leaky_bucket");
 }
 
 TEST_CASE("describe_limit: leaky buckets say how much of a burst goes at once") {
