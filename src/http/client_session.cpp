@@ -671,7 +671,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
                                : snap.metrics->no_route();
         counters.count_status(rec.status);
         if (rec.forwarded) observe::add(counters.forwarded);
-        if (rec.decision == "delayed") observe::add(counters.delayed);
+        if (rec.decision == observe::AccessDecision::delayed) observe::add(counters.delayed);
         return keep;
     };
 
@@ -839,12 +839,12 @@ net::awaitable<bool> Session::serve_one(bool first) {
             const auto policy = route->on_error.value_or(cfg.store.on_error);
             warn_store_error(route->name, decision.error, policy);
             if (policy == config::OnError::deny) {
-                rec.decision = "store_error_denied";
+                rec.decision = observe::AccessDecision::store_error_denied;
                 rate_headers.emplace_back("Retry-After", "1");
                 co_return finish(co_await reply(cfg.server, true, 503, "the rate-limit store is unavailable",
                                                 keep_alive, rec, &rate_headers));
             }
-            rec.decision = "store_error_allowed";
+            rec.decision = observe::AccessDecision::store_error_allowed;
         } else {
             // A limit keyed on a header the request lacks does not count it: the line says so.
             // (From the request, not from `applies`, which a remembered refusal also clears.)
@@ -862,7 +862,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
             }
             if (decision.outcome == limit::Decision::Outcome::limited) {
                 const auto index = *decision.limited_by;
-                rec.decision = "limited";
+                rec.decision = observe::AccessDecision::limited;
                 rate_headers.emplace_back(
                     "Retry-After", std::to_string(limit::retry_after_seconds(decision.limits[index].retry_after)));
                 const std::string detail =
@@ -871,7 +871,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
                                                 &rate_headers, true));
             }
             if (decision.shadow_limited()) {
-                rec.decision = "shadow_limited";
+                rec.decision = observe::AccessDecision::shadow_limited;
                 for (std::size_t i = 0; i < decision.limits.size(); ++i)
                     if (decision.limits[i].applies && decision.limits[i].shadow && !decision.limits[i].allowed) {
                         rec.limit = route->limits[i].name;
@@ -879,13 +879,13 @@ net::awaitable<bool> Session::serve_one(bool first) {
                         break;
                     }
             } else {
-                rec.decision = "allowed";
+                rec.decision = observe::AccessDecision::allowed;
             }
         }
     }
 
     if (wait.count() > 0) {
-        rec.decision = "delayed";
+        rec.decision = observe::AccessDecision::delayed;
         const auto hold_started = Clock::now();
         const Hold held = co_await hold_back(wait, *snap.metrics);
         waiting_place.reset();
@@ -904,7 +904,6 @@ net::awaitable<bool> Session::serve_one(bool first) {
 
     if (check) {
         // Let it through: 200 and the rate-limit headers, no body.
-        if (rec.decision.empty()) rec.decision = "unlimited";
         co_return finish(co_await reply(cfg.server, true, 200, {}, keep_alive, rec, &rate_headers, false, false));
     }
     co_return finish(co_await forward(snap, *route, parser, keep_alive, rate_headers, rec));

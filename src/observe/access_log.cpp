@@ -53,7 +53,7 @@ void append_text(std::string& out, const AccessRecord& r, AccessField field) {
     case AccessField::bytes: out += std::to_string(r.bytes_sent); return;
     case AccessField::route: return append_text_or_dash(out, r.route);
     case AccessField::limit: return append_text_or_dash(out, r.limit);
-    case AccessField::decision: return append_text_or_dash(out, r.decision);
+    case AccessField::decision: return append_text_or_dash(out, access_decision_name(r.decision));
     case AccessField::remaining: out += r.remaining ? std::to_string(*r.remaining) : "-"; return;
     case AccessField::upstream_ms:
         if (r.upstream_ms) return append_ms(out, *r.upstream_ms);
@@ -94,7 +94,7 @@ std::string json_value(const AccessRecord& r, AccessField field) {
     case AccessField::bytes: return std::to_string(r.bytes_sent);
     case AccessField::route: return json_or_null(r.route);
     case AccessField::limit: return json_or_null(r.limit);
-    case AccessField::decision: return json_or_null(r.decision);
+    case AccessField::decision: return json_string(access_decision_name(r.decision));
     case AccessField::remaining: return r.remaining ? std::to_string(*r.remaining) : "null";
     case AccessField::upstream_ms: return r.upstream_ms ? ms_json(*r.upstream_ms) : "null";
     case AccessField::total_ms: return ms_json(r.total_ms);
@@ -129,6 +129,19 @@ std::vector<AccessField> classic_named_fields(const AccessRecord& r) {
 }
 
 }  // namespace
+
+std::string_view access_decision_name(AccessDecision decision) {
+    switch (decision) {
+    case AccessDecision::unlimited: return "unlimited";
+    case AccessDecision::allowed: return "allowed";
+    case AccessDecision::limited: return "limited";
+    case AccessDecision::shadow_limited: return "shadow_limited";
+    case AccessDecision::store_error_allowed: return "store_error_allowed";
+    case AccessDecision::store_error_denied: return "store_error_denied";
+    case AccessDecision::delayed: return "delayed";
+    }
+    return "unlimited";
+}
 
 std::string format_access_text(const AccessRecord& r, const AccessFormat& format, std::string_view time) {
     std::string line(time);

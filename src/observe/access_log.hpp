@@ -11,6 +11,19 @@
 
 namespace sluice::observe {
 
+// What the limits made of a request: the access line's `decision`. (Per limit, the metrics
+// count the same outcomes but `unlimited`: DecisionKind.)
+enum class AccessDecision : std::uint8_t {
+    unlimited,            // the route has no limits (or the request never reached them)
+    allowed,
+    limited,
+    shadow_limited,       // a shadow limit would have refused it; forwarded
+    store_error_allowed,  // the store did not answer; on_error: allow
+    store_error_denied,   // ... on_error: deny (503)
+    delayed,              // a leaky bucket held it back, then it was forwarded
+};
+std::string_view access_decision_name(AccessDecision decision);
+
 struct AccessRecord {
     std::string client;  // the resolved client: the limits' client_ip (the peer until resolved)
     std::string peer;    // the TCP peer
@@ -21,7 +34,7 @@ struct AccessRecord {
     std::uint64_t bytes_sent = 0;  // response body bytes
     std::string_view route;        // empty: no route
     std::string_view limit;        // empty: none
-    std::string_view decision = "unlimited";
+    AccessDecision decision = AccessDecision::unlimited;
     std::optional<std::uint64_t> remaining;
     std::optional<double> upstream_ms;
     double total_ms = 0;

@@ -33,7 +33,7 @@ TEST_CASE("access line in the text form of INTERFACE.md, time first, the added f
     r.bytes_sent = 162;
     r.route = "login";
     r.limit = "burst";
-    r.decision = "limited";
+    r.decision = observe::AccessDecision::limited;
     r.remaining = 0;
     r.total_ms = 0.42;
     r.request_id = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -62,7 +62,7 @@ TEST_CASE("access line: the limits a request was not counted by (keyed on a head
     r.client = r.peer = "127.0.0.1";
     r.method = "GET";
     r.target = "/api";
-    r.decision = "allowed";
+    r.decision = observe::AccessDecision::allowed;
     r.skipped = "daily,in_flight";
     const auto line = observe::format_access_text(r, classic, t);
     CHECK(line.find(" total_ms=0.0 skipped=daily,in_flight peer=127.0.0.1 ") != std::string::npos);
@@ -105,7 +105,7 @@ TEST_CASE("access line with an operator's fields or pattern") {
     r.target = "/api/x?y=1";
     r.status = 200;
     r.bytes_sent = 12;
-    r.decision = "allowed";
+    r.decision = observe::AccessDecision::allowed;
     r.upstream_ms = 2.0;
     r.total_ms = 2.5;
     r.user_agent = "Mozilla/5.0 (X11)";
