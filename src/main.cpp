@@ -1,7 +1,5 @@
 // sluice: command line, configuration check, start.
-#include <netdb.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +17,7 @@
 #include "config/loader.hpp"
 #include "observe/logging.hpp"
 #include "server/server.hpp"
+#include "server/snapshot.hpp"
 
 namespace {
 
@@ -51,17 +50,16 @@ std::vector<sluice::config::Diagnostic> unresolved_upstreams(const sluice::confi
     for (const auto& upstream : config.upstreams) {
         for (std::size_t i = 0; i < upstream.servers.size(); ++i) {
             const auto& server = upstream.servers[i];
-            addrinfo hints{};
-            hints.ai_socktype = SOCK_STREAM;
-            addrinfo* found = nullptr;
-            const int rc = ::getaddrinfo(server.host.c_str(), std::to_string(server.port).c_str(), &hints, &found);
-            if (found) ::freeaddrinfo(found);
-            if (rc == 0) continue;
-            const auto at = i < upstream.server_at.size() ? upstream.server_at[i] : sluice::config::Position{};
-            problems.push_back({config.source_path, at.line, at.column,
-                                "upstream '" + upstream.name + "' server '" + server.str() + "' does not resolve: " +
-                                    ::gai_strerror(rc) + " (sluice would not start; --no-resolve skips this check)",
-                                false});
+            try {
+                (void)sluice::server::resolve_endpoint(server);  // what the start does
+                continue;
+            } catch (const std::exception& e) {
+                const auto at = i < upstream.server_at.size() ? upstream.server_at[i] : sluice::config::Position{};
+                problems.push_back({config.source_path, at.line, at.column,
+                                    "upstream '" + upstream.name + "' server '" + server.str() + "' does not resolve (" +
+                                        e.what() + "; sluice would not start; --no-resolve skips this check)",
+                                    false});
+            }
         }
     }
     return problems;

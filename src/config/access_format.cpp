@@ -61,7 +61,7 @@ std::variant<AccessFormat, AccessPatternError> parse_access_pattern(std::string_
         const std::string_view name = pattern.substr(start, stop - start);
         if (name.empty()) return AccessPatternError{at, "'$' without a field name (write '$$' for a '$')"};
         const auto field = access_field_named(name);
-        if (!field) return AccessPatternError{at, "unknown field $" + std::string(name)};
+        if (!field) return AccessPatternError{at, "unknown field $" + std::string(name), std::string(name)};
         format.pieces.push_back({std::move(literal), field});
         format.fields.push_back(*field);
         literal.clear();

@@ -62,6 +62,7 @@ struct AccessFormat {
 struct AccessPatternError {
     std::size_t offset = 0;  // in the pattern
     std::string message;
+    std::string unknown;     // the name of an unknown $field (empty: another problem)
 };
 
 // Reads an nginx-like pattern: literal text with $name or ${name}; "$$" is a "$".

@@ -907,11 +907,8 @@ void ConfigReader::read_access_format(const Field& field) {
     if (!pattern) return;
     auto parsed = parse_access_pattern(*pattern);
     if (auto* error = std::get_if<AccessPatternError>(&parsed)) {
-        std::string message = field.label() + ": " + error->message;
-        if (error->message.starts_with("unknown field $")) {
-            const std::string_view name = std::string_view(error->message).substr(15);
-            message = unknown(field, name, "$" + std::string(name));
-        }
+        const std::string message = error->unknown.empty() ? field.label() + ": " + error->message
+                                                           : unknown(field, error->unknown, "$" + error->unknown);
         diagnostics_.error(field.at, message + " (at character " + std::to_string(error->offset + 1) + ")");
         return;
     }

@@ -502,6 +502,9 @@ private:
     bool hold_cut_ = false;  // graceful stop ended the hold
     beast::flat_buffer buffer_;
     std::string peer_ip_;
+    // The peer is in client_ip.trusted_proxies of the configuration the request is served
+    // under: set once per request (serve_one), read by forwarding and check routes.
+    bool peer_trusted_ = false;
     std::string head_;  // a message head being written; kept for its capacity
     // The current request's body, as its head framed it; Expect: 100-continue was sent.
     BodyReader request_body_;
@@ -727,18 +730,18 @@ net::awaitable<bool> Session::serve_one(bool first) {
     rec.version = req.version();
     // Who sent it: the peer, or the client a trusted proxy in front names; the request id
     // such a proxy gave it, else a new one (sent upstream either way: forward()).
-    bool peer_trusted = false;
+    peer_trusted_ = false;
     if (!cfg.client_ip.trusted_proxies.empty()) {
         const auto peer = sluice::net::IpAddress::parse(peer_ip_);
-        peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
+        peer_trusted_ = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
     }
-    if (peer_trusted) {
+    if (peer_trusted_) {
         std::vector<std::string_view> xff;
         for (const auto& f : req)
             if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
         rec.client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
     }
-    rec.request_id = request_id(req, peer_trusted);
+    rec.request_id = request_id(req, peer_trusted_);
     if (auto it = req.find(bhttp::field::user_agent); it != req.end()) rec.user_agent = std::string(sv(it->value()));
     const auto framing = check_request_framing(req.base(), req.version());
     if (!framing.ok()) co_return finish(co_await reply(cfg.server, false, framing.status, framing.problem, false, rec));
@@ -942,9 +945,7 @@ net::awaitable<Session::Hold> Session::hold_back(std::chrono::microseconds wait,
 // method that is not a token or a URI that is not a valid origin-form target is a 400.
 bool Session::original_request(const config::Config& cfg, const Request& req, std::string& method, std::string& path,
                                std::string& uri, std::string_view& problem) {
-    if (cfg.client_ip.trusted_proxies.empty()) return true;
-    const auto peer = sluice::net::IpAddress::parse(peer_ip_);
-    if (!peer || !limit::is_trusted(cfg.client_ip.trusted_proxies, *peer)) return true;
+    if (!peer_trusted_) return true;
     auto field = [&req](std::string_view a, std::string_view b) -> std::optional<std::string_view> {
         std::optional<std::string_view> found;
         for (const auto& f : req)
@@ -1272,11 +1273,6 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     const bool chunked_out = request_body_.mode() == BodyReader::Mode::chunked;
     // A WebSocket handshake keeps its upgrade (RFC 6455 handshakes carry no body).
     const bool websocket = !has_body && is_websocket_handshake(req);
-    bool peer_trusted = false;
-    if (!cfg.client_ip.trusted_proxies.empty()) {
-        auto peer = sluice::net::IpAddress::parse(peer_ip_);
-        peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
-    }
     strip_hop_by_hop(req.base());
     strip_framing(req.base());
     if (websocket) {
@@ -1286,7 +1282,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
     // upstream's name, as nginx sends its proxy_host.
     if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, upstream_cfg.name);
-    add_forwarding_headers(req.base(), {peer_ip_, peer_trusted, client_version, stream_.is_tls()});
+    add_forwarding_headers(req.base(), {peer_ip_, peer_trusted_, client_version, stream_.is_tls()});
     req.erase("X-Request-Id");
     req.set("X-Request-Id", rec.request_id);
     if (request_body_.mode() == BodyReader::Mode::length)
