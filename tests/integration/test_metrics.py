@@ -247,7 +247,11 @@ class AdminListenTest(SluiceTestCase):
         self.assertEqual(listening_ports(s.proc.pid), {port, admin})
         self.assertEqual(s.stop(), 0)
 
+        # The kernel hands a port just freed out again: the new listener must not land on the
+        # old admin port, or the refusal checked below would be the proxy answering.
         port = free_port()
+        while port == admin:
+            port = free_port()
         s = self.start_sluice(proxy_config(port, {"app": up.address},
                                            extra={"admin": {"listen": ""}}))
         self.assertEqual(self.client(port).request("GET", "/").status, 200)
