@@ -4,6 +4,7 @@ sent or the client goes away, renewed while a request runs longer than its lease
 back after the lease when its instance dies.
 """
 
+import json
 import threading
 import time
 import unittest
@@ -52,15 +53,41 @@ class ConcurrencyTest(SluiceTestCase):
         self.up = self.start_upstream(gauge)
         self.redis = None if memory else self.start_redis()
         store = {"type": "memory"} if memory else redis_store(self.redis)
-        self.ports, self.sluices = [], []
+        self.ports, self.sluices, self.admin_ports = [], [], []
+        self.route_names = [r["name"] for r in routes]
         for _ in range(instances):
-            port = free_port()
-            sluice = self.start_sluice(proxy_config(port, {"app": self.up.address}, routes,
-                                                    extra={"store": store}))
+            port, admin = free_port(), free_port()
+            sluice = self.start_sluice(proxy_config(
+                port, {"app": self.up.address}, routes,
+                extra={"store": store, "admin": {"listen": f"127.0.0.1:{admin}"}}))
             if not memory:
                 sluice.wait_store_connected(WORKERS)
             self.ports.append(port)
+            self.admin_ports.append(admin)
             self.sluices.append(sluice)
+
+    def slots_held(self):
+        """Slots in flight on every route, as the admin look-up of each instance reports them
+        (with Redis every instance reports the same shared count)."""
+        held = 0
+        for admin in self.admin_ports:
+            for route in self.route_names:
+                c = RawClient(admin)
+                try:
+                    r = c.request("GET", f"/limits?route={route}", [("Connection", "close")])
+                finally:
+                    c.close()
+                self.assertEqual(r.status, 200, r.body)
+                held += sum(l["in_flight"] for l in json.loads(r.body)["limits"]
+                            if l["algorithm"] == "concurrency")
+        return held
+
+    def wait_slots_back(self):
+        """A slot goes back once its response is written: a call of its own (to Redis, or on
+        the worker that served it), which a request sent the moment the response arrives (on
+        another connection, maybe another worker) can overtake. What counts is that it goes
+        back; the next round is sent after it has."""
+        wait_until(lambda: self.slots_held() == 0, 5, message="every slot given back")
 
     def fire(self, n, target, spread=True):
         """n requests at once, alternating between the instances; their responses in order."""
@@ -91,7 +118,8 @@ class ConcurrencyTest(SluiceTestCase):
         for r in responses:
             if r.status == 429:
                 self.assertEqual(retry_after(r), 1)
-        # Every slot was given back when its response was sent: a full round again.
+        # Every slot is given back when its response has been sent: a full round again.
+        self.wait_slots_back()
         self.assertEqual(self.redis.command("ZCARD", "sluice:{slow}:inflight"), 0)
         statuses = [r.status for r in self.fire(5, "/slow")]
         self.assertEqual(statuses.count(200), 3, statuses)
@@ -159,12 +187,8 @@ class ConcurrencyTest(SluiceTestCase):
         self.assertEqual(probe.request("GET", "/slow/probe").status, 429)
         probe.close()
         self.assertEqual(first.read_response().status, 200)
-        # The slot goes back to Redis once the response is written: a call of its own, which a
-        # request sent the moment the response arrives (on another worker's connection) can
-        # overtake. What counts is that it goes back; the next request is sent after it has.
-        def slots_held():
-            return sum(self.redis.command("ZCARD", key) for key in self.redis.keys("*"))
-        wait_until(lambda: slots_held() == 0, 5, message="the slot given back after the response")
+        self.wait_slots_back()
+        self.assertEqual(sum(self.redis.command("ZCARD", key) for key in self.redis.keys("*")), 0)
         after = RawClient(self.ports[0], timeout=20)
         self.assertEqual(after.request("GET", "/slow/after").status, 200)
         after.close()
@@ -177,6 +201,7 @@ class ConcurrencyTest(SluiceTestCase):
         statuses = [r.status for r in self.fire(6, "/slow")]
         self.assertEqual(statuses.count(200), 2, statuses)
         self.assertLessEqual(gauge.most, 2)
+        self.wait_slots_back()
         statuses = [r.status for r in self.fire(2, "/slow")]
         self.assertEqual(statuses, [200, 200])
 
