@@ -31,6 +31,7 @@
 #include "http/body_reader.hpp"
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
+#include "http/limit_verdict.hpp"
 #include "http/problem.hpp"
 #include "http/request_target.hpp"
 #include "http/stream.hpp"
@@ -350,12 +351,11 @@ private:
     net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(const server::Snapshot& snap,
                                                                          std::size_t upstream, bool fresh,
                                                                          Upstream& failure);
-    // `unread_body`: the request's body may not have been read yet (it is read and discarded
-    // to keep the connection, when small enough).
-    net::awaitable<bool> reply(const config::ServerConfig& server, bool unread_body, unsigned status,
-                               std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
-                               const limit::HeaderList* headers = nullptr, bool name_route_and_limit = false,
-                               bool problem_body = true);
+    // Writes `answer` (the request is not forwarded). To keep the connection, a request body
+    // not read yet is read and discarded first; a large one, or one whose client waits for a
+    // 100 Continue to send it, ends the connection instead.
+    net::awaitable<bool> reply(const config::ServerConfig& server, LocalReply answer, bool keep_alive,
+                               observe::AccessRecord& rec);
     // Where a check route's key parts find the original request's method and path (and `uri`,
     // its target as the proxy in front named it, for the access line).
     bool original_request(const config::Config& cfg, const Request& req, std::string& method, std::string& path,
@@ -682,11 +682,11 @@ net::awaitable<bool> Session::serve_one(bool first) {
     case Head::Kind::closed:
         co_return false;
     case Head::Kind::timeout:
-        co_return finish(co_await reply(cfg.server, false, 408, "request head not received in time", false, rec));
+        co_return finish(co_await reply(cfg.server, local_problem(408, "request head not received in time"), false, rec));
     case Head::Kind::too_large:
-        co_return finish(co_await reply(cfg.server, false, 431, "request head larger than max_header_bytes", false, rec));
+        co_return finish(co_await reply(cfg.server, local_problem(431, "request head larger than max_header_bytes"), false, rec));
     case Head::Kind::malformed:
-        co_return finish(co_await reply(cfg.server, false, 400, head.problem, false, rec));
+        co_return finish(co_await reply(cfg.server, local_problem(400, head.problem), false, rec));
     case Head::Kind::ready:
         break;
     }
@@ -694,18 +694,18 @@ net::awaitable<bool> Session::serve_one(bool first) {
     std::string_view raw(static_cast<const char*>(buffer_.data().data()), head.size);
     if (auto problem = check_request_head(raw); !problem.empty()) {
         describe_raw_request(raw, rec);
-        co_return finish(co_await reply(cfg.server, false, 400, problem, false, rec));
+        co_return finish(co_await reply(cfg.server, local_problem(400, problem), false, rec));
     }
     if (count_field_lines(raw) > max_field_lines) {
         describe_raw_request(raw, rec);
-        co_return finish(co_await reply(cfg.server, false, 431, "too many header fields", false, rec));
+        co_return finish(co_await reply(cfg.server, local_problem(431, "too many header fields"), false, rec));
     }
 
     if (const auto at = request_version_offset(raw); at != std::string_view::npos) {
         if (raw[at] != '1') {
             describe_raw_request(raw, rec);
             rec.version = 11;
-            co_return finish(co_await reply(cfg.server, false, 505, "only HTTP/1.x is supported", false, rec));
+            co_return finish(co_await reply(cfg.server, local_problem(505, "only HTTP/1.x is supported"), false, rec));
         }
         // HTTP/1.2 and up are read as HTTP/1.1: the minor digit is rewritten in place.
         if (raw[at + 2] > '1') static_cast<char*>(buffer_.data().data())[at + 2] = '1';
@@ -721,7 +721,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     if (ec || !parser.is_header_done()) {
         // Named, not a temporary: GCC 12 destroys temporaries of a conditional inside co_await twice.
         const std::string problem = ec ? ec.message() : "incomplete request head";
-        co_return finish(co_await reply(cfg.server, false, 400, problem, false, rec));
+        co_return finish(co_await reply(cfg.server, local_problem(400, problem), false, rec));
     }
 
     auto& req = parser.get();
@@ -744,7 +744,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     rec.request_id = request_id(req, peer_trusted_);
     if (auto it = req.find(bhttp::field::user_agent); it != req.end()) rec.user_agent = std::string(sv(it->value()));
     const auto framing = check_request_framing(req.base(), req.version());
-    if (!framing.ok()) co_return finish(co_await reply(cfg.server, false, framing.status, framing.problem, false, rec));
+    if (!framing.ok()) co_return finish(co_await reply(cfg.server, local_problem(framing.status, framing.problem), false, rec));
     {
         BodyLimits limits;
         limits.max_body = cfg.server.max_body_bytes;
@@ -759,19 +759,19 @@ net::awaitable<bool> Session::serve_one(bool first) {
         request_expects_ = req.find(bhttp::field::expect) != req.end();
     }
     if (request_body_.state() == BodyReader::State::too_large)
-        co_return finish(co_await reply(cfg.server, false, 413, "request body larger than max_body_bytes", false, rec));
+        co_return finish(co_await reply(cfg.server, local_problem(413, "request body larger than max_body_bytes"), false, rec));
 
     // One reading of the target for routing, `path` keys and forwarding: the normalised path
     // (and the query as it came) is what the upstream gets. An absolute-form authority,
     // validated, replaces Host (RFC 9112 3.2.2); a Host field must be valid.
     const RequestTarget target = parse_request_target(sv(req.method_string()), sv(req.target()));
-    if (!target.ok()) co_return finish(co_await reply(cfg.server, false, 400, target.problem, false, rec));
+    if (!target.ok()) co_return finish(co_await reply(cfg.server, local_problem(400, target.problem), false, rec));
     if (!target.authority.empty()) {
         req.set(bhttp::field::host, target.authority);
     } else if (auto it = req.find(bhttp::field::host); it != req.end()) {
         std::string_view problem;
         validate_host(sv(it->value()), problem);
-        if (!problem.empty()) co_return finish(co_await reply(cfg.server, false, 400, problem, false, rec));
+        if (!problem.empty()) co_return finish(co_await reply(cfg.server, local_problem(400, problem), false, rec));
     }
     req.target(target.origin_form());
     rec.host = std::string(sv(req[bhttp::field::host]));
@@ -779,7 +779,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     const bool keep_alive = req.keep_alive() && !worker_.stopping();
     const std::string_view path = target.path;
     route = match_route(cfg.routes, sv(req.method_string()), path, sv(req[bhttp::field::host]));
-    if (!route) co_return finish(co_await reply(cfg.server, true, 404, "no route matches the request", keep_alive, rec));
+    if (!route) co_return finish(co_await reply(cfg.server, local_problem(404, "no route matches the request"), keep_alive, rec));
     rec.route = route->name;
 
     limit::HeaderList rate_headers;
@@ -790,7 +790,6 @@ net::awaitable<bool> Session::serve_one(bool first) {
     std::optional<WaitingPlace> waiting_place;
     std::chrono::microseconds wait{0};
     const bool check = route->action == config::RouteAction::check;
-    const unsigned limited_status = route->limited_status.value_or(cfg.responses.limited_status);
     // A check route decides for another proxy: the method and path its key parts see are the
     // original request's, as that proxy names them (from a trusted peer only).
     std::string key_method(sv(req.method_string()));
@@ -799,7 +798,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
         std::string_view problem;
         std::string key_target;
         if (!original_request(cfg, req, key_method, key_path, key_target, problem))
-            co_return finish(co_await reply(cfg.server, true, 400, problem, keep_alive, rec));
+            co_return finish(co_await reply(cfg.server, local_problem(400, problem), keep_alive, rec));
         // The line names the request that was decided, not the check itself.
         rec.method = key_method;
         if (!key_target.empty()) rec.target = std::move(key_target);
@@ -822,7 +821,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
                                                    expensive.cost_header, expensive.name, route->name,
                                                    limit::capacity_of(expensive));
             spdlog::info("client {}: {}", client, detail);
-            co_return finish(co_await reply(cfg.server, true, 400, detail, keep_alive, rec));
+            co_return finish(co_await reply(cfg.server, local_problem(400, detail), keep_alive, rec));
         }
         if (std::any_of(route->limits.begin(), route->limits.end(), limit::holds_back)) {
             waiting_place.emplace(snap.metrics->waiting_places, cfg.server.max_waiting);
@@ -830,24 +829,18 @@ net::awaitable<bool> Session::serve_one(bool first) {
         }
         const auto decide_started = Clock::now();
         limit::Decision decision = co_await worker_.decide(limits, values);
-        wait = decision.wait();
-        if (wait.count() == 0) waiting_place.reset();
         snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
         if (!decision.slots.empty()) slots_held.emplace(worker_, stream_.get_executor(), std::move(decision.slots));
         count_decision(snap, static_cast<std::size_t>(route - cfg.routes.data()), decision,
                        route->on_error.value_or(cfg.store.on_error));
         if (decision.outcome == limit::Decision::Outcome::limited) worker_.limited_clients().add(route->name, client);
 
+        LimitVerdict verdict = limit_verdict(cfg, *route, decision);
+        rec.decision = verdict.decision;
+        rec.limit = verdict.limit;
+        rec.remaining = verdict.remaining;
         if (decision.outcome == limit::Decision::Outcome::store_error) {
-            const auto policy = route->on_error.value_or(cfg.store.on_error);
-            warn_store_error(route->name, decision.error, policy);
-            if (policy == config::OnError::deny) {
-                rec.decision = observe::AccessDecision::store_error_denied;
-                rate_headers.emplace_back("Retry-After", "1");
-                co_return finish(co_await reply(cfg.server, true, 503, "the rate-limit store is unavailable",
-                                                keep_alive, rec, &rate_headers));
-            }
-            rec.decision = observe::AccessDecision::store_error_allowed;
+            warn_store_error(route->name, decision.error, route->on_error.value_or(cfg.store.on_error));
         } else {
             // A limit keyed on a header the request lacks does not count it: the line says so.
             // (From the request, not from `applies`, which a remembered refusal also clears.)
@@ -858,37 +851,14 @@ net::awaitable<bool> Session::serve_one(bool first) {
                         rec.skipped += limit.name;
                         break;
                     }
-            rate_headers = limit::rate_limit_headers(*route, decision, cfg.responses.headers);
-            if (auto shown = limit::advertised_limit(decision)) {
-                rec.limit = route->limits[*shown].name;
-                rec.remaining = decision.limits[*shown].remaining;
-            }
-            if (decision.outcome == limit::Decision::Outcome::limited) {
-                const auto index = *decision.limited_by;
-                rec.decision = observe::AccessDecision::limited;
-                rate_headers.emplace_back(
-                    "Retry-After", std::to_string(limit::retry_after_seconds(decision.limits[index].retry_after)));
-                const std::string detail =
-                    fmt::format("rate limit '{}' of route '{}' exceeded", route->limits[index].name, route->name);
-                co_return finish(co_await reply(cfg.server, true, limited_status, detail, keep_alive, rec,
-                                                &rate_headers, true));
-            }
-            if (decision.shadow_limited()) {
-                rec.decision = observe::AccessDecision::shadow_limited;
-                for (std::size_t i = 0; i < decision.limits.size(); ++i)
-                    if (decision.limits[i].applies && decision.limits[i].shadow && !decision.limits[i].allowed) {
-                        rec.limit = route->limits[i].name;
-                        rec.remaining = 0;
-                        break;
-                    }
-            } else {
-                rec.decision = observe::AccessDecision::allowed;
-            }
         }
+        if (verdict.refusal) co_return finish(co_await reply(cfg.server, std::move(*verdict.refusal), keep_alive, rec));
+        rate_headers = std::move(verdict.headers);
+        wait = verdict.wait;
+        if (wait.count() == 0) waiting_place.reset();
     }
 
     if (wait.count() > 0) {
-        rec.decision = observe::AccessDecision::delayed;
         const auto hold_started = Clock::now();
         const Hold held = co_await hold_back(wait, *snap.metrics);
         waiting_place.reset();
@@ -898,16 +868,20 @@ net::awaitable<bool> Session::serve_one(bool first) {
             co_return finish(false);
         }
         if (held == Hold::stopping) {
-            rate_headers.emplace_back("Retry-After", "1");
-            co_return finish(co_await reply(cfg.server, true, 503,
-                                            "sluice is shutting down: the request's turn would come too late", false,
-                                            rec, &rate_headers));
+            LocalReply too_late = local_problem(503, "sluice is shutting down: the request's turn would come too late");
+            too_late.headers = std::move(rate_headers);
+            too_late.headers.emplace_back("Retry-After", "1");
+            co_return finish(co_await reply(cfg.server, std::move(too_late), false, rec));
         }
     }
 
     if (check) {
         // Let it through: 200 and the rate-limit headers, no body.
-        co_return finish(co_await reply(cfg.server, true, 200, {}, keep_alive, rec, &rate_headers, false, false));
+        LocalReply pass;
+        pass.status = 200;
+        pass.body = LocalReply::Body::none;
+        pass.headers = std::move(rate_headers);
+        co_return finish(co_await reply(cfg.server, std::move(pass), keep_alive, rec));
     }
     co_return finish(co_await forward(snap, *route, parser, keep_alive, rate_headers, rec));
 }
@@ -1263,7 +1237,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     bool expect_continue = false;
     if (auto it = req.find(bhttp::field::expect); it != req.end()) {
         if (!beast::iequals(it->value(), "100-continue"))
-            co_return co_await reply(cfg.server, true, 417, "only Expect: 100-continue is supported", false, rec);
+            co_return co_await reply(cfg.server, local_problem(417, "only Expect: 100-continue is supported"), false, rec);
         expect_continue = client_version >= 11 && !request_body_.done();
         req.erase(bhttp::field::expect);
     }
@@ -1317,8 +1291,8 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
         if (!conn) {
             rec.upstream_ms = ms_since(upstream_started);
             if (failure == Upstream::timed_out)
-                co_return co_await reply(cfg.server, true, 504, "upstream connect timed out", keep_alive, rec);
-            co_return co_await reply(cfg.server, true, 502, "upstream refused the connection", keep_alive, rec);
+                co_return co_await reply(cfg.server, local_problem(504, "upstream connect timed out"), keep_alive, rec);
+            co_return co_await reply(cfg.server, local_problem(502, "upstream refused the connection"), keep_alive, rec);
         }
         const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
         rec.upstream = conn->key;
@@ -1423,13 +1397,13 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
         if (upstream_error == beast::error::timeout) {
             spdlog::warn("upstream {} server {}: no response within {} ms", upstream_cfg.name, conn->key,
                          upstream_cfg.timeout.count());
-            co_return co_await reply(cfg.server, false, 504, "upstream did not answer in time", false, rec);
+            co_return co_await reply(cfg.server, local_problem(504, "upstream did not answer in time"), false, rec);
         }
         const std::string problem =
             invalid.empty() ? "upstream failed: " + upstream_error.message() : std::string(invalid);
         spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, problem);
         const bool body_read = request_body_.done();
-        co_return co_await reply(cfg.server, !body_read, 502, problem, keep_alive && body_read, rec);
+        co_return co_await reply(cfg.server, local_problem(502, problem), keep_alive && body_read, rec);
     }
     rec.upstream_ms = ms_since(upstream_started);
 
@@ -1443,7 +1417,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
     const auto framing = check_response_framing(res.base(), res.version(), status, is_head);
     if (!framing.ok()) {
         spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);
-        co_return co_await reply(cfg.server, false, 502, framing.problem, keep_alive, rec);
+        co_return co_await reply(cfg.server, local_problem(502, framing.problem), keep_alive, rec);
     }
     rec.forwarded = true;
     snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
@@ -1502,7 +1476,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
                                                              : std::string(body.problem()));
                 if (!first) co_return false;
                 // Nothing sent yet: the head is still ours to replace.
-                co_return co_await reply(cfg.server, false, 502, "upstream sent an invalid response body", false, rec);
+                co_return co_await reply(cfg.server, local_problem(502, "upstream sent an invalid response body"), false, rec);
             }
             n = got.n;
         }
@@ -1536,13 +1510,13 @@ net::awaitable<bool> Session::refuse_request_body(const config::ServerConfig& se
     using State = BodyReader::State;
     const auto state = request_body_.state();
     spdlog::warn("client {}: request body: {}", peer_ip_, ec ? ec.message() : std::string(request_body_.problem()));
-    if (state == State::malformed) co_return co_await reply(server, false, 400, request_body_.problem(), false, rec);
+    if (state == State::malformed) co_return co_await reply(server, local_problem(400, request_body_.problem()), false, rec);
     if (state == State::too_large)
-        co_return co_await reply(server, false, 413, "request body larger than max_body_bytes", false, rec);
+        co_return co_await reply(server, local_problem(413, "request body larger than max_body_bytes"), false, rec);
     if (state == State::trailer_too_large)
-        co_return co_await reply(server, false, 431, request_body_.problem(), false, rec);
+        co_return co_await reply(server, local_problem(431, request_body_.problem()), false, rec);
     if (ec == beast::error::timeout)
-        co_return co_await reply(server, false, 408, "request body not received in time", false, rec);
+        co_return co_await reply(server, local_problem(408, "request body not received in time"), false, rec);
     rec.status = 499;  // client went away (nginx's convention)
     co_return false;
 }
@@ -1560,21 +1534,22 @@ net::awaitable<bool> Session::drain_body(const config::ServerConfig& server) {
     co_return true;
 }
 
-net::awaitable<bool> Session::reply(const config::ServerConfig& server, bool unread_body, unsigned status,
-                                    std::string_view detail, bool keep_alive, observe::AccessRecord& rec,
-                                    const limit::HeaderList* headers, bool name_route_and_limit, bool problem_body) {
-    // A request body we did not read must be read and discarded to keep the connection;
-    // a large one (or one the client waits for a 100 Continue to send) closes it instead.
-    if (keep_alive && unread_body && !request_body_.done())
-        keep_alive = !request_expects_ && co_await drain_body(server);
+net::awaitable<bool> Session::reply(const config::ServerConfig& server, LocalReply answer, bool keep_alive,
+                                    observe::AccessRecord& rec) {
+    if (keep_alive && !request_body_.done()) keep_alive = !request_expects_ && co_await drain_body(server);
     keep_alive = keep_alive && !worker_.stopping();
-    std::string body;  // no conditional expression with temporaries in a coroutine (GCC 12)
-    if (!problem_body)
-        body.clear();
-    else if (name_route_and_limit)
-        body = problem_json(status, detail, {{"route", rec.route}, {"limit", rec.limit}});
-    else
-        body = problem_json(status, detail);
+    const unsigned status = answer.status;
+    std::string body;
+    switch (answer.body) {
+    case LocalReply::Body::problem:
+        body = problem_json(status, answer.detail);
+        break;
+    case LocalReply::Body::problem_with_limit:
+        body = problem_json(status, answer.detail, {{"route", rec.route}, {"limit", rec.limit}});
+        break;
+    case LocalReply::Body::none:
+        break;
+    }
     // Serialized in one piece: cheaper than a Beast response's header map and buffer sequence,
     // which matters on the path that answers 429s at several times the forwarded rate.
     ProblemResponse response;
@@ -1582,7 +1557,7 @@ net::awaitable<bool> Session::reply(const config::ServerConfig& server, bool unr
     response.version = rec.version == 10 ? 10u : 11u;
     response.keep_alive = keep_alive;
     response.head = rec.method == "HEAD";
-    response.headers = headers;
+    response.headers = &answer.headers;
     response.body = body;
     const std::string out = serialize(response);
     rec.status = status;

@@ -2,6 +2,7 @@
 // response around them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -13,6 +14,28 @@ namespace sluice::http {
 // extra string members given as (name, value).
 std::string problem_json(unsigned status, std::string_view detail,
                          const std::vector<std::pair<std::string_view, std::string_view>>& extra = {});
+
+// An answer sluice gives by itself instead of forwarding: what a phase of the request path
+// that ends the request returns (one writer, the session's, turns it into bytes).
+// Passed to a coroutine by value, it must come from a named object (std::move) or a
+// function's return value, never a braced temporary in the call: GCC 12 destroys such a
+// temporary twice (seen under ASan as a double free).
+struct LocalReply {
+    enum class Body : std::uint8_t {
+        problem,             // problem+json: type, title, status and detail
+        problem_with_limit,  // the same, naming the route and the limit (a refused request)
+        none,                // no content (a check route's 200)
+    };
+    unsigned status = 500;
+    std::string detail;
+    Body body = Body::problem;
+    std::vector<std::pair<std::string_view, std::string>> headers;  // names unique; values owned
+};
+
+// A problem+json answer with no extra headers.
+inline LocalReply local_problem(unsigned status, std::string_view detail) {
+    return LocalReply{status, std::string(detail), LocalReply::Body::problem, {}};
+}
 
 // What a response sluice answers by itself is made of.
 struct ProblemResponse {
