@@ -17,6 +17,7 @@ declare -A sources=(
   [body_reader]="src/http/body_reader.cpp"
   [request_target]="src/http/request_target.cpp"
   [head_scan]="src/http/head_scan.cpp src/http/header_rules.cpp"
+  [request_head]="src/http/request_head.cpp src/http/head_scan.cpp src/http/header_rules.cpp src/http/request_target.cpp src/http/body_reader.cpp"
   [redis_reply]="src/redis/redis_reply.cpp"
   [topology_parse]="src/redis/topology_parse.cpp src/redis/redis_reply.cpp src/config/endpoint.cpp src/net/cidr.cpp"
   [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp"
@@ -38,7 +39,7 @@ declare -A cflags=(
   [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
   [access_format]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan redis_reply topology_parse config_loader pem time_zone query_string access_format"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head redis_reply topology_parse config_loader pem time_zone query_string access_format"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 

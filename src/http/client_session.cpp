@@ -33,6 +33,7 @@
 #include "http/header_rules.hpp"
 #include "http/limit_verdict.hpp"
 #include "http/problem.hpp"
+#include "http/request_head.hpp"
 #include "http/request_target.hpp"
 #include "http/stream.hpp"
 #include "http/upstream_connection.hpp"
@@ -52,8 +53,6 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
-// Beast parses heads only: bodies are read by BodyReader and framed again by sluice.
-using RequestParser = bhttp::request_parser<bhttp::empty_body>;
 using Request = bhttp::request<bhttp::empty_body>;
 using ResponseParser = bhttp::response_parser<bhttp::empty_body>;
 
@@ -65,7 +64,6 @@ constexpr auto linger_time = std::chrono::seconds(1);  // reading what a client 
 constexpr std::size_t upstream_header_limit = 64 * 1024;
 constexpr std::size_t upstream_field_lines = 256;  // Set-Cookie lines add up
 constexpr int max_interim_responses = 16;           // 1xx before the final response
-constexpr std::size_t max_chunk_line = 4096;       // chunk size and extensions, both directions
 
 std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
 
@@ -99,26 +97,6 @@ std::string request_id(const Request& req, bool peer_trusted) {
         return std::mt19937_64(seed);
     }();
     return fmt::format("{:016x}{:016x}", random(), random());
-}
-
-// The request line's method and target for the access log, from a head Beast did not parse.
-void describe_raw_request(std::string_view head, observe::AccessRecord& rec) {
-    auto line = head.substr(0, head.find('\r'));
-    auto printable = [](std::string_view s) {
-        std::string out;
-        for (char c : s.substr(0, 200)) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-        return out;
-    };
-    auto sp1 = line.find(' ');
-    rec.method = printable(line.substr(0, sp1));
-    if (sp1 == std::string_view::npos) {
-        rec.target = "-";
-        return;
-    }
-    auto rest = line.substr(sp1 + 1);
-    rec.target = printable(rest.substr(0, rest.find(' ')));
-    if (rec.method.empty()) rec.method = "-";
-    if (rec.target.empty()) rec.target = "-";
 }
 
 // Store trouble is logged at most once a second per worker: under load every request
@@ -691,90 +669,33 @@ net::awaitable<bool> Session::serve_one(bool first) {
         break;
     }
 
-    std::string_view raw(static_cast<const char*>(buffer_.data().data()), head.size);
-    if (auto problem = check_request_head(raw); !problem.empty()) {
-        describe_raw_request(raw, rec);
-        co_return finish(co_await reply(cfg.server, local_problem(400, problem), false, rec));
-    }
-    if (count_field_lines(raw) > max_field_lines) {
-        describe_raw_request(raw, rec);
-        co_return finish(co_await reply(cfg.server, local_problem(431, "too many header fields"), false, rec));
-    }
-
-    if (const auto at = request_version_offset(raw); at != std::string_view::npos) {
-        if (raw[at] != '1') {
-            describe_raw_request(raw, rec);
-            rec.version = 11;
-            co_return finish(co_await reply(cfg.server, local_problem(505, "only HTTP/1.x is supported"), false, rec));
-        }
-        // HTTP/1.2 and up are read as HTTP/1.1: the minor digit is rewritten in place.
-        if (raw[at + 2] > '1') static_cast<char*>(buffer_.data().data())[at + 2] = '1';
-    }
-
     RequestParser parser;
-    parser.header_limit(static_cast<std::uint32_t>(cfg.server.max_header_bytes + 4));
-    parser.body_limit(boost::none);  // the body is BodyReader's
-    beast::error_code ec;
-    parser.put(net::buffer(raw.data(), raw.size()), ec);
-    if (!parser.is_header_done()) describe_raw_request(raw, rec);
+    RequestHead parsed =
+        read_request_head(std::span<char>(static_cast<char*>(buffer_.data().data()), head.size), cfg.server, parser, rec);
     buffer_.consume(head.size);
-    if (ec || !parser.is_header_done()) {
-        // Named, not a temporary: GCC 12 destroys temporaries of a conditional inside co_await twice.
-        const std::string problem = ec ? ec.message() : "incomplete request head";
-        co_return finish(co_await reply(cfg.server, local_problem(400, problem), false, rec));
-    }
-
     auto& req = parser.get();
-    rec.method = std::string(sv(req.method_string()));
-    rec.target = std::string(sv(req.target()));
-    rec.version = req.version();
-    // Who sent it: the peer, or the client a trusted proxy in front names; the request id
-    // such a proxy gave it, else a new one (sent upstream either way: forward()).
     peer_trusted_ = false;
-    if (!cfg.client_ip.trusted_proxies.empty()) {
-        const auto peer = sluice::net::IpAddress::parse(peer_ip_);
-        peer_trusted_ = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
+    if (parsed.parsed) {
+        // Who sent it: the peer, or the client a trusted proxy in front names; the request id
+        // such a proxy gave it, else a new one (sent upstream either way: forward()).
+        if (!cfg.client_ip.trusted_proxies.empty()) {
+            const auto peer = sluice::net::IpAddress::parse(peer_ip_);
+            peer_trusted_ = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
+        }
+        if (peer_trusted_) {
+            std::vector<std::string_view> xff;
+            for (const auto& f : req)
+                if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
+            rec.client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
+        }
+        rec.request_id = request_id(req, peer_trusted_);
+        if (auto it = req.find(bhttp::field::user_agent); it != req.end()) rec.user_agent = std::string(sv(it->value()));
     }
-    if (peer_trusted_) {
-        std::vector<std::string_view> xff;
-        for (const auto& f : req)
-            if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
-        rec.client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
-    }
-    rec.request_id = request_id(req, peer_trusted_);
-    if (auto it = req.find(bhttp::field::user_agent); it != req.end()) rec.user_agent = std::string(sv(it->value()));
-    const auto framing = check_request_framing(req.base(), req.version());
-    if (!framing.ok()) co_return finish(co_await reply(cfg.server, local_problem(framing.status, framing.problem), false, rec));
-    {
-        BodyLimits limits;
-        limits.max_body = cfg.server.max_body_bytes;
-        limits.max_chunk_line = max_chunk_line;
-        limits.max_trailer_bytes = cfg.server.max_header_bytes;
-        limits.max_trailer_fields = max_field_lines;
-        using Body = Framing::Body;
-        request_body_ = framing.body == Body::length    ? BodyReader::length(framing.length, limits)
-                        : framing.body == Body::chunked ? BodyReader::chunked(limits)
-                                                        : BodyReader();
-        request_length_ = framing.length;
-        request_expects_ = req.find(bhttp::field::expect) != req.end();
-    }
-    if (request_body_.state() == BodyReader::State::too_large)
-        co_return finish(co_await reply(cfg.server, local_problem(413, "request body larger than max_body_bytes"), false, rec));
-
-    // One reading of the target for routing, `path` keys and forwarding: the normalised path
-    // (and the query as it came) is what the upstream gets. An absolute-form authority,
-    // validated, replaces Host (RFC 9112 3.2.2); a Host field must be valid.
-    const RequestTarget target = parse_request_target(sv(req.method_string()), sv(req.target()));
-    if (!target.ok()) co_return finish(co_await reply(cfg.server, local_problem(400, target.problem), false, rec));
-    if (!target.authority.empty()) {
-        req.set(bhttp::field::host, target.authority);
-    } else if (auto it = req.find(bhttp::field::host); it != req.end()) {
-        std::string_view problem;
-        validate_host(sv(it->value()), problem);
-        if (!problem.empty()) co_return finish(co_await reply(cfg.server, local_problem(400, problem), false, rec));
-    }
-    req.target(target.origin_form());
-    rec.host = std::string(sv(req[bhttp::field::host]));
+    if (parsed.refusal) co_return finish(co_await reply(cfg.server, std::move(*parsed.refusal), false, rec));
+    request_body_ = std::move(parsed.body);
+    request_length_ = parsed.length;
+    request_expects_ = parsed.expects;
+    const RequestTarget& target = parsed.target;
 
     const bool keep_alive = req.keep_alive() && !worker_.stopping();
     const std::string_view path = target.path;
