@@ -29,6 +29,8 @@
 
 #include "config/value_syntax.hpp"
 #include "http/body_reader.hpp"
+#include "http/body_writer.hpp"
+#include "http/deadlines.hpp"
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
 #include "http/limit_verdict.hpp"
@@ -263,6 +265,13 @@ private:
     std::atomic<std::int64_t>* places_;
 };
 
+// A BodyWriter's parts as one gathered write.
+std::array<net::const_buffer, 5> gathered(const BodyWriter::Parts& parts) {
+    std::array<net::const_buffer, 5> out;
+    for (std::size_t i = 0; i < parts.size(); ++i) out[i] = net::buffer(parts[i].data(), parts[i].size());
+    return out;
+}
+
 bool is_connection_lost(const boost::system::error_code& ec) {
     return ec == net::error::eof || ec == bhttp::error::end_of_stream || ec == net::error::connection_reset ||
            ec == net::error::broken_pipe || ec == bhttp::error::partial_message;
@@ -322,10 +331,51 @@ private:
         std::string_view problem;      // else: the response is invalid (502)
     };
 
+    // One request on the connection, from its head to its access line: the state its phases
+    // share (Pingora's per-request context). It lives in serve_one's frame; what it holds
+    // (concurrency slots, a waiting place) goes back when the request has been answered.
+    struct Exchange {
+        explicit Exchange(std::shared_ptr<const server::Snapshot> current)
+            : snapshot(std::move(current)), snap(*snapshot), cfg(*snap.config), started(Clock::now()) {}
+        const std::shared_ptr<const server::Snapshot> snapshot;  // the settings it is served under
+        const server::Snapshot& snap;
+        const config::Config& cfg;
+        const Clock::time_point started;
+        observe::AccessRecord rec;
+        RequestParser parser;  // its head, once read_request_head accepted it
+        const config::RouteConfig* route = nullptr;
+        bool keep_alive = false;
+        bool check = false;  // the route's action is check: answer 200 instead of forwarding
+        // What the limits' key parts see as method and path: the request's own, or for a
+        // check route the original request's, as the proxy in front names it.
+        std::string key_method;
+        std::string key_path;
+        limit::HeaderList rate_headers;  // for the response: the limits' headers
+        std::optional<SlotHold> slots;   // concurrency slots held until the request is done
+        // A leaky bucket's wait before forwarding, and the waiting place it holds meanwhile.
+        std::chrono::microseconds wait{0};
+        std::optional<WaitingPlace> waiting_place;
+
+        std::size_t route_index() const { return static_cast<std::size_t>(route - cfg.routes.data()); }
+    };
+
+    // The request path, phase by phase (a fixed list, not a registry): read_head, then
+    // read_request_head (pure), identify_client, route_request, apply_limits, the hold (a
+    // leaky bucket's wait), then forward or a check route's 200. A phase that ends the request
+    // returns the reply; serve_one writes it, and finish() logs and counts the request once.
     net::awaitable<bool> serve_one(bool first);
     net::awaitable<Head> read_head(bool first);
-    net::awaitable<bool> forward(const server::Snapshot& snap, const config::RouteConfig& route, RequestParser& parser,
-                                 bool keep_alive, const limit::HeaderList& rate_headers, observe::AccessRecord& rec);
+    // The peer's trust, the client a trusted proxy names, the request id and User-Agent.
+    void identify_client(Exchange& x);
+    // The route, and for a check route the original request's method and path; a refusal
+    // (404, or 400 for an original request that cannot be read).
+    std::optional<LocalReply> route_request(Exchange& x);
+    // Asks the limiter, counts and logs its answer, and reads it (limit_verdict): a refusal,
+    // or the rate-limit headers and any wait in `x`.
+    net::awaitable<std::optional<LocalReply>> apply_limits(Exchange& x);
+    // Logs the request and counts it on its route; returns `keep`.
+    bool finish(Exchange& x, bool keep);
+    net::awaitable<bool> forward(Exchange& x);
     net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(const server::Snapshot& snap,
                                                                          std::size_t upstream, bool fresh,
                                                                          Upstream& failure);
@@ -365,32 +415,24 @@ private:
     // when it fails or does not finish within the listener's handshake_timeout.
     net::awaitable<bool> tls_handshake();
 
-    // Deadlines: one timer per connection for both sides. On expiry the pending operation
-    // is cancelled and timed_out_ (client side) or upstream_timed_out_ (upstream side)
-    // tells why. (beast::tcp_stream closes the socket on timeout, which would make
-    // answering 408 impossible, and starts and cancels a timer for every operation.)
-    //
-    // Arming only moves a deadline: the timer is restarted only when the new deadline is
-    // earlier than the one it waits for. When it fires early (the deadline moved later
-    // meanwhile) it waits again. So the request path does not cancel and restart a timer
-    // for every read and write.
+    // Deadlines: one timer per connection for both sides (Deadlines says when it waits). On
+    // expiry the pending operation is cancelled and timed_out_ (client side) or
+    // upstream_timed_out_ (upstream side) tells why.
     void arm(config::Duration d) {
         timed_out_ = false;
-        deadline_ = Clock::now() + d;
-        if (!timer_waiting_ || deadline_ < timer_expiry_) start_timer();
+        if (deadlines_.arm(Deadlines::Side::client, Clock::now() + d)) start_timer();
     }
-    void disarm() { deadline_ = Clock::time_point::max(); }
+    void disarm() { deadlines_.disarm(Deadlines::Side::client); }
     // The same for one operation on an upstream connection; disarm before `socket` can go.
     void arm_upstream(tcp::socket& socket, config::Duration d) { arm_upstream_until(socket, Clock::now() + d); }
     void arm_upstream_until(tcp::socket& socket, Clock::time_point deadline) {
         upstream_timed_out_ = false;
         upstream_socket_ = &socket;
-        upstream_deadline_ = deadline;
-        if (!timer_waiting_ || upstream_deadline_ < timer_expiry_) start_timer();
+        if (deadlines_.arm(Deadlines::Side::upstream, deadline)) start_timer();
     }
     // Disarms; an operation the deadline cancelled reports beast::error::timeout.
     boost::system::error_code disarm_upstream(boost::system::error_code ec) {
-        upstream_deadline_ = Clock::time_point::max();
+        deadlines_.disarm(Deadlines::Side::upstream);
         upstream_socket_ = nullptr;
         if (upstream_timed_out_ && ec == net::error::operation_aborted) return beast::error::timeout;
         return ec;
@@ -430,31 +472,29 @@ private:
 
     void stop_timer() {
         ++timer_generation_;
-        timer_waiting_ = false;
+        deadlines_.stopped();
         timer_.cancel();
     }
     void start_timer() {
-        timer_waiting_ = true;
-        timer_expiry_ = std::min(deadline_, upstream_deadline_);
         auto generation = ++timer_generation_;
-        timer_.expires_at(timer_expiry_);  // a wait already pending completes as superseded
+        timer_.expires_at(deadlines_.start());  // a wait already pending completes as superseded
         timer_.async_wait([self = shared_from_this(), generation](boost::system::error_code ec) {
             if (generation != self->timer_generation_) return;
-            self->timer_waiting_ = false;
-            if (ec) return;
-            const auto now = Clock::now();
+            if (ec) {
+                self->deadlines_.stopped();
+                return;
+            }
+            const auto fired = self->deadlines_.fire(Clock::now());
             boost::system::error_code ignored;
-            if (now >= self->deadline_) {
-                self->deadline_ = Clock::time_point::max();
+            if (fired.client) {
                 self->timed_out_ = true;
                 self->stream_.socket().cancel(ignored);
             }
-            if (now >= self->upstream_deadline_) {
-                self->upstream_deadline_ = Clock::time_point::max();
+            if (fired.upstream) {
                 self->upstream_timed_out_ = true;
                 if (self->upstream_socket_) self->upstream_socket_->cancel(ignored);
             }
-            if (std::min(self->deadline_, self->upstream_deadline_) != Clock::time_point::max()) self->start_timer();
+            if (fired.again) self->start_timer();
         });
     }
 
@@ -462,12 +502,9 @@ private:
     std::shared_ptr<tls::ServerContext> tls_;  // the listener's, as when the connection came; null: plain
     Stream stream_;
     net::steady_timer timer_;
-    Clock::time_point deadline_ = Clock::time_point::max();  // of the current operation
-    Clock::time_point timer_expiry_{};                        // what timer_ waits for
-    bool timer_waiting_ = false;
+    Deadlines deadlines_;
     std::uint64_t timer_generation_ = 0;
     bool timed_out_ = false;
-    Clock::time_point upstream_deadline_ = Clock::time_point::max();
     tcp::socket* upstream_socket_ = nullptr;  // the socket of the upstream operation armed
     bool upstream_timed_out_ = false;
     bool client_watched_ = false;  // watch_client's peek is pending
@@ -630,181 +667,184 @@ net::awaitable<Session::Head> Session::read_head(bool first) {
     }
 }
 
+bool Session::finish(Exchange& x, bool keep) {
+    x.rec.total_ms = ms_since(x.started);
+    observe::log_access(x.rec, x.cfg.logging);
+    auto& counters = x.route ? *x.snap.route_metrics[x.route_index()] : x.snap.metrics->no_route();
+    counters.count_status(x.rec.status);
+    if (x.rec.forwarded) observe::add(counters.forwarded);
+    if (x.rec.decision == observe::AccessDecision::delayed) observe::add(counters.delayed);
+    return keep;
+}
+
 net::awaitable<bool> Session::serve_one(bool first) {
     // The snapshot is taken when the head has arrived, not before waiting for it: a reload
     // during a keep-alive pause applies to the next request on that connection too.
     const auto head = co_await read_head(first);
-    const std::shared_ptr<const server::Snapshot> current = worker_.snapshot();
-    const auto& snap = *current;
-    const auto& cfg = *snap.config;
-    const auto started = Clock::now();
-    observe::AccessRecord rec;
+    Exchange x(worker_.snapshot());
+    const auto& cfg = x.cfg;
+    auto& rec = x.rec;
     rec.client = peer_ip_;
     rec.peer = peer_ip_;
     rec.method = "-";
     rec.target = "-";
 
-    const config::RouteConfig* route = nullptr;
-    auto finish = [&](bool keep) {
-        rec.total_ms = ms_since(started);
-        observe::log_access(rec, cfg.logging);
-        auto& counters = route ? *snap.route_metrics[static_cast<std::size_t>(route - cfg.routes.data())]
-                               : snap.metrics->no_route();
-        counters.count_status(rec.status);
-        if (rec.forwarded) observe::add(counters.forwarded);
-        if (rec.decision == observe::AccessDecision::delayed) observe::add(counters.delayed);
-        return keep;
-    };
-
     switch (head.kind) {
     case Head::Kind::closed:
         co_return false;
     case Head::Kind::timeout:
-        co_return finish(co_await reply(cfg.server, local_problem(408, "request head not received in time"), false, rec));
+        co_return finish(x, co_await reply(cfg.server, local_problem(408, "request head not received in time"), false, rec));
     case Head::Kind::too_large:
-        co_return finish(co_await reply(cfg.server, local_problem(431, "request head larger than max_header_bytes"), false, rec));
+        co_return finish(x, co_await reply(cfg.server, local_problem(431, "request head larger than max_header_bytes"),
+                                           false, rec));
     case Head::Kind::malformed:
-        co_return finish(co_await reply(cfg.server, local_problem(400, head.problem), false, rec));
+        co_return finish(x, co_await reply(cfg.server, local_problem(400, head.problem), false, rec));
     case Head::Kind::ready:
         break;
     }
 
-    RequestParser parser;
-    RequestHead parsed =
-        read_request_head(std::span<char>(static_cast<char*>(buffer_.data().data()), head.size), cfg.server, parser, rec);
+    RequestHead parsed = read_request_head(std::span<char>(static_cast<char*>(buffer_.data().data()), head.size),
+                                           cfg.server, x.parser, rec);
     buffer_.consume(head.size);
-    auto& req = parser.get();
     peer_trusted_ = false;
-    if (parsed.parsed) {
-        // Who sent it: the peer, or the client a trusted proxy in front names; the request id
-        // such a proxy gave it, else a new one (sent upstream either way: forward()).
-        if (!cfg.client_ip.trusted_proxies.empty()) {
-            const auto peer = sluice::net::IpAddress::parse(peer_ip_);
-            peer_trusted_ = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
-        }
-        if (peer_trusted_) {
-            std::vector<std::string_view> xff;
-            for (const auto& f : req)
-                if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
-            rec.client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
-        }
-        rec.request_id = request_id(req, peer_trusted_);
-        if (auto it = req.find(bhttp::field::user_agent); it != req.end()) rec.user_agent = std::string(sv(it->value()));
-    }
-    if (parsed.refusal) co_return finish(co_await reply(cfg.server, std::move(*parsed.refusal), false, rec));
+    if (parsed.parsed) identify_client(x);
+    if (parsed.refusal) co_return finish(x, co_await reply(cfg.server, std::move(*parsed.refusal), false, rec));
     request_body_ = std::move(parsed.body);
     request_length_ = parsed.length;
     request_expects_ = parsed.expects;
-    const RequestTarget& target = parsed.target;
+    x.key_path = std::move(parsed.target.path);
+    x.keep_alive = x.parser.get().keep_alive() && !worker_.stopping();
 
-    const bool keep_alive = req.keep_alive() && !worker_.stopping();
-    const std::string_view path = target.path;
-    route = match_route(cfg.routes, sv(req.method_string()), path, sv(req[bhttp::field::host]));
-    if (!route) co_return finish(co_await reply(cfg.server, local_problem(404, "no route matches the request"), keep_alive, rec));
-    rec.route = route->name;
-
-    limit::HeaderList rate_headers;
-    // Concurrency slots the request holds until it is done (declared before anything that
-    // answers it, so they are given back after the answer has been written).
-    std::optional<SlotHold> slots_held;
-    // A leaky bucket's wait before forwarding, and the place it holds meanwhile.
-    std::optional<WaitingPlace> waiting_place;
-    std::chrono::microseconds wait{0};
-    const bool check = route->action == config::RouteAction::check;
-    // A check route decides for another proxy: the method and path its key parts see are the
-    // original request's, as that proxy names them (from a trusted peer only).
-    std::string key_method(sv(req.method_string()));
-    std::string key_path(path);
-    if (check) {
-        std::string_view problem;
-        std::string key_target;
-        if (!original_request(cfg, req, key_method, key_path, key_target, problem))
-            co_return finish(co_await reply(cfg.server, local_problem(400, problem), keep_alive, rec));
-        // The line names the request that was decided, not the check itself.
-        rec.method = key_method;
-        if (!key_target.empty()) rec.target = std::move(key_target);
-    }
-    if (!route->limits.empty()) {
-        const std::string& client = rec.client;
-        const limit::RouteLimits limits{route->name, route->limits,
-                                        &snap.key_plans[static_cast<std::size_t>(route - cfg.routes.data())]};
-        limit::RequestKeyValues values{client, key_method, key_path,
-                                       [&req](std::string_view name) -> std::optional<std::string_view> {
-                                           auto it = req.find(name);
-                                           if (it == req.end()) return std::nullopt;
-                                           return sv(it->value());
-                                       }};
-        // A cost header asking for more than a limit can ever hold would be refused forever:
-        // the request is malformed for this route, not limited.
-        if (const auto over = limit::cost_over_capacity(route->limits, values)) {
-            const auto& expensive = route->limits[*over];
-            const std::string detail = fmt::format("header {} asks for more than limit '{}' of route '{}' can grant ({})",
-                                                   expensive.cost_header, expensive.name, route->name,
-                                                   limit::capacity_of(expensive));
-            spdlog::info("client {}: {}", client, detail);
-            co_return finish(co_await reply(cfg.server, local_problem(400, detail), keep_alive, rec));
-        }
-        if (std::any_of(route->limits.begin(), route->limits.end(), limit::holds_back)) {
-            waiting_place.emplace(snap.metrics->waiting_places, cfg.server.max_waiting);
-            values.may_wait = waiting_place->held();
-        }
-        const auto decide_started = Clock::now();
-        limit::Decision decision = co_await worker_.decide(limits, values);
-        snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
-        if (!decision.slots.empty()) slots_held.emplace(worker_, stream_.get_executor(), std::move(decision.slots));
-        count_decision(snap, static_cast<std::size_t>(route - cfg.routes.data()), decision,
-                       route->on_error.value_or(cfg.store.on_error));
-        if (decision.outcome == limit::Decision::Outcome::limited) worker_.limited_clients().add(route->name, client);
-
-        LimitVerdict verdict = limit_verdict(cfg, *route, decision);
-        rec.decision = verdict.decision;
-        rec.limit = verdict.limit;
-        rec.remaining = verdict.remaining;
-        if (decision.outcome == limit::Decision::Outcome::store_error) {
-            warn_store_error(route->name, decision.error, route->on_error.value_or(cfg.store.on_error));
-        } else {
-            // A limit keyed on a header the request lacks does not count it: the line says so.
-            // (From the request, not from `applies`, which a remembered refusal also clears.)
-            for (const auto& limit : route->limits)
-                for (const auto& part : limit.key)
-                    if (part.kind == config::KeyPart::Kind::header && req.find(part.header_name) == req.end()) {
-                        if (!rec.skipped.empty()) rec.skipped += ',';
-                        rec.skipped += limit.name;
-                        break;
-                    }
-        }
-        if (verdict.refusal) co_return finish(co_await reply(cfg.server, std::move(*verdict.refusal), keep_alive, rec));
-        rate_headers = std::move(verdict.headers);
-        wait = verdict.wait;
-        if (wait.count() == 0) waiting_place.reset();
+    if (auto refusal = route_request(x)) co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
+    if (!x.route->limits.empty()) {
+        if (auto refusal = co_await apply_limits(x))
+            co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
     }
 
-    if (wait.count() > 0) {
+    if (x.wait.count() > 0) {
         const auto hold_started = Clock::now();
-        const Hold held = co_await hold_back(wait, *snap.metrics);
-        waiting_place.reset();
+        const Hold held = co_await hold_back(x.wait, *x.snap.metrics);
+        x.waiting_place.reset();
         rec.wait_ms = ms_since(hold_started);
         if (held == Hold::client_gone) {
             rec.status = 499;  // nothing reached the upstream
-            co_return finish(false);
+            co_return finish(x, false);
         }
         if (held == Hold::stopping) {
             LocalReply too_late = local_problem(503, "sluice is shutting down: the request's turn would come too late");
-            too_late.headers = std::move(rate_headers);
+            too_late.headers = std::move(x.rate_headers);
             too_late.headers.emplace_back("Retry-After", "1");
-            co_return finish(co_await reply(cfg.server, std::move(too_late), false, rec));
+            co_return finish(x, co_await reply(cfg.server, std::move(too_late), false, rec));
         }
     }
 
-    if (check) {
+    if (x.check) {
         // Let it through: 200 and the rate-limit headers, no body.
         LocalReply pass;
         pass.status = 200;
         pass.body = LocalReply::Body::none;
-        pass.headers = std::move(rate_headers);
-        co_return finish(co_await reply(cfg.server, std::move(pass), keep_alive, rec));
+        pass.headers = std::move(x.rate_headers);
+        co_return finish(x, co_await reply(cfg.server, std::move(pass), x.keep_alive, rec));
     }
-    co_return finish(co_await forward(snap, *route, parser, keep_alive, rate_headers, rec));
+    co_return finish(x, co_await forward(x));
+}
+
+void Session::identify_client(Exchange& x) {
+    const auto& cfg = x.cfg;
+    const auto& req = x.parser.get();
+    // Who sent it: the peer, or the client a trusted proxy in front names; the request id
+    // such a proxy gave it, else a new one (sent upstream either way: forward()).
+    if (!cfg.client_ip.trusted_proxies.empty()) {
+        const auto peer = sluice::net::IpAddress::parse(peer_ip_);
+        peer_trusted_ = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
+    }
+    if (peer_trusted_) {
+        std::vector<std::string_view> xff;
+        for (const auto& f : req)
+            if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
+        x.rec.client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
+    }
+    x.rec.request_id = request_id(req, peer_trusted_);
+    if (auto it = req.find(bhttp::field::user_agent); it != req.end()) x.rec.user_agent = std::string(sv(it->value()));
+}
+
+std::optional<LocalReply> Session::route_request(Exchange& x) {
+    const auto& req = x.parser.get();
+    x.route = match_route(x.cfg.routes, sv(req.method_string()), x.key_path, sv(req[bhttp::field::host]));
+    if (!x.route) return local_problem(404, "no route matches the request");
+    x.rec.route = x.route->name;
+    x.check = x.route->action == config::RouteAction::check;
+    x.key_method = std::string(sv(req.method_string()));
+    if (x.check) {
+        // A check route decides for another proxy: the method and path its key parts see are
+        // the original request's, as that proxy names them (from a trusted peer only).
+        std::string_view problem;
+        std::string key_target;
+        if (!original_request(x.cfg, req, x.key_method, x.key_path, key_target, problem))
+            return local_problem(400, problem);
+        // The line names the request that was decided, not the check itself.
+        x.rec.method = x.key_method;
+        if (!key_target.empty()) x.rec.target = std::move(key_target);
+    }
+    return std::nullopt;
+}
+
+net::awaitable<std::optional<LocalReply>> Session::apply_limits(Exchange& x) {
+    const auto& cfg = x.cfg;
+    const auto& route = *x.route;
+    const auto& req = x.parser.get();
+    const std::string& client = x.rec.client;
+    const limit::RouteLimits limits{route.name, route.limits, &x.snap.key_plans[x.route_index()]};
+    limit::RequestKeyValues values{client, x.key_method, x.key_path,
+                                   [&req](std::string_view name) -> std::optional<std::string_view> {
+                                       auto it = req.find(name);
+                                       if (it == req.end()) return std::nullopt;
+                                       return sv(it->value());
+                                   }};
+    // A cost header asking for more than a limit can ever hold would be refused forever:
+    // the request is malformed for this route, not limited.
+    if (const auto over = limit::cost_over_capacity(route.limits, values)) {
+        const auto& expensive = route.limits[*over];
+        std::string detail = fmt::format("header {} asks for more than limit '{}' of route '{}' can grant ({})",
+                                         expensive.cost_header, expensive.name, route.name,
+                                         limit::capacity_of(expensive));
+        spdlog::info("client {}: {}", client, detail);
+        co_return local_problem(400, detail);
+    }
+    if (std::any_of(route.limits.begin(), route.limits.end(), limit::holds_back)) {
+        x.waiting_place.emplace(x.snap.metrics->waiting_places, cfg.server.max_waiting);
+        values.may_wait = x.waiting_place->held();
+    }
+    const auto decide_started = Clock::now();
+    limit::Decision decision = co_await worker_.decide(limits, values);
+    x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
+    if (!decision.slots.empty()) x.slots.emplace(worker_, stream_.get_executor(), std::move(decision.slots));
+    const auto on_error = route.on_error.value_or(cfg.store.on_error);
+    count_decision(x.snap, x.route_index(), decision, on_error);
+    if (decision.outcome == limit::Decision::Outcome::limited) worker_.limited_clients().add(route.name, client);
+
+    LimitVerdict verdict = limit_verdict(cfg, route, decision);
+    x.rec.decision = verdict.decision;
+    x.rec.limit = verdict.limit;
+    x.rec.remaining = verdict.remaining;
+    if (decision.outcome == limit::Decision::Outcome::store_error) {
+        warn_store_error(route.name, decision.error, on_error);
+    } else {
+        // A limit keyed on a header the request lacks does not count it: the line says so.
+        // (From the request, not from `applies`, which a remembered refusal also clears.)
+        for (const auto& limit : route.limits)
+            for (const auto& part : limit.key)
+                if (part.kind == config::KeyPart::Kind::header && req.find(part.header_name) == req.end()) {
+                    if (!x.rec.skipped.empty()) x.rec.skipped += ',';
+                    x.rec.skipped += limit.name;
+                    break;
+                }
+    }
+    if (verdict.refusal) co_return std::move(verdict.refusal);
+    x.rate_headers = std::move(verdict.headers);
+    x.wait = verdict.wait;
+    if (x.wait.count() == 0) x.waiting_place.reset();
+    co_return std::nullopt;
 }
 
 net::awaitable<Session::Hold> Session::hold_back(std::chrono::microseconds wait, observe::Metrics& metrics) {
@@ -1146,9 +1186,13 @@ net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Sn
     co_return false;
 }
 
-net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config::RouteConfig& route,
-                                      RequestParser& parser, bool keep_alive, const limit::HeaderList& rate_headers,
-                                      observe::AccessRecord& rec) {
+net::awaitable<bool> Session::forward(Exchange& x) {
+    const auto& snap = x.snap;
+    const auto& route = *x.route;
+    auto& parser = x.parser;
+    const bool keep_alive = x.keep_alive;
+    const limit::HeaderList& rate_headers = x.rate_headers;
+    auto& rec = x.rec;
     const auto& cfg = *snap.config;
     const auto& upstream_cfg = cfg.upstreams[route.upstream_index];
     auto& req = parser.get();
@@ -1231,6 +1275,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
         // body as it is, a chunked one as chunks we write. The head leaves with whatever
         // body bytes came with it.
         boost::system::error_code upstream_error;
+        BodyWriter writer(head_, chunked_out ? BodyWriter::Mode::chunked : BodyWriter::Mode::as_is);
         for (bool first = true;; first = false) {
             std::size_t n = first ? first_piece : 0;
             if (!first && !request_body_.done()) {
@@ -1243,15 +1288,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
             }
             const bool body_done = request_body_.done();
             if (!first && n == 0 && !body_done) continue;
-            ChunkFrame frame;
-            const bool framed = chunked_out && n > 0;
-            if (framed) frame = chunk_frame(n);
-            const std::array<net::const_buffer, 5> out{
-                net::buffer(head_.data(), first ? head_.size() : 0),
-                net::buffer(frame.head, framed ? frame.head_size : 0),
-                net::buffer(relay.data(), n),
-                net::buffer(chunk_end.data(), framed ? chunk_end.size() : 0),
-                net::buffer(last_chunk.data(), chunked_out && body_done ? last_chunk.size() : 0)};
+            const auto out = gathered(writer.frame(std::string_view(relay.data(), n), body_done));
             arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
             auto [wec0, wn] = co_await net::async_write(conn->stream, out, nothrow);
             upstream_error = disarm_upstream(wec0);
@@ -1383,6 +1420,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
 
     // The head leaves at once with the body bytes that came with it (one system call for a
     // small response); then the body as it arrives, piece by piece.
+    BodyWriter writer(head_, chunked_to_client ? BodyWriter::Mode::chunked : BodyWriter::Mode::as_is);
     for (bool first = true;; first = false) {
         std::size_t n = 0;
         if (!body.done()) {
@@ -1403,15 +1441,7 @@ net::awaitable<bool> Session::forward(const server::Snapshot& snap, const config
         }
         const bool body_done = body.done();
         if (!first && n == 0 && !body_done) continue;
-        ChunkFrame frame;
-        const bool framed = chunked_to_client && n > 0;
-        if (framed) frame = chunk_frame(n);
-        const std::array<net::const_buffer, 5> out{
-            net::buffer(head_.data(), first ? head_.size() : 0),
-            net::buffer(frame.head, framed ? frame.head_size : 0),
-            net::buffer(relay.data(), n),
-            net::buffer(chunk_end.data(), framed ? chunk_end.size() : 0),
-            net::buffer(last_chunk.data(), chunked_to_client && body_done ? last_chunk.size() : 0)};
+        const auto out = gathered(writer.frame(std::string_view(relay.data(), n), body_done));
         arm(cfg.server.idle_timeout);
         auto [wec, wn] = co_await net::async_write(stream_, out, nothrow);
         disarm();
