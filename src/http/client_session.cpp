@@ -360,7 +360,8 @@ private:
     };
 
     // The request path, phase by phase (a fixed list, not a registry): read_head, then
-    // read_request_head (pure), identify_client, route_request, apply_limits, the hold (a
+    // read_request_head (pure), identify_client, route_request, the limits (prepare_limits,
+    // the limiter's decide, read_decision), the hold (a
     // leaky bucket's wait), then forward or a check route's 200. A phase that ends the request
     // returns the reply; serve_one writes it, and finish() logs and counts the request once.
     net::awaitable<bool> serve_one(bool first);
@@ -370,9 +371,13 @@ private:
     // The route, and for a check route the original request's method and path; a refusal
     // (404, or 400 for an original request that cannot be read).
     std::optional<LocalReply> route_request(Exchange& x);
-    // Asks the limiter, counts and logs its answer, and reads it (limit_verdict): a refusal,
-    // or the rate-limit headers and any wait in `x`.
-    net::awaitable<std::optional<LocalReply>> apply_limits(Exchange& x);
+    // The limits' phase, around the limiter's decide() (awaited in serve_one: the phases are
+    // plain functions, not coroutines of their own). Before: a cost the limits can never
+    // grant is a 400; a route with a leaky bucket takes a waiting place. After: the answer
+    // is counted and logged and read (limit_verdict): a refusal, or the rate-limit headers
+    // and any wait in `x`.
+    std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values);
+    std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision);
     // Logs the request and counts it on its route; returns `keep`.
     bool finish(Exchange& x, bool keep);
     net::awaitable<bool> forward(Exchange& x);
@@ -717,7 +722,20 @@ net::awaitable<bool> Session::serve_one(bool first) {
 
     if (auto refusal = route_request(x)) co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
     if (!x.route->limits.empty()) {
-        if (auto refusal = co_await apply_limits(x))
+        const auto& req = x.parser.get();
+        limit::RequestKeyValues values{rec.client, x.key_method, x.key_path,
+                                       [&req](std::string_view name) -> std::optional<std::string_view> {
+                                           auto it = req.find(name);
+                                           if (it == req.end()) return std::nullopt;
+                                           return sv(it->value());
+                                       }};
+        if (auto refusal = prepare_limits(x, values))
+            co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
+        const limit::RouteLimits limits{x.route->name, x.route->limits, &x.snap.key_plans[x.route_index()]};
+        const auto decide_started = Clock::now();
+        limit::Decision decision = co_await worker_.decide(limits, values);
+        x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
+        if (auto refusal = read_decision(x, decision))
             co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
     }
 
@@ -789,18 +807,8 @@ std::optional<LocalReply> Session::route_request(Exchange& x) {
     return std::nullopt;
 }
 
-net::awaitable<std::optional<LocalReply>> Session::apply_limits(Exchange& x) {
-    const auto& cfg = x.cfg;
+std::optional<LocalReply> Session::prepare_limits(Exchange& x, limit::RequestKeyValues& values) {
     const auto& route = *x.route;
-    const auto& req = x.parser.get();
-    const std::string& client = x.rec.client;
-    const limit::RouteLimits limits{route.name, route.limits, &x.snap.key_plans[x.route_index()]};
-    limit::RequestKeyValues values{client, x.key_method, x.key_path,
-                                   [&req](std::string_view name) -> std::optional<std::string_view> {
-                                       auto it = req.find(name);
-                                       if (it == req.end()) return std::nullopt;
-                                       return sv(it->value());
-                                   }};
     // A cost header asking for more than a limit can ever hold would be refused forever:
     // the request is malformed for this route, not limited.
     if (const auto over = limit::cost_over_capacity(route.limits, values)) {
@@ -808,30 +816,38 @@ net::awaitable<std::optional<LocalReply>> Session::apply_limits(Exchange& x) {
         std::string detail = fmt::format("header {} asks for more than limit '{}' of route '{}' can grant ({})",
                                          expensive.cost_header, expensive.name, route.name,
                                          limit::capacity_of(expensive));
-        spdlog::info("client {}: {}", client, detail);
-        co_return local_problem(400, detail);
+        spdlog::info("client {}: {}", x.rec.client, detail);
+        return local_problem(400, detail);
     }
     if (std::any_of(route.limits.begin(), route.limits.end(), limit::holds_back)) {
-        x.waiting_place.emplace(x.snap.metrics->waiting_places, cfg.server.max_waiting);
+        x.waiting_place.emplace(x.snap.metrics->waiting_places, x.cfg.server.max_waiting);
         values.may_wait = x.waiting_place->held();
     }
-    const auto decide_started = Clock::now();
-    limit::Decision decision = co_await worker_.decide(limits, values);
-    x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
+    return std::nullopt;
+}
+
+std::optional<LocalReply> Session::read_decision(Exchange& x, limit::Decision& decision) {
+    const auto& cfg = x.cfg;
+    const auto& route = *x.route;
     if (!decision.slots.empty()) x.slots.emplace(worker_, stream_.get_executor(), std::move(decision.slots));
     const auto on_error = route.on_error.value_or(cfg.store.on_error);
     count_decision(x.snap, x.route_index(), decision, on_error);
-    if (decision.outcome == limit::Decision::Outcome::limited) worker_.limited_clients().add(route.name, client);
+    if (decision.outcome == limit::Decision::Outcome::limited) worker_.limited_clients().add(route.name, x.rec.client);
 
     LimitVerdict verdict = limit_verdict(cfg, route, decision);
     x.rec.decision = verdict.decision;
     x.rec.limit = verdict.limit;
     x.rec.remaining = verdict.remaining;
+    // Only a request a leaky bucket holds back keeps its waiting place, and a refused one
+    // gives it back before its reply is written (draining a body, a slow client).
+    x.wait = verdict.wait;
+    if (x.wait.count() == 0) x.waiting_place.reset();
     if (decision.outcome == limit::Decision::Outcome::store_error) {
         warn_store_error(route.name, decision.error, on_error);
     } else {
         // A limit keyed on a header the request lacks does not count it: the line says so.
         // (From the request, not from `applies`, which a remembered refusal also clears.)
+        const auto& req = x.parser.get();
         for (const auto& limit : route.limits)
             for (const auto& part : limit.key)
                 if (part.kind == config::KeyPart::Kind::header && req.find(part.header_name) == req.end()) {
@@ -840,11 +856,9 @@ net::awaitable<std::optional<LocalReply>> Session::apply_limits(Exchange& x) {
                     break;
                 }
     }
-    if (verdict.refusal) co_return std::move(verdict.refusal);
+    if (verdict.refusal) return std::move(verdict.refusal);
     x.rate_headers = std::move(verdict.headers);
-    x.wait = verdict.wait;
-    if (x.wait.count() == 0) x.waiting_place.reset();
-    co_return std::nullopt;
+    return std::nullopt;
 }
 
 net::awaitable<Session::Hold> Session::hold_back(std::chrono::microseconds wait, observe::Metrics& metrics) {
@@ -1300,6 +1314,9 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         // Meanwhile a client that goes away is noticed (as nginx does): the upstream
         // request is abandoned and its slots given back at once.
         std::string_view invalid;
+        // The upstream answered something (a head, an interim one too): the request reached
+        // it, so it is never sent again.
+        bool answered = false;
         const auto head_deadline = Clock::now() + upstream_cfg.timeout;
         if (!upstream_error) watch_client();
         for (int interim = 0; !upstream_error && !client_gone_; ++interim) {
@@ -1311,6 +1328,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
                 invalid = got.problem;
                 break;
             }
+            answered = true;
             auto status = res_parser->get().result_int();
             if (status >= 200) break;
             if (status == 101) {
@@ -1329,10 +1347,11 @@ net::awaitable<bool> Session::forward(Exchange& x) {
                 strip_hop_by_hop(info.base());
                 strip_framing(info.base());
                 append_via(info.base(), info.version());
-                head_.clear();
-                write_response_head(11, status, sv(info.reason()), info.base(), head_);
+                // Not in head_: that holds the request, which a retry would send again.
+                std::string interim_head;
+                write_response_head(11, status, sv(info.reason()), info.base(), interim_head);
                 arm(cfg.server.idle_timeout);
-                auto [iec, in] = co_await net::async_write(stream_, net::buffer(head_), nothrow);
+                auto [iec, in] = co_await net::async_write(stream_, net::buffer(interim_head), nothrow);
                 disarm();
                 if (iec) co_return false;
             }
@@ -1348,7 +1367,10 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         if (!upstream_error && invalid.empty()) break;
 
         rec.upstream_ms = ms_since(upstream_started);
-        if (retryable && invalid.empty() && is_connection_lost(upstream_error)) {
+        // Retried only when not a byte of response came back (a partial head stays in the
+        // connection's buffer): the pooled connection was closed before the request arrived.
+        if (retryable && !answered && conn->buffer.size() == 0 && invalid.empty() &&
+            is_connection_lost(upstream_error)) {
             spdlog::debug("upstream {} server {}: pooled connection closed, retrying", upstream_cfg.name, conn->key);
             continue;
         }

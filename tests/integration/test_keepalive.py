@@ -212,6 +212,40 @@ class UpstreamReuseTest(SluiceTestCase):
         self.assertEqual(len(self.up.requests), 3)
         self.assertEqual(self.up.connections, 3)
 
+    def test_a_request_the_upstream_began_to_answer_is_never_sent_again(self):
+        # On a pooled connection, a request without a body that fails before any byte of
+        # response is sent once more on a new connection. Once the upstream has answered
+        # anything (an interim 103, or part of a head) it has the request: a second copy would
+        # run it twice. (After a 103 sluice once resent the 103's own head as the request.)
+        def first_then_cut(req, conn):
+            if req.index_on_conn == 0:
+                conn.send_response(200, [], b"first")
+            elif "/hints/" in req.target:
+                conn.send(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+                conn.close()
+            else:
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-")
+                conn.close()
+
+        port = self.start(workers=1, behaviour=first_then_cut)
+        for kind in ("hints", "partial"):
+            with self.subTest(kind=kind):
+                before, conns_before = len(self.up.requests), self.up.connections
+                c = self.client(port)
+                first = c.request("GET", f"/{kind}/0", timeout=3)
+                self.assertEqual((first.status, first.body), (200, b"first"))
+                r = c.request("GET", f"/{kind}/1", timeout=3)
+                self.assertEqual(r.status, 502)
+                if kind == "hints":
+                    self.assertEqual([i.status for i in r.informational], [103])
+                c.close()
+                # Both requests reached the upstream once, on one connection; nothing else came.
+                wait_until(lambda: self.up.connections >= conns_before + 1, 3, message="the connection")
+                time.sleep(0.2)  # a resent copy would arrive within this
+                self.assertEqual([q.target for q in self.up.requests[before:]], [f"/{kind}/0", f"/{kind}/1"])
+                self.assertEqual(self.up.connections, conns_before + 1)
+                self.assertEqual(self.up.incomplete, 0)
+
     def test_bytes_past_the_content_length_are_not_taken_as_the_next_response(self):
         # A broken upstream sends more than its Content-Length: the client gets the declared
         # body, and the connection is not reused (the extra bytes would answer the next request).

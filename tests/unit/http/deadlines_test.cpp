@@ -40,6 +40,9 @@ TEST_CASE("a timer that fires early reports nothing and waits again") {
     CHECK(late.client);
     CHECK_FALSE(late.again);
     CHECK(d.deadline(Side::client) == Deadlines::time_point::max());  // a deadline fires once
+    // Nothing waits after that: the next deadline starts the timer again.
+    CHECK(d.arm(Side::client, t0 + 60s));
+    CHECK(d.start() == t0 + 60s);
 }
 
 TEST_CASE("each side fires on its own deadline") {

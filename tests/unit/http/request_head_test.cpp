@@ -78,7 +78,8 @@ TEST_CASE("a table of request heads and the status that refuses them") {
         {"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", 0},
         {"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: a:99999\r\n\r\n", 400},
-        {"GET http://a b/ HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+        {"GET http://a:99999/ HTTP/1.1\r\nHost: a\r\n\r\n", 400},           // the authority's port
+        {"GET http://a_b.example:8080/ HTTP/1.1\r\nHost: a\r\n\r\n", 0},
     };
     for (const auto& row : rows) {
         INFO(row.raw);
