@@ -33,16 +33,10 @@ namespace {
 using Keys = std::vector<std::string_view>;
 
 const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "responses", "logging"};
-const Keys server_keys{"listen",           "workers",        "max_connections", "header_timeout",
-                       "idle_timeout",     "max_header_bytes", "max_body_bytes", "shutdown_timeout",
-                       "tunnel_idle_timeout", "max_waiting", "pid_file"};
 const Keys listener_keys{"address", "tls"};
 const Keys listener_tls_keys{"cert", "key", "certificates", "min_version", "handshake_timeout"};
 const Keys certificate_keys{"cert", "key"};
 const Keys upstream_tls_keys{"ca", "server_name", "verify", "cert", "key"};
-const Keys admin_keys{"listen", "token"};
-const Keys client_ip_keys{"trusted_proxies"};
-const Keys store_keys{"type", "redis", "on_error"};
 const Keys redis_keys{"mode",       "address",     "username",          "password",          "database",
                       "timeout",    "key_prefix",  "sentinels",         "master_name",       "sentinel_username",
                       "sentinel_password", "nodes"};
@@ -52,8 +46,6 @@ const Keys match_keys{"path", "path_prefix", "methods", "host"};
 const Keys limit_keys{"name",      "algorithm", "rate",   "per",    "burst", "limit",        "window",
                       "time_zone", "lease",     "key",    "shadow", "cost",  "default_cost", "delay",
                       "nodelay",   "max_wait"};
-const Keys responses_keys{"limited_status", "headers"};
-const Keys logging_keys{"level", "access_log", "format", "access_format", "time_zone", "summary_interval"};
 
 constexpr std::int64_t no_maximum = std::numeric_limits<std::int64_t>::max();
 // Ranges that keep every figure derived from a limit exact and far from overflow: the Redis
@@ -204,7 +196,40 @@ public:
     DiagnosticList& diagnostics() { return diagnostics_; }
     const Config& config() const { return config_; }
 
+    // A section read from a table (nginx's model: each directive one row): one row per key,
+    // its name and how its value is read into the section's settings. The key is written
+    // once, in its row: the section's known keys (unknown-key errors, "did you mean") and
+    // known_keys() (the reference test of docs/configuration.md) come from the rows, and
+    // the keys are read in the rows' order.
+    template <class Settings>
+    struct Table {
+        struct Row {
+            std::string_view key;
+            void (*read)(ConfigReader& reader, const Field& value, Settings& settings);
+        };
+        explicit Table(std::vector<Row> rows_) : rows(std::move(rows_)) {
+            for (const Row& row : rows) keys.push_back(row.key);
+        }
+        std::vector<Row> rows;
+        Keys keys;
+    };
+    static const Table<ServerConfig>& server_table();
+    static const Table<AdminConfig>& admin_table();
+    static const Table<ClientIpConfig>& client_ip_table();
+    static const Table<StoreConfig>& store_table();
+    static const Table<ResponsesConfig>& responses_table();
+    static const Table<LoggingConfig>& logging_table();
+
 private:
+    // Reads the map `field` by `table` into `settings` ("in server": where, for messages).
+    template <class Settings>
+    void read_table(const Field& field, std::string context, const Table<Settings>& table, Settings& settings) {
+        if (!expect_map(field)) return;
+        const Section section(field, std::move(context), table.keys, diagnostics_);
+        for (const auto& row : table.rows)
+            if (const Field* f = section.find(row.key)) row.read(*this, *f, settings);
+    }
+
     // Shapes. An empty value counts as an empty map or list.
     bool expect_map(const Field& field);
     bool expect_list(const Field& field);
@@ -411,29 +436,33 @@ void ConfigReader::read_document(const YAML::Node& root) {
     warn_when_no_routes(top.find("routes"));
 }
 
-void ConfigReader::read_server(const Field& field) {
-    if (!expect_map(field)) return;
-    const Section section(field, "in server", server_keys, diagnostics_);
-    ServerConfig& server = config_.server;
-    if (const Field* f = section.find("listen")) read_listen(*f);
-    if (const Field* f = section.find("workers")) assign(server.workers, integer(*f, 0, max_workers));
-    if (const Field* f = section.find("max_connections")) assign(server.max_connections, integer(*f, 1, no_maximum));
-    if (const Field* f = section.find("header_timeout")) assign(server.header_timeout, duration(*f, false));
-    if (const Field* f = section.find("idle_timeout")) assign(server.idle_timeout, duration(*f, false));
-    if (const Field* f = section.find("max_header_bytes"))
-        assign(server.max_header_bytes, integer(*f, min_header_bytes, max_header_bytes));
-    if (const Field* f = section.find("max_body_bytes")) assign(server.max_body_bytes, integer(*f, 0, no_maximum));
-    if (const Field* f = section.find("shutdown_timeout")) assign(server.shutdown_timeout, duration(*f, false));
-    if (const Field* f = section.find("tunnel_idle_timeout"))
-        assign(server.tunnel_idle_timeout, duration(*f, false));
-    if (const Field* f = section.find("max_waiting")) assign(server.max_waiting, integer(*f, 0, max_count));
-    if (const Field* f = section.find("pid_file")) {
-        const auto written = text(*f);
-        if (written && written->empty())
-            diagnostics_.error(f->at, f->label() + " must be a file path (leave it out for none), got ''");
-        else if (written)
-            server.pid_file = file_path(*written);
-    }
+void ConfigReader::read_server(const Field& field) { read_table(field, "in server", server_table(), config_.server); }
+
+const ConfigReader::Table<ServerConfig>& ConfigReader::server_table() {
+    using R = ConfigReader;
+    using S = ServerConfig;
+    static const Table<S> table({
+        {"listen", [](R& r, const Field& f, S&) { r.read_listen(f); }},
+        {"workers", [](R& r, const Field& f, S& s) { assign(s.workers, r.integer(f, 0, max_workers)); }},
+        {"max_connections", [](R& r, const Field& f, S& s) { assign(s.max_connections, r.integer(f, 1, no_maximum)); }},
+        {"header_timeout", [](R& r, const Field& f, S& s) { assign(s.header_timeout, r.duration(f, false)); }},
+        {"idle_timeout", [](R& r, const Field& f, S& s) { assign(s.idle_timeout, r.duration(f, false)); }},
+        {"max_header_bytes",
+         [](R& r, const Field& f, S& s) { assign(s.max_header_bytes, r.integer(f, min_header_bytes, max_header_bytes)); }},
+        {"max_body_bytes", [](R& r, const Field& f, S& s) { assign(s.max_body_bytes, r.integer(f, 0, no_maximum)); }},
+        {"shutdown_timeout", [](R& r, const Field& f, S& s) { assign(s.shutdown_timeout, r.duration(f, false)); }},
+        {"tunnel_idle_timeout", [](R& r, const Field& f, S& s) { assign(s.tunnel_idle_timeout, r.duration(f, false)); }},
+        {"max_waiting", [](R& r, const Field& f, S& s) { assign(s.max_waiting, r.integer(f, 0, max_count)); }},
+        {"pid_file",
+         [](R& r, const Field& f, S& s) {
+             const auto written = r.text(f);
+             if (written && written->empty())
+                 r.diagnostics_.error(f.at, f.label() + " must be a file path (leave it out for none), got ''");
+             else if (written)
+                 s.pid_file = r.file_path(*written);
+         }},
+    });
+    return table;
 }
 
 void ConfigReader::read_listen(const Field& field) {
@@ -631,19 +660,25 @@ std::optional<UpstreamTls> ConfigReader::read_upstream_tls(const Field& field) {
     return tls;
 }
 
-void ConfigReader::read_admin(const Field& field) {
-    if (!expect_map(field)) return;
-    const Section section(field, "in admin", admin_keys, diagnostics_);
-    if (const Field* token = section.find("token")) read_admin_token(*token);
-    const Field* listen = section.find("listen");
-    if (!listen) return;
-    const auto written = text(*listen);
-    if (!written) return;
-    if (written->empty()) {
-        config_.admin.listen.reset();
-        return;
-    }
-    if (auto address = endpoint(*listen, false)) config_.admin.listen = *address;
+void ConfigReader::read_admin(const Field& field) { read_table(field, "in admin", admin_table(), config_.admin); }
+
+const ConfigReader::Table<AdminConfig>& ConfigReader::admin_table() {
+    using R = ConfigReader;
+    using S = AdminConfig;
+    static const Table<S> table({
+        {"listen",
+         [](R& r, const Field& f, S& s) {
+             const auto written = r.text(f);
+             if (!written) return;
+             if (written->empty()) {
+                 s.listen.reset();  // no admin port at all
+                 return;
+             }
+             if (auto address = r.endpoint(f, false)) s.listen = *address;
+         }},
+        {"token", [](R& r, const Field& f, S&) { r.read_admin_token(f); }},
+    });
+    return table;
 }
 
 // A bearer token (RFC 6750 b64token characters), long enough not to be guessed.
@@ -666,30 +701,47 @@ void ConfigReader::read_admin_token(const Field& field) {
 }
 
 void ConfigReader::read_client_ip(const Field& field) {
-    if (!expect_map(field)) return;
-    const Section section(field, "in client_ip", client_ip_keys, diagnostics_);
-    const Field* proxies = section.find("trusted_proxies");
-    if (!proxies || !expect_list(*proxies)) return;
-    for (const Field& item : items_of(*proxies)) {
-        const auto written = text(item);
-        if (!written) continue;
-        if (auto cidr = net::Cidr::parse(*written)) {
-            config_.client_ip.trusted_proxies.push_back(*cidr);
-        } else {
-            diagnostics_.error(item.at, item.label() + ": " + cidr_error(*written));
-        }
-    }
+    read_table(field, "in client_ip", client_ip_table(), config_.client_ip);
 }
 
-void ConfigReader::read_store(const Field& field) {
-    if (!expect_map(field)) return;
-    const Section section(field, "in store", store_keys, diagnostics_);
-    StoreConfig& store = config_.store;
-    if (const Field* f = section.find("type"))
-        assign(store.type, choice<StoreType>(*f, {{"redis", StoreType::redis}, {"memory", StoreType::memory}}));
-    if (const Field* f = section.find("redis")) read_redis(*f);
-    if (const Field* f = section.find("on_error"))
-        assign(store.on_error, choice<OnError>(*f, {{"allow", OnError::allow}, {"deny", OnError::deny}}));
+const ConfigReader::Table<ClientIpConfig>& ConfigReader::client_ip_table() {
+    using R = ConfigReader;
+    using S = ClientIpConfig;
+    static const Table<S> table({
+        {"trusted_proxies",
+         [](R& r, const Field& f, S& s) {
+             if (!r.expect_list(f)) return;
+             for (const Field& item : items_of(f)) {
+                 const auto written = r.text(item);
+                 if (!written) continue;
+                 if (auto cidr = net::Cidr::parse(*written)) {
+                     s.trusted_proxies.push_back(*cidr);
+                 } else {
+                     r.diagnostics_.error(item.at, item.label() + ": " + cidr_error(*written));
+                 }
+             }
+         }},
+    });
+    return table;
+}
+
+void ConfigReader::read_store(const Field& field) { read_table(field, "in store", store_table(), config_.store); }
+
+const ConfigReader::Table<StoreConfig>& ConfigReader::store_table() {
+    using R = ConfigReader;
+    using S = StoreConfig;
+    static const Table<S> table({
+        {"type",
+         [](R& r, const Field& f, S& s) {
+             assign(s.type, r.choice<StoreType>(f, {{"redis", StoreType::redis}, {"memory", StoreType::memory}}));
+         }},
+        {"redis", [](R& r, const Field& f, S&) { r.read_redis(f); }},
+        {"on_error",
+         [](R& r, const Field& f, S& s) {
+             assign(s.on_error, r.choice<OnError>(f, {{"allow", OnError::allow}, {"deny", OnError::deny}}));
+         }},
+    });
+    return table;
 }
 
 void ConfigReader::read_redis(const Field& field) {
@@ -835,40 +887,57 @@ void ConfigReader::read_servers(const Field& field, UpstreamConfig& upstream) {
 }
 
 void ConfigReader::read_responses(const Field& field) {
-    if (!expect_map(field)) return;
-    const Section section(field, "in responses", responses_keys, diagnostics_);
-    ResponsesConfig& responses = config_.responses;
-    if (const Field* f = section.find("limited_status")) assign(responses.limited_status, integer(*f, 400, 599));
-    if (const Field* f = section.find("headers"))
-        assign(responses.headers, choice<HeaderStyle>(*f, {{"ietf", HeaderStyle::ietf},
-                                                           {"legacy", HeaderStyle::legacy},
-                                                           {"both", HeaderStyle::both},
-                                                           {"none", HeaderStyle::none}}));
+    read_table(field, "in responses", responses_table(), config_.responses);
 }
 
-void ConfigReader::read_logging(const Field& field) {
-    if (!expect_map(field)) return;
-    const Section section(field, "in logging", logging_keys, diagnostics_);
-    LoggingConfig& logging = config_.logging;
-    if (const Field* f = section.find("level"))
-        assign(logging.level, choice<std::string_view>(*f, {{"trace", "trace"},
+const ConfigReader::Table<ResponsesConfig>& ConfigReader::responses_table() {
+    using R = ConfigReader;
+    using S = ResponsesConfig;
+    static const Table<S> table({
+        {"limited_status", [](R& r, const Field& f, S& s) { assign(s.limited_status, r.integer(f, 400, 599)); }},
+        {"headers",
+         [](R& r, const Field& f, S& s) {
+             assign(s.headers, r.choice<HeaderStyle>(f, {{"ietf", HeaderStyle::ietf},
+                                                         {"legacy", HeaderStyle::legacy},
+                                                         {"both", HeaderStyle::both},
+                                                         {"none", HeaderStyle::none}}));
+         }},
+    });
+    return table;
+}
+
+void ConfigReader::read_logging(const Field& field) { read_table(field, "in logging", logging_table(), config_.logging); }
+
+const ConfigReader::Table<LoggingConfig>& ConfigReader::logging_table() {
+    using R = ConfigReader;
+    using S = LoggingConfig;
+    static const Table<S> table({
+        {"level",
+         [](R& r, const Field& f, S& s) {
+             assign(s.level, r.choice<std::string_view>(f, {{"trace", "trace"},
                                                             {"debug", "debug"},
                                                             {"info", "info"},
                                                             {"warn", "warn"},
                                                             {"error", "error"}}));
-    if (const Field* f = section.find("access_log")) {
-        const auto written = text(*f);
-        if (written && written->empty())
-            diagnostics_.error(f->at, f->label() + " must be stdout, off or a file path, got ''");
-        else
-            assign(logging.access_log, written);
-    }
-    if (const Field* f = section.find("format"))
-        assign(logging.format, choice<LogFormat>(*f, {{"text", LogFormat::text}, {"json", LogFormat::json}}));
-    if (const Field* f = section.find("summary_interval")) assign(logging.summary_interval, duration(*f, true));
-    if (const Field* f = section.find("time_zone"))
-        assign(logging.local_time, choice<bool>(*f, {{"utc", false}, {"local", true}}));
-    if (const Field* f = section.find("access_format")) read_access_format(*f);
+         }},
+        {"access_log",
+         [](R& r, const Field& f, S& s) {
+             const auto written = r.text(f);
+             if (written && written->empty())
+                 r.diagnostics_.error(f.at, f.label() + " must be stdout, off or a file path, got ''");
+             else
+                 assign(s.access_log, written);
+         }},
+        {"format",
+         [](R& r, const Field& f, S& s) {
+             assign(s.format, r.choice<LogFormat>(f, {{"text", LogFormat::text}, {"json", LogFormat::json}}));
+         }},
+        {"access_format", [](R& r, const Field& f, S&) { r.read_access_format(f); }},
+        {"time_zone",
+         [](R& r, const Field& f, S& s) { assign(s.local_time, r.choice<bool>(f, {{"utc", false}, {"local", true}})); }},
+        {"summary_interval", [](R& r, const Field& f, S& s) { assign(s.summary_interval, r.duration(f, true)); }},
+    });
+    return table;
 }
 
 // logging.access_format: a list of field names, or a string with $variables.
@@ -1489,21 +1558,21 @@ LoadResult load_file(const std::string& path) {
 
 std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys() {
     return {{"", top_level_keys},
-            {"server", server_keys},
+            {"server", ConfigReader::server_table().keys},
             {"server.listen[]", listener_keys},
             {"server.listen[].tls", listener_tls_keys},
             {"server.listen[].tls.certificates[]", certificate_keys},
-            {"admin", admin_keys},
-            {"client_ip", client_ip_keys},
-            {"store", store_keys},
+            {"admin", ConfigReader::admin_table().keys},
+            {"client_ip", ConfigReader::client_ip_table().keys},
+            {"store", ConfigReader::store_table().keys},
             {"store.redis", redis_keys},
             {"upstreams.NAME", upstream_keys},
             {"upstreams.NAME.tls", upstream_tls_keys},
             {"routes[]", route_keys},
             {"routes[].match", match_keys},
             {"routes[].limits[]", limit_keys},
-            {"responses", responses_keys},
-            {"logging", logging_keys}};
+            {"responses", ConfigReader::responses_table().keys},
+            {"logging", ConfigReader::logging_table().keys}};
 }
 
 }  // namespace sluice::config
