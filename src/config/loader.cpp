@@ -40,7 +40,6 @@ const Keys upstream_tls_keys{"ca", "server_name", "verify", "cert", "key"};
 const Keys redis_keys{"mode",       "address",     "username",          "password",          "database",
                       "timeout",    "key_prefix",  "sentinels",         "master_name",       "sentinel_username",
                       "sentinel_password", "nodes"};
-const Keys upstream_keys{"servers", "connect_timeout", "timeout", "max_idle", "tls"};
 const Keys route_keys{"name", "match", "action", "upstream", "on_error", "limited_status", "limits"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
 const Keys limit_keys{"name",      "algorithm", "rate",   "per",    "burst", "limit",        "window",
@@ -219,13 +218,18 @@ public:
     static const Table<StoreConfig>& store_table();
     static const Table<ResponsesConfig>& responses_table();
     static const Table<LoggingConfig>& logging_table();
+    static const Table<UpstreamConfig>& upstream_table();
 
 private:
     // Reads the map `field` by `table` into `settings` ("in server": where, for messages).
     template <class Settings>
     void read_table(const Field& field, std::string context, const Table<Settings>& table, Settings& settings) {
         if (!expect_map(field)) return;
-        const Section section(field, std::move(context), table.keys, diagnostics_);
+        read_rows(Section(field, std::move(context), table.keys, diagnostics_), table, settings);
+    }
+    // The same for a section already checked against table.keys.
+    template <class Settings>
+    void read_rows(const Section& section, const Table<Settings>& table, Settings& settings) {
         for (const auto& row : table.rows)
             if (const Field* f = section.find(row.key)) row.read(*this, *f, settings);
     }
@@ -864,15 +868,24 @@ void ConfigReader::read_upstream(const Field& field) {
         diagnostics_.error(field.key_at, "upstream name must be 1 to 64 letters, digits, '_', '-' or '.', got " +
                                              quoted(field.key));
     if (expect_map(field)) {
-        const Section section(field, "in upstream", upstream_keys, diagnostics_);
-        if (const Field* f = section.find("servers")) read_servers(*f, upstream);
-        if (const Field* f = section.find("connect_timeout")) assign(upstream.connect_timeout, duration(*f, false));
-        if (const Field* f = section.find("timeout")) assign(upstream.timeout, duration(*f, false));
-        if (const Field* f = section.find("max_idle")) assign(upstream.max_idle, integer(*f, 0, no_maximum));
-        if (const Field* f = section.find("tls")) upstream.tls = read_upstream_tls(*f);
+        const Section section(field, "in upstream", upstream_table().keys, diagnostics_);
+        read_rows(section, upstream_table(), upstream);
         if (!section.find("servers")) diagnostics_.error(field.key_at, "upstream " + quoted(field.key) + " has no servers");
     }
     config_.upstreams.push_back(std::move(upstream));
+}
+
+const ConfigReader::Table<UpstreamConfig>& ConfigReader::upstream_table() {
+    using R = ConfigReader;
+    using S = UpstreamConfig;
+    static const Table<S> table({
+        {"servers", [](R& r, const Field& f, S& s) { r.read_servers(f, s); }},
+        {"connect_timeout", [](R& r, const Field& f, S& s) { assign(s.connect_timeout, r.duration(f, false)); }},
+        {"timeout", [](R& r, const Field& f, S& s) { assign(s.timeout, r.duration(f, false)); }},
+        {"max_idle", [](R& r, const Field& f, S& s) { assign(s.max_idle, r.integer(f, 0, no_maximum)); }},
+        {"tls", [](R& r, const Field& f, S& s) { s.tls = r.read_upstream_tls(f); }},
+    });
+    return table;
 }
 
 void ConfigReader::read_servers(const Field& field, UpstreamConfig& upstream) {
@@ -1566,7 +1579,7 @@ std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys() 
             {"client_ip", ConfigReader::client_ip_table().keys},
             {"store", ConfigReader::store_table().keys},
             {"store.redis", redis_keys},
-            {"upstreams.NAME", upstream_keys},
+            {"upstreams.NAME", ConfigReader::upstream_table().keys},
             {"upstreams.NAME.tls", upstream_tls_keys},
             {"routes[]", route_keys},
             {"routes[].match", match_keys},
