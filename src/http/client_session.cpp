@@ -16,7 +16,6 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -38,6 +37,7 @@
 #include "http/request_head.hpp"
 #include "http/request_target.hpp"
 #include "http/stream.hpp"
+#include "http/tunnel.hpp"
 #include "http/upstream_connection.hpp"
 #include "http/route_match.hpp"
 #include "limit/client_ip.hpp"
@@ -1112,52 +1112,11 @@ bool is_websocket_handshake(const bhttp::request_header<>& req) {
            upgrade_is_websocket(req);
 }
 
-// One direction of a tunnel: what `from` sends goes to `to` until `from` ends (then `to`
-// is told no more comes) or either fails (then both are shut, so the other direction ends
-// too). The buffer lives on the coroutine frame: 16 KB per direction.
-net::awaitable<void> relay_one_way(Stream& from, Stream& to, std::uint64_t& bytes,
-                                   std::chrono::steady_clock::time_point& last) {
-    std::array<char, 16384> buffer;
-    for (;;) {
-        auto [ec, n] = co_await from.async_read_some(net::buffer(buffer), nothrow);
-        boost::system::error_code ignored;
-        if (ec) {
-            if (ec == net::error::eof) {
-                to.socket().shutdown(tcp::socket::shutdown_send, ignored);
-            } else {
-                from.socket().shutdown(tcp::socket::shutdown_both, ignored);
-                to.socket().shutdown(tcp::socket::shutdown_both, ignored);
-            }
-            co_return;
-        }
-        last = std::chrono::steady_clock::now();
-        auto [wec, wn] = co_await net::async_write(to, net::buffer(buffer.data(), n), nothrow);
-        if (wec) {
-            from.socket().shutdown(tcp::socket::shutdown_both, ignored);
-            to.socket().shutdown(tcp::socket::shutdown_both, ignored);
-            co_return;
-        }
-        bytes += n;
-        last = std::chrono::steady_clock::now();
-    }
-}
-
-// Ends when nothing moved for `idle`.
-net::awaitable<void> watch_idle(std::chrono::steady_clock::time_point& last, std::chrono::milliseconds idle) {
-    net::steady_timer timer(co_await net::this_coro::executor);
-    for (;;) {
-        timer.expires_at(last + idle);
-        co_await timer.async_wait(nothrow);
-        if (std::chrono::steady_clock::now() >= last + idle) co_return;
-    }
-}
-
 }  // namespace
 
 net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Snapshot& snap,
                                      std::unique_ptr<UpstreamConnection> conn, bhttp::response_header<>& res,
                                      const limit::HeaderList& rate_headers, observe::AccessRecord& rec) {
-    using namespace net::experimental::awaitable_operators;
     strip_hop_by_hop(res);
     strip_framing(res);
     append_via(res, res.version());
@@ -1168,34 +1127,27 @@ net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Sn
     write_response_head(11, 101, sv(res.reason()), res, head_);
     rec.status = 101;
     rec.forwarded = true;
-    auto& upstream = conn->stream;
-    std::uint64_t up = 0, down = conn->buffer.size();
     const auto opened = std::chrono::steady_clock::now();
 
-    // The 101 and whatever the upstream sent right after it; then whatever the client sent
-    // right after its handshake.
+    // The 101 and whatever the upstream sent right after it; then the connection is the
+    // tunnel's, with whatever the client sent right after its handshake.
+    const std::uint64_t upstream_early = conn->buffer.size();
     const std::array<net::const_buffer, 2> first{net::buffer(head_), conn->buffer.data()};
     arm(cfg.server.idle_timeout);
     auto [wec, wn] = co_await net::async_write(stream_, first, nothrow);
     disarm();
     if (wec || timed_out_) co_return false;
     conn->buffer.consume(conn->buffer.size());
-    if (buffer_.size() > 0) {
-        auto [uec, un] = co_await net::async_write(upstream, buffer_.data(), nothrow);
-        if (uec) co_return false;
-        up += buffer_.size();
-        buffer_.consume(buffer_.size());
-    }
+    const std::string client_early(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    buffer_.consume(buffer_.size());
 
     ++snap.metrics->tunnels_active;
-    auto last = std::chrono::steady_clock::now();
     const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.server.tunnel_idle_timeout);
-    co_await ((relay_one_way(stream_, upstream, up, last) && relay_one_way(upstream, stream_, down, last)) ||
-              watch_idle(last, idle));
+    const TunnelBytes moved = co_await relay_tunnel(stream_, conn->stream, client_early, idle);
     --snap.metrics->tunnels_active;
-    rec.tunnel_up = up;
-    rec.tunnel_down = down;
-    rec.bytes_sent = down;
+    rec.tunnel_up = moved.up;
+    rec.tunnel_down = upstream_early + moved.down;
+    rec.bytes_sent = *rec.tunnel_down;
     rec.tunnel_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - opened).count();
     co_return false;
 }

@@ -10,6 +10,7 @@ import http
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -195,6 +196,74 @@ class WebSocketTest(SluiceTestCase):
         took = run(open_tunnel_then_stop())
         self.assertLess(took, 5)
         self.assertEqual(self.sluice.wait(10), 0)
+
+class RawTunnelUpstream:
+    """A bare upstream for one tunnel: reads a handshake, answers 101 and EARLY-UPSTREAM in the
+    same write, then echoes what comes ("ECHO:" before each piece); records every byte it
+    got after the handshake's head."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.after_head = b""
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        conn, _ = self.sock.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(4096)
+            head, rest = data.split(b"\r\n\r\n", 1)
+            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                         b"Upgrade: websocket\r\n\r\nEARLY-UPSTREAM")
+            pending = rest
+            while True:
+                if pending:
+                    self.after_head += pending
+                    conn.sendall(b"ECHO:" + pending)
+                pending = conn.recv(4096)
+                if not pending:
+                    break
+        self.done.set()
+
+    def stop(self):
+        self.sock.close()
+
+
+class TunnelHandOffTest(SluiceTestCase):
+    """What each side sent in the same packets as the handshake crosses the tunnel, first."""
+
+    def test_bytes_sent_with_the_handshakes_cross_first(self):
+        upstream = RawTunnelUpstream()
+        self.addCleanup(upstream.stop)
+        port = free_port()
+        self.sluice = self.start_sluice(proxy_config(
+            port, {"app": upstream.address}, [limited_route("ws", [], path_prefix="/ws")],
+            extra={"store": {"type": "memory"}}))
+        c = socket.create_connection(("127.0.0.1", port), timeout=5)
+        c.sendall(b"GET /ws/raw HTTP/1.1\r\nHost: test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                  b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+                  b"EARLY-CLIENT")
+        expected_down = b"EARLY-UPSTREAMECHO:EARLY-CLIENT"
+        got = b""
+        while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) < len(expected_down):
+            piece = c.recv(4096)
+            self.assertTrue(piece, got)
+            got += piece
+        head, body = got.split(b"\r\n\r\n", 1)
+        self.assertTrue(head.startswith(b"HTTP/1.1 101 "), head)
+        self.assertEqual(body, expected_down)
+        c.shutdown(socket.SHUT_WR)
+        self.assertTrue(upstream.done.wait(5), "the upstream saw the tunnel end")
+        c.close()
+        self.assertEqual(upstream.after_head, b"EARLY-CLIENT")
+        entry = self.sluice.wait_access(status="101")
+        self.assertEqual(int(re.search(r"tunnel_up=(\d+)", entry["line"]).group(1)), len(b"EARLY-CLIENT"))
+        self.assertEqual(int(re.search(r"tunnel_down=(\d+)", entry["line"]).group(1)), len(expected_down))
+
 
 if __name__ == "__main__":
     unittest.main()
