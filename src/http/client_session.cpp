@@ -33,6 +33,7 @@
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
 #include "http/limit_verdict.hpp"
+#include "http/onward_heads.hpp"
 #include "http/problem.hpp"
 #include "http/request_head.hpp"
 #include "http/request_target.hpp"
@@ -1085,33 +1086,6 @@ net::awaitable<Session::UpstreamHead> Session::read_upstream_head(UpstreamConnec
 namespace {
 
 // Connection names `upgrade` (in any of its values).
-bool connection_upgrade(const bhttp::fields& fields) {
-    bool found = false;
-    for (const auto& f : fields)
-        if (f.name() == bhttp::field::connection && has_token(sv(f.value()), "upgrade")) found = true;
-    return found;
-}
-
-// One Upgrade field whose value is `websocket`.
-bool upgrade_is_websocket(const bhttp::fields& fields) {
-    std::size_t count = 0;
-    bool websocket = false;
-    for (const auto& f : fields) {
-        if (f.name() != bhttp::field::upgrade) continue;
-        ++count;
-        websocket = beast::iequals(f.value(), "websocket");
-    }
-    return count == 1 && websocket;
-}
-
-// A WebSocket opening handshake (RFC 6455 4.1): GET, HTTP/1.1, Connection: upgrade,
-// Upgrade: websocket. Other upgrades (h2c, TLS/1.0, ...) are not relayed: their Upgrade is
-// dropped as hop-by-hop and the request goes on as plain HTTP/1.1.
-bool is_websocket_handshake(const bhttp::request_header<>& req) {
-    return req.version() == 11 && req.method() == bhttp::verb::get && connection_upgrade(req) &&
-           upgrade_is_websocket(req);
-}
-
 }  // namespace
 
 net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Snapshot& snap,
@@ -1165,37 +1139,15 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     const unsigned client_version = req.version();
     const bool is_head = req.method() == bhttp::verb::head;
 
-    bool expect_continue = false;
-    if (auto it = req.find(bhttp::field::expect); it != req.end()) {
-        if (!beast::iequals(it->value(), "100-continue"))
-            co_return co_await reply(cfg.server, local_problem(417, "only Expect: 100-continue is supported"), false, rec);
-        expect_continue = client_version >= 11 && !request_body_.done();
-        req.erase(bhttp::field::expect);
-    }
-
     // The request as the upstream gets it: our own framing, never the client's.
-    const bool has_body = !request_body_.done();
-    const bool chunked_out = request_body_.mode() == BodyReader::Mode::chunked;
-    // A WebSocket handshake keeps its upgrade (RFC 6455 handshakes carry no body).
-    const bool websocket = !has_body && is_websocket_handshake(req);
-    strip_hop_by_hop(req.base());
-    strip_framing(req.base());
-    if (websocket) {
-        req.set(bhttp::field::connection, "upgrade");
-        req.set(bhttp::field::upgrade, "websocket");
-    }
-    // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
-    // upstream's name, as nginx sends its proxy_host.
-    if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, upstream_cfg.name);
-    add_forwarding_headers(req.base(), {peer_ip_, peer_trusted_, client_version, stream_.is_tls()});
-    req.erase("X-Request-Id");
-    req.set("X-Request-Id", rec.request_id);
-    if (request_body_.mode() == BodyReader::Mode::length)
-        req.set(bhttp::field::content_length, std::to_string(request_length_));
-    else if (chunked_out)
-        req.set(bhttp::field::transfer_encoding, "chunked");
     head_.clear();
-    write_request_head(sv(req.method_string()), sv(req.target()), 11, req.base(), head_);
+    const RequestOnward onward =
+        request_onward(req, request_body_, request_length_, upstream_cfg.name,
+                       {peer_ip_, peer_trusted_, client_version, stream_.is_tls()}, rec.request_id, head_);
+    if (onward.refusal) co_return co_await reply(cfg.server, *onward.refusal, false, rec);
+    const bool expect_continue = onward.expect_continue;
+    const bool websocket = onward.websocket;
+    const bool has_body = !request_body_.done();
 
     auto chunk = worker_.relay_buffers().take();
     const std::span<char> relay(chunk.data(), chunk.size());
@@ -1241,7 +1193,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         // body as it is, a chunked one as chunks we write. The head leaves with whatever
         // body bytes came with it.
         boost::system::error_code upstream_error;
-        BodyWriter writer(head_, chunked_out ? BodyWriter::Mode::chunked : BodyWriter::Mode::as_is);
+        BodyWriter writer(head_, onward.body);
         for (bool first = true;; first = false) {
             std::size_t n = first ? first_piece : 0;
             if (!first && !request_body_.done()) {
@@ -1285,7 +1237,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
             if (status >= 200) break;
             if (status == 101) {
                 auto& switched = res_parser->get();
-                if (websocket && connection_upgrade(switched) && upgrade_is_websocket(switched)) break;  // the tunnel
+                if (websocket && switches_to_websocket(switched)) break;  // the tunnel
                 invalid = websocket ? "upstream switched protocols but not to websocket"
                                     : "upstream switched protocols, which sluice does not relay";
                 break;
@@ -1356,32 +1308,11 @@ net::awaitable<bool> Session::forward(Exchange& x) {
 
     using Body = Framing::Body;
     const bool upstream_keeps = res_parser->keep_alive();
-    strip_hop_by_hop(res.base());
-    // Without a body (HEAD, 304) a valid Content-Length still describes the resource and
-    // stays; every other framing field is ours to write.
-    if (framing.body != Body::none || status == 204)
-        strip_framing(res.base());
-    else
-        res.erase(bhttp::field::transfer_encoding);
-    append_via(res.base(), res.version());
-    bool keep = keep_alive && !worker_.stopping();
-    bool chunked_to_client = false;
-    if (framing.body == Body::length) {
-        res.set(bhttp::field::content_length, std::to_string(framing.length));
-    } else if (framing.body == Body::chunked || framing.body == Body::until_close) {
-        if (client_version >= 11) {
-            res.set(bhttp::field::transfer_encoding, "chunked");
-            chunked_to_client = true;
-        } else {
-            keep = false;  // HTTP/1.0: the body ends when the connection closes
-        }
-    }
-    for (const auto& [name, value] : rate_headers) res.set(name, value);
-    res.version(client_version);
-    res.keep_alive(keep);
-    rec.status = status;
     head_.clear();
-    write_response_head(client_version, status, sv(res.reason()), res.base(), head_);
+    const ResponseOnward back =
+        response_onward(res, framing, client_version, keep_alive && !worker_.stopping(), rate_headers, head_);
+    const bool keep = back.keep_alive;
+    rec.status = status;
 
     BodyLimits limits;
     limits.max_chunk_line = max_chunk_line;
@@ -1394,7 +1325,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
 
     // The head leaves at once with the body bytes that came with it (one system call for a
     // small response); then the body as it arrives, piece by piece.
-    BodyWriter writer(head_, chunked_to_client ? BodyWriter::Mode::chunked : BodyWriter::Mode::as_is);
+    BodyWriter writer(head_, back.body);
     for (bool first = true;; first = false) {
         std::size_t n = 0;
         if (!body.done()) {

@@ -1,0 +1,111 @@
+#include "http/onward_heads.hpp"
+
+#include <boost/beast/core/string.hpp>
+
+namespace sluice::http {
+namespace {
+
+namespace bhttp = boost::beast::http;
+
+std::string_view sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+bool connection_upgrade(const bhttp::fields& fields) {
+    bool found = false;
+    for (const auto& f : fields)
+        if (f.name() == bhttp::field::connection && has_token(sv(f.value()), "upgrade")) found = true;
+    return found;
+}
+
+// One Upgrade field whose value is `websocket`.
+bool upgrade_is_websocket(const bhttp::fields& fields) {
+    std::size_t count = 0;
+    bool websocket = false;
+    for (const auto& f : fields) {
+        if (f.name() != bhttp::field::upgrade) continue;
+        ++count;
+        websocket = boost::beast::iequals(f.value(), "websocket");
+    }
+    return count == 1 && websocket;
+}
+
+}  // namespace
+
+bool is_websocket_handshake(const bhttp::request_header<>& req) {
+    return req.version() == 11 && req.method() == bhttp::verb::get && connection_upgrade(req) &&
+           upgrade_is_websocket(req);
+}
+
+bool switches_to_websocket(const bhttp::response_header<>& res) {
+    return connection_upgrade(res) && upgrade_is_websocket(res);
+}
+
+RequestOnward request_onward(bhttp::request<bhttp::empty_body>& req, const BodyReader& body, std::uint64_t length,
+                             std::string_view upstream_name, const ForwardingInfo& forwarding,
+                             std::string_view request_id, std::string& head) {
+    RequestOnward out;
+    const unsigned client_version = req.version();
+    if (auto it = req.find(bhttp::field::expect); it != req.end()) {
+        if (!boost::beast::iequals(it->value(), "100-continue")) {
+            out.refusal = local_problem(417, "only Expect: 100-continue is supported");
+            return out;
+        }
+        out.expect_continue = client_version >= 11 && !body.done();
+        req.erase(bhttp::field::expect);
+    }
+    // Our own framing, never the client's.
+    const bool has_body = !body.done();
+    if (body.mode() == BodyReader::Mode::chunked) out.body = BodyWriter::Mode::chunked;
+    // A WebSocket handshake keeps its upgrade (RFC 6455 handshakes carry no body).
+    out.websocket = !has_body && is_websocket_handshake(req);
+    strip_hop_by_hop(req);
+    strip_framing(req);
+    if (out.websocket) {
+        req.set(bhttp::field::connection, "upgrade");
+        req.set(bhttp::field::upgrade, "websocket");
+    }
+    // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
+    // upstream's name, as nginx sends its proxy_host.
+    if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, upstream_name);
+    add_forwarding_headers(req, forwarding);
+    req.erase("X-Request-Id");
+    req.set("X-Request-Id", request_id);
+    if (body.mode() == BodyReader::Mode::length)
+        req.set(bhttp::field::content_length, std::to_string(length));
+    else if (out.body == BodyWriter::Mode::chunked)
+        req.set(bhttp::field::transfer_encoding, "chunked");
+    write_request_head(sv(req.method_string()), sv(req.target()), 11, req, head);
+    return out;
+}
+
+ResponseOnward response_onward(bhttp::response<bhttp::empty_body>& res, const Framing& framing, unsigned client_version,
+                               bool keep_alive, const limit::HeaderList& rate_headers, std::string& head) {
+    using Body = Framing::Body;
+    ResponseOnward out;
+    out.keep_alive = keep_alive;
+    const unsigned status = res.result_int();
+    strip_hop_by_hop(res);
+    // Without a body (HEAD, 304) a valid Content-Length still describes the resource and
+    // stays; every other framing field is ours to write.
+    if (framing.body != Body::none || status == 204)
+        strip_framing(res);
+    else
+        res.erase(bhttp::field::transfer_encoding);
+    append_via(res, res.version());
+    if (framing.body == Body::length) {
+        res.set(bhttp::field::content_length, std::to_string(framing.length));
+    } else if (framing.body == Body::chunked || framing.body == Body::until_close) {
+        if (client_version >= 11) {
+            res.set(bhttp::field::transfer_encoding, "chunked");
+            out.body = BodyWriter::Mode::chunked;
+        } else {
+            out.keep_alive = false;  // HTTP/1.0: the body ends when the connection closes
+        }
+    }
+    for (const auto& [name, value] : rate_headers) res.set(name, value);
+    res.version(client_version);
+    res.keep_alive(out.keep_alive);
+    write_response_head(client_version, status, sv(res.reason()), res, head);
+    return out;
+}
+
+}  // namespace sluice::http
