@@ -68,7 +68,6 @@ constexpr std::size_t upstream_header_limit = 64 * 1024;
 constexpr std::size_t upstream_field_lines = 256;  // Set-Cookie lines add up
 constexpr int max_interim_responses = 16;           // 1xx before the final response
 
-std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
 
 double ms_since(Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();

@@ -34,8 +34,6 @@ void for_each_token(std::string_view list, F&& f) {
     }
 }
 
-std::string_view sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
-
 // Calls f(value) for every field with this name, in received order.
 template <class F>
 void for_each_value(const Fields& fields, bhttp::field name, F&& f) {

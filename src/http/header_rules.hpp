@@ -12,6 +12,9 @@ namespace sluice::http {
 
 using Fields = boost::beast::http::fields;
 
+// A Beast string view (Boost's own type in 1.81) as a std::string_view.
+inline std::string_view sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
 // How a message's body is delimited (RFC 9112 6.3), as read from its head. What sluice
 // forwards is always framed again by sluice from this, never relayed as it came.
 struct Framing {

@@ -7,7 +7,6 @@ namespace {
 
 namespace bhttp = boost::beast::http;
 
-std::string_view sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
 bool connection_upgrade(const bhttp::fields& fields) {
     bool found = false;

@@ -14,7 +14,6 @@ namespace {
 
 namespace bhttp = boost::beast::http;
 
-std::string_view sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
 // The request line's method and target for the access line, from a head Beast did not parse.
 void describe_raw_request(std::string_view head, observe::AccessRecord& rec) {
