@@ -25,6 +25,7 @@ declare -A sources=(
   [time_zone]="src/time/time_zone.cpp src/time/calendar.cpp"
   [query_string]="src/observe/query_string.cpp"
   [access_format]="src/config/access_format.cpp src/observe/access_log.cpp src/observe/json_text.cpp src/observe/log_time.cpp"
+  [h2_codec]="src/http/h2_codec.cpp"
 )
 declare -A libs=(
   [redis_reply]="$(pkg-config --libs hiredis)"
@@ -32,6 +33,7 @@ declare -A libs=(
   [config_loader]="-lyaml-cpp -lspdlog -lfmt -lssl -lcrypto"
   [pem]="-lssl -lcrypto"
   [access_format]="-lspdlog -lfmt"
+  [h2_codec]="-lnghttp2"
 )
 declare -A cflags=(
   [redis_reply]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
@@ -39,7 +41,7 @@ declare -A cflags=(
   [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
   [access_format]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head redis_reply topology_parse config_loader pem time_zone query_string access_format"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 
