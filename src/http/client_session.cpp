@@ -30,6 +30,7 @@
 #include "http/body_reader.hpp"
 #include "http/body_writer.hpp"
 #include "http/deadlines.hpp"
+#include "http/exchange.hpp"
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
 #include "http/limit_verdict.hpp"
@@ -68,85 +69,6 @@ constexpr std::size_t upstream_header_limit = 64 * 1024;
 constexpr std::size_t upstream_field_lines = 256;  // Set-Cookie lines add up
 constexpr int max_interim_responses = 16;           // 1xx before the final response
 
-
-double ms_since(Clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-// The request's id: the X-Request-Id a trusted peer (a proxy in front) sent, when it sent one
-// that is 1 to 128 visible ASCII characters without '"' or '\\'; else a new one, 32 hex
-// digits of a per-thread generator (an id names a request in logs, it is not a secret).
-std::string request_id(const Request& req, bool peer_trusted) {
-    if (peer_trusted) {
-        std::optional<std::string_view> given;
-        bool twice = false;
-        for (const auto& f : req)
-            if (beast::iequals(f.name_string(), "x-request-id")) {
-                twice = twice || given.has_value();
-                given = sv(f.value());
-            }
-        const auto plain = [](std::string_view id) {
-            if (id.empty() || id.size() > 128) return false;
-            for (const char c : id)
-                if (c <= 0x20 || c >= 0x7f || c == '"' || c == '\\') return false;
-            return true;
-        };
-        if (given && !twice && plain(*given)) return std::string(*given);
-    }
-    thread_local std::mt19937_64 random = [] {
-        std::random_device device;
-        std::seed_seq seed{device(), device(), device(), device(), device(), device(), device(), device()};
-        return std::mt19937_64(seed);
-    }();
-    return fmt::format("{:016x}{:016x}", random(), random());
-}
-
-// Store trouble is logged at most once a second per worker: under load every request
-// would otherwise log it. The access log and metrics count every request.
-void warn_store_error(std::string_view route, std::string_view error, config::OnError policy) {
-    thread_local Clock::time_point last{};
-    thread_local std::uint64_t suppressed = 0;
-    auto now = Clock::now();
-    if (now - last < std::chrono::seconds(1)) {
-        ++suppressed;
-        return;
-    }
-    last = now;
-    spdlog::warn("route {}: rate-limit store error: {}; {} the request ({} similar errors not logged)", route, error,
-                 policy == config::OnError::allow ? "allowing" : "denying", suppressed);
-    suppressed = 0;
-}
-
-// Per-limit outcomes for sluice_ratelimit_decisions_total, and the route's counters.
-void count_decision(const server::Snapshot& snap, std::size_t route_index, const limit::Decision& decision,
-                    config::OnError policy) {
-    using observe::DecisionKind;
-    auto& route = *snap.route_metrics[route_index];
-    const auto& limits = snap.limit_metrics[route_index];
-    auto bump = [](observe::LimitMetrics* m, DecisionKind kind) { observe::add(m->decisions[static_cast<std::size_t>(kind)]); };
-    if (decision.outcome == limit::Decision::Outcome::store_error) {
-        observe::add(snap.metrics->store_errors);
-        observe::add(route.store_errors);
-        auto kind = policy == config::OnError::allow ? DecisionKind::store_error_allowed : DecisionKind::store_error_denied;
-        for (auto* m : limits) bump(m, kind);
-        return;
-    }
-    for (std::size_t i = 0; i < limits.size() && i < decision.limits.size(); ++i) {
-        const auto& r = decision.limits[i];
-        if (!r.applies) continue;
-        const bool held_back = r.allowed && !r.shadow && r.wait.count() > 0 &&
-                               decision.outcome == limit::Decision::Outcome::allowed;
-        bump(limits[i], held_back    ? DecisionKind::delayed
-                        : r.allowed ? DecisionKind::allowed
-                        : r.shadow  ? DecisionKind::shadow_limited
-                                    : DecisionKind::limited);
-    }
-    if (decision.outcome == limit::Decision::Outcome::limited) observe::add(route.limited);
-    if (decision.shadow_limited()) observe::add(route.shadow_limited);
-    // route.delayed is counted when the request ends (Session::serve_one), with its request:
-    // a request held back across a summary tick counts in one interval, not delayed in one
-    // and requested in the next.
-}
 
 // Why a client's handshake failed, for sluice_tls_handshake_failures_total{reason}.
 observe::TlsFailure classify_tls_failure(const boost::system::error_code& ec) {
@@ -201,69 +123,6 @@ void warn_tls_failure(std::string_view peer, observe::TlsFailure reason, const s
                      peer, name, detail, suppressed);
     suppressed = 0;
 }
-
-// A request's concurrency slots while it runs: renewed every third of the shortest lease,
-// given back when the hold goes (the response is done, or the request ended otherwise).
-class SlotHold {
-public:
-    SlotHold(server::Worker& worker, const net::any_io_executor& executor, limit::Slots slots)
-        : state_(std::make_shared<State>(worker, executor, std::move(slots))) {
-        std::int64_t shortest = 0;
-        for (const auto& [key, lease] : state_->slots.keys) shortest = shortest == 0 ? lease : std::min(shortest, lease);
-        state_->every = std::chrono::microseconds(std::max<std::int64_t>(shortest / 3, 1000));
-        schedule(state_);
-    }
-    SlotHold(const SlotHold&) = delete;
-    SlotHold& operator=(const SlotHold&) = delete;
-    ~SlotHold() {
-        state_->held = false;
-        state_->timer.cancel();
-        state_->worker.release_slots(state_->slots);
-    }
-
-private:
-    struct State {
-        State(server::Worker& w, const net::any_io_executor& executor, limit::Slots s)
-            : worker(w), timer(executor), slots(std::move(s)) {}
-        server::Worker& worker;
-        net::steady_timer timer;
-        limit::Slots slots;
-        std::chrono::microseconds every{1000};
-        bool held = true;
-    };
-    static void schedule(const std::shared_ptr<State>& state) {
-        state->timer.expires_after(state->every);
-        state->timer.async_wait([state](boost::system::error_code ec) {
-            if (ec || !state->held) return;
-            state->worker.renew_slots(state->slots);
-            schedule(state);
-        });
-    }
-    std::shared_ptr<State> state_;
-};
-
-// A place among the requests this instance may hold back at once (server.max_waiting),
-// taken before a decision that may tell the request to wait and kept while it waits. Without
-// one the decision is asked with may_wait false: a leaky bucket then limits a request it
-// would hold back, taking nothing. So at most max_waiting requests ever wait, and none is
-// turned away after its place in a bucket was taken.
-class WaitingPlace {
-public:
-    WaitingPlace(std::atomic<std::int64_t>& places, std::size_t max) : places_(&places) {
-        if (places.fetch_add(1, std::memory_order_relaxed) >= static_cast<std::int64_t>(max)) give_back();
-    }
-    WaitingPlace(const WaitingPlace&) = delete;
-    WaitingPlace& operator=(const WaitingPlace&) = delete;
-    ~WaitingPlace() { give_back(); }
-    bool held() const { return places_ != nullptr; }
-    void give_back() {
-        if (places_) places_->fetch_sub(1, std::memory_order_relaxed);
-        places_ = nullptr;
-    }
-
-private:
-    std::atomic<std::int64_t>* places_;
-};
 
 // A BodyWriter's parts as one gathered write.
 std::array<net::const_buffer, 5> gathered(const BodyWriter::Parts& parts) {
@@ -331,34 +190,6 @@ private:
         std::string_view problem;      // else: the response is invalid (502)
     };
 
-    // One request on the connection, from its head to its access line: the state its phases
-    // share (Pingora's per-request context). It lives in serve_one's frame; what it holds
-    // (concurrency slots, a waiting place) goes back when the request has been answered.
-    struct Exchange {
-        explicit Exchange(std::shared_ptr<const server::Snapshot> current)
-            : snapshot(std::move(current)), snap(*snapshot), cfg(*snap.config), started(Clock::now()) {}
-        const std::shared_ptr<const server::Snapshot> snapshot;  // the settings it is served under
-        const server::Snapshot& snap;
-        const config::Config& cfg;
-        const Clock::time_point started;
-        observe::AccessRecord rec;
-        RequestParser parser;  // its head, once read_request_head accepted it
-        const config::RouteConfig* route = nullptr;
-        bool keep_alive = false;
-        bool check = false;  // the route's action is check: answer 200 instead of forwarding
-        // What the limits' key parts see as method and path: the request's own, or for a
-        // check route the original request's, as the proxy in front names it.
-        std::string key_method;
-        std::string key_path;
-        limit::HeaderList rate_headers;  // for the response: the limits' headers
-        std::optional<SlotHold> slots;   // concurrency slots held until the request is done
-        // A leaky bucket's wait before forwarding, and the waiting place it holds meanwhile.
-        std::chrono::microseconds wait{0};
-        std::optional<WaitingPlace> waiting_place;
-
-        std::size_t route_index() const { return static_cast<std::size_t>(route - cfg.routes.data()); }
-    };
-
     // The request path, phase by phase (a fixed list, not a registry): read_head, then
     // read_request_head (pure), identify_client, route_request, the limits (prepare_limits,
     // the limiter's decide, read_decision), the hold (a
@@ -366,20 +197,6 @@ private:
     // returns the reply; serve_one writes it, and finish() logs and counts the request once.
     net::awaitable<bool> serve_one(bool first);
     net::awaitable<Head> read_head(bool first);
-    // The peer's trust, the client a trusted proxy names, the request id and User-Agent.
-    void identify_client(Exchange& x);
-    // The route, and for a check route the original request's method and path; a refusal
-    // (404, or 400 for an original request that cannot be read).
-    std::optional<LocalReply> route_request(Exchange& x);
-    // The limits' phase, around the limiter's decide() (awaited in serve_one: the phases are
-    // plain functions, not coroutines of their own). Before: a cost the limits can never
-    // grant is a 400; a route with a leaky bucket takes a waiting place. After: the answer
-    // is counted and logged and read (limit_verdict): a refusal, or the rate-limit headers
-    // and any wait in `x`.
-    std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values);
-    std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision);
-    // Logs the request and counts it on its route; returns `keep`.
-    bool finish(Exchange& x, bool keep);
     net::awaitable<bool> forward(Exchange& x);
     net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(const server::Snapshot& snap,
                                                                          std::size_t upstream, bool fresh,
@@ -389,10 +206,6 @@ private:
     // 100 Continue to send it, ends the connection instead.
     net::awaitable<bool> reply(const config::ServerConfig& server, LocalReply answer, bool keep_alive,
                                observe::AccessRecord& rec);
-    // Where a check route's key parts find the original request's method and path (and `uri`,
-    // its target as the proxy in front named it, for the access line).
-    bool original_request(const config::Config& cfg, const Request& req, std::string& method, std::string& path,
-                          std::string& uri, std::string_view& problem);
     net::awaitable<bool> drain_body(const config::ServerConfig& server);
     // After the upstream's 101 to a WebSocket handshake: the 101 to the client, then bytes
     // both ways until both sides are done, either fails, or nothing moved for
@@ -522,9 +335,6 @@ private:
     bool hold_cut_ = false;  // graceful stop ended the hold
     beast::flat_buffer buffer_;
     std::string peer_ip_;
-    // The peer is in client_ip.trusted_proxies of the configuration the request is served
-    // under: set once per request (serve_one), read by forwarding and check routes.
-    bool peer_trusted_ = false;
     std::string head_;  // a message head being written; kept for its capacity
     // The current request's body, as its head framed it; Expect: 100-continue was sent.
     BodyReader request_body_;
@@ -672,21 +482,11 @@ net::awaitable<Session::Head> Session::read_head(bool first) {
     }
 }
 
-bool Session::finish(Exchange& x, bool keep) {
-    x.rec.total_ms = ms_since(x.started);
-    observe::log_access(x.rec, x.cfg.logging);
-    auto& counters = x.route ? *x.snap.route_metrics[x.route_index()] : x.snap.metrics->no_route();
-    counters.count_status(x.rec.status);
-    if (x.rec.forwarded) observe::add(counters.forwarded);
-    if (x.rec.decision == observe::AccessDecision::delayed) observe::add(counters.delayed);
-    return keep;
-}
-
 net::awaitable<bool> Session::serve_one(bool first) {
     // The snapshot is taken when the head has arrived, not before waiting for it: a reload
     // during a keep-alive pause applies to the next request on that connection too.
     const auto head = co_await read_head(first);
-    Exchange x(worker_.snapshot());
+    Exchange x(worker_.snapshot(), peer_ip_);
     const auto& cfg = x.cfg;
     auto& rec = x.rec;
     rec.client = peer_ip_;
@@ -711,7 +511,6 @@ net::awaitable<bool> Session::serve_one(bool first) {
     RequestHead parsed = read_request_head(std::span<char>(static_cast<char*>(buffer_.data().data()), head.size),
                                            cfg.server, x.parser, rec);
     buffer_.consume(head.size);
-    peer_trusted_ = false;
     if (parsed.parsed) identify_client(x);
     if (parsed.refusal) co_return finish(x, co_await reply(cfg.server, std::move(*parsed.refusal), false, rec));
     request_body_ = std::move(parsed.body);
@@ -722,20 +521,14 @@ net::awaitable<bool> Session::serve_one(bool first) {
 
     if (auto refusal = route_request(x)) co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
     if (!x.route->limits.empty()) {
-        const auto& req = x.parser.get();
-        limit::RequestKeyValues values{rec.client, x.key_method, x.key_path,
-                                       [&req](std::string_view name) -> std::optional<std::string_view> {
-                                           auto it = req.find(name);
-                                           if (it == req.end()) return std::nullopt;
-                                           return sv(it->value());
-                                       }};
+        limit::RequestKeyValues values = key_values(x);
         if (auto refusal = prepare_limits(x, values))
             co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
         const limit::RouteLimits limits{x.route->name, x.route->limits, &x.snap.key_plans[x.route_index()]};
         const auto decide_started = Clock::now();
         limit::Decision decision = co_await worker_.decide(limits, values);
         x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
-        if (auto refusal = read_decision(x, decision))
+        if (auto refusal = read_decision(x, decision, worker_, stream_.get_executor()))
             co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
     }
 
@@ -767,100 +560,6 @@ net::awaitable<bool> Session::serve_one(bool first) {
     co_return finish(x, co_await forward(x));
 }
 
-void Session::identify_client(Exchange& x) {
-    const auto& cfg = x.cfg;
-    const auto& req = x.parser.get();
-    // Who sent it: the peer, or the client a trusted proxy in front names; the request id
-    // such a proxy gave it, else a new one (sent upstream either way: forward()).
-    if (!cfg.client_ip.trusted_proxies.empty()) {
-        const auto peer = sluice::net::IpAddress::parse(peer_ip_);
-        peer_trusted_ = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
-    }
-    if (peer_trusted_) {
-        std::vector<std::string_view> xff;
-        for (const auto& f : req)
-            if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
-        x.rec.client = limit::client_ip(peer_ip_, xff, cfg.client_ip.trusted_proxies);
-    }
-    x.rec.request_id = request_id(req, peer_trusted_);
-    if (auto it = req.find(bhttp::field::user_agent); it != req.end()) x.rec.user_agent = std::string(sv(it->value()));
-}
-
-std::optional<LocalReply> Session::route_request(Exchange& x) {
-    const auto& req = x.parser.get();
-    x.route = match_route(x.cfg.routes, sv(req.method_string()), x.key_path, sv(req[bhttp::field::host]));
-    if (!x.route) return local_problem(404, "no route matches the request");
-    x.rec.route = x.route->name;
-    x.check = x.route->action == config::RouteAction::check;
-    x.key_method = std::string(sv(req.method_string()));
-    if (x.check) {
-        // A check route decides for another proxy: the method and path its key parts see are
-        // the original request's, as that proxy names them (from a trusted peer only).
-        std::string_view problem;
-        std::string key_target;
-        if (!original_request(x.cfg, req, x.key_method, x.key_path, key_target, problem))
-            return local_problem(400, problem);
-        // The line names the request that was decided, not the check itself.
-        x.rec.method = x.key_method;
-        if (!key_target.empty()) x.rec.target = std::move(key_target);
-    }
-    return std::nullopt;
-}
-
-std::optional<LocalReply> Session::prepare_limits(Exchange& x, limit::RequestKeyValues& values) {
-    const auto& route = *x.route;
-    // A cost header asking for more than a limit can ever hold would be refused forever:
-    // the request is malformed for this route, not limited.
-    if (const auto over = limit::cost_over_capacity(route.limits, values)) {
-        const auto& expensive = route.limits[*over];
-        std::string detail = fmt::format("header {} asks for more than limit '{}' of route '{}' can grant ({})",
-                                         expensive.cost_header, expensive.name, route.name,
-                                         limit::capacity_of(expensive));
-        spdlog::info("client {}: {}", x.rec.client, detail);
-        return local_problem(400, detail);
-    }
-    if (std::any_of(route.limits.begin(), route.limits.end(), limit::holds_back)) {
-        x.waiting_place.emplace(x.snap.metrics->waiting_places, x.cfg.server.max_waiting);
-        values.may_wait = x.waiting_place->held();
-    }
-    return std::nullopt;
-}
-
-std::optional<LocalReply> Session::read_decision(Exchange& x, limit::Decision& decision) {
-    const auto& cfg = x.cfg;
-    const auto& route = *x.route;
-    if (!decision.slots.empty()) x.slots.emplace(worker_, stream_.get_executor(), std::move(decision.slots));
-    const auto on_error = route.on_error.value_or(cfg.store.on_error);
-    count_decision(x.snap, x.route_index(), decision, on_error);
-    if (decision.outcome == limit::Decision::Outcome::limited) worker_.limited_clients().add(route.name, x.rec.client);
-
-    LimitVerdict verdict = limit_verdict(cfg, route, decision);
-    x.rec.decision = verdict.decision;
-    x.rec.limit = verdict.limit;
-    x.rec.remaining = verdict.remaining;
-    // Only a request a leaky bucket holds back keeps its waiting place, and a refused one
-    // gives it back before its reply is written (draining a body, a slow client).
-    x.wait = verdict.wait;
-    if (x.wait.count() == 0) x.waiting_place.reset();
-    if (decision.outcome == limit::Decision::Outcome::store_error) {
-        warn_store_error(route.name, decision.error, on_error);
-    } else {
-        // A limit keyed on a header the request lacks does not count it: the line says so.
-        // (From the request, not from `applies`, which a remembered refusal also clears.)
-        const auto& req = x.parser.get();
-        for (const auto& limit : route.limits)
-            for (const auto& part : limit.key)
-                if (part.kind == config::KeyPart::Kind::header && req.find(part.header_name) == req.end()) {
-                    if (!x.rec.skipped.empty()) x.rec.skipped += ',';
-                    x.rec.skipped += limit.name;
-                    break;
-                }
-    }
-    if (verdict.refusal) return std::move(verdict.refusal);
-    x.rate_headers = std::move(verdict.headers);
-    return std::nullopt;
-}
-
 net::awaitable<Session::Hold> Session::hold_back(std::chrono::microseconds wait, observe::Metrics& metrics) {
     const auto until = Clock::now() + wait;
     if (worker_.stopping() && until > worker_.stop_deadline()) co_return Hold::stopping;
@@ -886,43 +585,6 @@ net::awaitable<Session::Hold> Session::hold_back(std::chrono::microseconds wait,
     if (client_gone_) co_return Hold::client_gone;
     if (hold_cut_) co_return Hold::stopping;
     co_return Hold::done;
-}
-
-// The original request of a check: X-Original-Method / X-Original-URI (nginx
-// auth_request, as its config sets them) or X-Forwarded-Method / X-Forwarded-Uri (Traefik
-// ForwardAuth), from a trusted peer; else the check request's own method and path. A
-// method that is not a token or a URI that is not a valid origin-form target is a 400.
-bool Session::original_request(const config::Config& cfg, const Request& req, std::string& method, std::string& path,
-                               std::string& uri, std::string_view& problem) {
-    if (!peer_trusted_) return true;
-    auto field = [&req](std::string_view a, std::string_view b) -> std::optional<std::string_view> {
-        std::optional<std::string_view> found;
-        for (const auto& f : req)
-            if (beast::iequals(f.name_string(), a) || beast::iequals(f.name_string(), b)) {
-                if (found) return std::string_view("\n");  // given twice: ambiguous, refused below
-                found = sv(f.value());
-            }
-        return found;
-    };
-    const auto original_method = field("x-original-method", "x-forwarded-method");
-    const auto original_uri = field("x-original-uri", "x-forwarded-uri");
-    if (original_method) {
-        if (!config::is_http_token(*original_method)) {
-            problem = "X-Original-Method (or X-Forwarded-Method) is not one method";
-            return false;
-        }
-        method = std::string(*original_method);
-    }
-    if (original_uri) {
-        const RequestTarget target = parse_request_target(method, *original_uri);
-        if (!target.ok() || !target.authority.empty() || original_uri->find('\n') != std::string_view::npos) {
-            problem = "X-Original-URI (or X-Forwarded-Uri) is not one valid request target";
-            return false;
-        }
-        path = target.path;
-        uri = std::string(*original_uri);
-    }
-    return true;
 }
 
 net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(const server::Snapshot& snap,
@@ -1142,7 +804,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     head_.clear();
     const RequestOnward onward =
         request_onward(req, request_body_, request_length_, upstream_cfg.name,
-                       {peer_ip_, peer_trusted_, client_version, stream_.is_tls()}, rec.request_id, head_);
+                       {peer_ip_, x.peer_trusted, client_version, stream_.is_tls()}, rec.request_id, head_);
     if (onward.refusal) co_return co_await reply(cfg.server, *onward.refusal, false, rec);
     const bool expect_continue = onward.expect_continue;
     const bool websocket = onward.websocket;

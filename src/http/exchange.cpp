@@ -1,0 +1,296 @@
+#include "http/exchange.hpp"
+
+#include <algorithm>
+#include <random>
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/field.hpp>
+#include <spdlog/spdlog.h>
+
+#include "config/value_syntax.hpp"
+#include "http/header_rules.hpp"
+#include "http/limit_verdict.hpp"
+#include "http/request_target.hpp"
+#include "http/route_match.hpp"
+#include "limit/client_ip.hpp"
+#include "limit/cost.hpp"
+#include "limit/limit_params.hpp"
+#include "net/cidr.hpp"
+#include "server/worker.hpp"
+
+namespace sluice::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using Request = bhttp::request<bhttp::empty_body>;
+
+double ms_since(Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+namespace {
+
+// The request's id: the X-Request-Id a trusted peer (a proxy in front) sent, when it sent one
+// that is 1 to 128 visible ASCII characters without '"' or '\\'; else a new one, 32 hex
+// digits of a per-thread generator (an id names a request in logs, it is not a secret).
+std::string request_id(const Request& req, bool peer_trusted) {
+    if (peer_trusted) {
+        std::optional<std::string_view> given;
+        bool twice = false;
+        for (const auto& f : req)
+            if (beast::iequals(f.name_string(), "x-request-id")) {
+                twice = twice || given.has_value();
+                given = sv(f.value());
+            }
+        const auto plain = [](std::string_view id) {
+            if (id.empty() || id.size() > 128) return false;
+            for (const char c : id)
+                if (c <= 0x20 || c >= 0x7f || c == '"' || c == '\\') return false;
+            return true;
+        };
+        if (given && !twice && plain(*given)) return std::string(*given);
+    }
+    thread_local std::mt19937_64 random = [] {
+        std::random_device device;
+        std::seed_seq seed{device(), device(), device(), device(), device(), device(), device(), device()};
+        return std::mt19937_64(seed);
+    }();
+    return fmt::format("{:016x}{:016x}", random(), random());
+}
+
+// Store trouble is logged at most once a second per worker: under load every request
+// would otherwise log it. The access log and metrics count every request.
+void warn_store_error(std::string_view route, std::string_view error, config::OnError policy) {
+    thread_local Clock::time_point last{};
+    thread_local std::uint64_t suppressed = 0;
+    auto now = Clock::now();
+    if (now - last < std::chrono::seconds(1)) {
+        ++suppressed;
+        return;
+    }
+    last = now;
+    spdlog::warn("route {}: rate-limit store error: {}; {} the request ({} similar errors not logged)", route, error,
+                 policy == config::OnError::allow ? "allowing" : "denying", suppressed);
+    suppressed = 0;
+}
+
+// Per-limit outcomes for sluice_ratelimit_decisions_total, and the route's counters.
+void count_decision(const server::Snapshot& snap, std::size_t route_index, const limit::Decision& decision,
+                    config::OnError policy) {
+    using observe::DecisionKind;
+    auto& route = *snap.route_metrics[route_index];
+    const auto& limits = snap.limit_metrics[route_index];
+    auto bump = [](observe::LimitMetrics* m, DecisionKind kind) { observe::add(m->decisions[static_cast<std::size_t>(kind)]); };
+    if (decision.outcome == limit::Decision::Outcome::store_error) {
+        observe::add(snap.metrics->store_errors);
+        observe::add(route.store_errors);
+        auto kind = policy == config::OnError::allow ? DecisionKind::store_error_allowed : DecisionKind::store_error_denied;
+        for (auto* m : limits) bump(m, kind);
+        return;
+    }
+    for (std::size_t i = 0; i < limits.size() && i < decision.limits.size(); ++i) {
+        const auto& r = decision.limits[i];
+        if (!r.applies) continue;
+        const bool held_back = r.allowed && !r.shadow && r.wait.count() > 0 &&
+                               decision.outcome == limit::Decision::Outcome::allowed;
+        bump(limits[i], held_back    ? DecisionKind::delayed
+                        : r.allowed ? DecisionKind::allowed
+                        : r.shadow  ? DecisionKind::shadow_limited
+                                    : DecisionKind::limited);
+    }
+    if (decision.outcome == limit::Decision::Outcome::limited) observe::add(route.limited);
+    if (decision.shadow_limited()) observe::add(route.shadow_limited);
+    // route.delayed is counted when the request ends (serve_one), with its request:
+    // a request held back across a summary tick counts in one interval, not delayed in one
+    // and requested in the next.
+}
+
+// The original request of a check: X-Original-Method / X-Original-URI (nginx
+// auth_request, as its config sets them) or X-Forwarded-Method / X-Forwarded-Uri (Traefik
+// ForwardAuth), from a trusted peer; else the check request's own method and path. A
+// method that is not a token or a URI that is not a valid origin-form target is a 400.
+bool original_request(bool peer_trusted, const Request& req, std::string& method, std::string& path,
+                      std::string& uri, std::string_view& problem) {
+    if (!peer_trusted) return true;
+    auto field = [&req](std::string_view a, std::string_view b) -> std::optional<std::string_view> {
+        std::optional<std::string_view> found;
+        for (const auto& f : req)
+            if (beast::iequals(f.name_string(), a) || beast::iequals(f.name_string(), b)) {
+                if (found) return std::string_view("\n");  // given twice: ambiguous, refused below
+                found = sv(f.value());
+            }
+        return found;
+    };
+    const auto original_method = field("x-original-method", "x-forwarded-method");
+    const auto original_uri = field("x-original-uri", "x-forwarded-uri");
+    if (original_method) {
+        if (!config::is_http_token(*original_method)) {
+            problem = "X-Original-Method (or X-Forwarded-Method) is not one method";
+            return false;
+        }
+        method = std::string(*original_method);
+    }
+    if (original_uri) {
+        const RequestTarget target = parse_request_target(method, *original_uri);
+        if (!target.ok() || !target.authority.empty() || original_uri->find('\n') != std::string_view::npos) {
+            problem = "X-Original-URI (or X-Forwarded-Uri) is not one valid request target";
+            return false;
+        }
+        path = target.path;
+        uri = std::string(*original_uri);
+    }
+    return true;
+}
+
+}  // namespace
+
+bool finish(Exchange& x, bool keep) {
+    x.rec.total_ms = ms_since(x.started);
+    observe::log_access(x.rec, x.cfg.logging);
+    auto& counters = x.route ? *x.snap.route_metrics[x.route_index()] : x.snap.metrics->no_route();
+    counters.count_status(x.rec.status);
+    if (x.rec.forwarded) observe::add(counters.forwarded);
+    if (x.rec.decision == observe::AccessDecision::delayed) observe::add(counters.delayed);
+    return keep;
+}
+
+void identify_client(Exchange& x) {
+    const auto& cfg = x.cfg;
+    const auto& req = x.parser.get();
+    // Who sent it: the peer, or the client a trusted proxy in front names; the request id
+    // such a proxy gave it, else a new one (sent upstream either way: forward()).
+    if (!cfg.client_ip.trusted_proxies.empty()) {
+        const auto peer = sluice::net::IpAddress::parse(x.peer_ip);
+        x.peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
+    }
+    if (x.peer_trusted) {
+        std::vector<std::string_view> xff;
+        for (const auto& f : req)
+            if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
+        x.rec.client = limit::client_ip(x.peer_ip, xff, cfg.client_ip.trusted_proxies);
+    }
+    x.rec.request_id = request_id(req, x.peer_trusted);
+    if (auto it = req.find(bhttp::field::user_agent); it != req.end()) x.rec.user_agent = std::string(sv(it->value()));
+}
+
+std::optional<LocalReply> route_request(Exchange& x) {
+    const auto& req = x.parser.get();
+    x.route = match_route(x.cfg.routes, sv(req.method_string()), x.key_path, sv(req[bhttp::field::host]));
+    if (!x.route) return local_problem(404, "no route matches the request");
+    x.rec.route = x.route->name;
+    x.check = x.route->action == config::RouteAction::check;
+    x.key_method = std::string(sv(req.method_string()));
+    if (x.check) {
+        // A check route decides for another proxy: the method and path its key parts see are
+        // the original request's, as that proxy names them (from a trusted peer only).
+        std::string_view problem;
+        std::string key_target;
+        if (!original_request(x.peer_trusted, req, x.key_method, x.key_path, key_target, problem))
+            return local_problem(400, problem);
+        // The line names the request that was decided, not the check itself.
+        x.rec.method = x.key_method;
+        if (!key_target.empty()) x.rec.target = std::move(key_target);
+    }
+    return std::nullopt;
+}
+
+std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values) {
+    const auto& route = *x.route;
+    // A cost header asking for more than a limit can ever hold would be refused forever:
+    // the request is malformed for this route, not limited.
+    if (const auto over = limit::cost_over_capacity(route.limits, values)) {
+        const auto& expensive = route.limits[*over];
+        std::string detail = fmt::format("header {} asks for more than limit '{}' of route '{}' can grant ({})",
+                                         expensive.cost_header, expensive.name, route.name,
+                                         limit::capacity_of(expensive));
+        spdlog::info("client {}: {}", x.rec.client, detail);
+        return local_problem(400, detail);
+    }
+    if (std::any_of(route.limits.begin(), route.limits.end(), limit::holds_back)) {
+        x.waiting_place.emplace(x.snap.metrics->waiting_places, x.cfg.server.max_waiting);
+        values.may_wait = x.waiting_place->held();
+    }
+    return std::nullopt;
+}
+
+std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, server::Worker& worker,
+                                        const net::any_io_executor& executor) {
+    const auto& cfg = x.cfg;
+    const auto& route = *x.route;
+    if (!decision.slots.empty()) x.slots.emplace(worker, executor, std::move(decision.slots));
+    const auto on_error = route.on_error.value_or(cfg.store.on_error);
+    count_decision(x.snap, x.route_index(), decision, on_error);
+    if (decision.outcome == limit::Decision::Outcome::limited) worker.limited_clients().add(route.name, x.rec.client);
+
+    LimitVerdict verdict = limit_verdict(cfg, route, decision);
+    x.rec.decision = verdict.decision;
+    x.rec.limit = verdict.limit;
+    x.rec.remaining = verdict.remaining;
+    // Only a request a leaky bucket holds back keeps its waiting place, and a refused one
+    // gives it back before its reply is written (draining a body, a slow client).
+    x.wait = verdict.wait;
+    if (x.wait.count() == 0) x.waiting_place.reset();
+    if (decision.outcome == limit::Decision::Outcome::store_error) {
+        warn_store_error(route.name, decision.error, on_error);
+    } else {
+        // A limit keyed on a header the request lacks does not count it: the line says so.
+        // (From the request, not from `applies`, which a remembered refusal also clears.)
+        const auto& req = x.parser.get();
+        for (const auto& limit : route.limits)
+            for (const auto& part : limit.key)
+                if (part.kind == config::KeyPart::Kind::header && req.find(part.header_name) == req.end()) {
+                    if (!x.rec.skipped.empty()) x.rec.skipped += ',';
+                    x.rec.skipped += limit.name;
+                    break;
+                }
+    }
+    if (verdict.refusal) return std::move(verdict.refusal);
+    x.rate_headers = std::move(verdict.headers);
+    return std::nullopt;
+}
+
+struct SlotHold::State {
+    State(server::Worker& w, const net::any_io_executor& executor, limit::Slots s)
+        : worker(w), timer(executor), slots(std::move(s)) {}
+    server::Worker& worker;
+    net::steady_timer timer;
+    limit::Slots slots;
+    std::chrono::microseconds every{1000};
+    bool held = true;
+};
+
+SlotHold::SlotHold(server::Worker& worker, const net::any_io_executor& executor, limit::Slots slots)
+    : state_(std::make_shared<State>(worker, executor, std::move(slots))) {
+    std::int64_t shortest = 0;
+    for (const auto& [key, lease] : state_->slots.keys) shortest = shortest == 0 ? lease : std::min(shortest, lease);
+    state_->every = std::chrono::microseconds(std::max<std::int64_t>(shortest / 3, 1000));
+    schedule(state_);
+}
+
+SlotHold::~SlotHold() {
+    state_->held = false;
+    state_->timer.cancel();
+    state_->worker.release_slots(state_->slots);
+}
+
+void SlotHold::schedule(const std::shared_ptr<State>& state) {
+    state->timer.expires_after(state->every);
+    state->timer.async_wait([state](boost::system::error_code ec) {
+        if (ec || !state->held) return;
+        state->worker.renew_slots(state->slots);
+        schedule(state);
+    });
+}
+
+limit::RequestKeyValues key_values(Exchange& x) {
+    return limit::RequestKeyValues{x.rec.client, x.key_method, x.key_path,
+                                   [&x](std::string_view name) -> std::optional<std::string_view> {
+                                       const auto& req = x.parser.get();
+                                       auto it = req.find(name);
+                                       if (it == req.end()) return std::nullopt;
+                                       return sv(it->value());
+                                   }};
+}
+
+}  // namespace sluice::http

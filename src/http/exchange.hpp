@@ -1,0 +1,120 @@
+// One request, from its head to its access line, whatever protocol brought it: the state
+// its phases share (Pingora's per-request context) and the phases that do not touch a
+// socket. The HTTP/1.1 session (client_session.cpp) and each HTTP/2 stream
+// (h2_session.cpp) run the same list: identify_client, route_request, the limits
+// (prepare_limits, the worker's decide, read_decision), the hold, then forward or a check
+// route's 200; finish() logs and counts the request once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "http/problem.hpp"
+#include "http/request_head.hpp"
+#include "limit/decision.hpp"
+#include "limit/limit_key.hpp"
+#include "limit/rate_limit_headers.hpp"
+#include "observe/access_log.hpp"
+#include "server/snapshot.hpp"
+
+namespace sluice::server {
+class Worker;
+}
+
+namespace sluice::http {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t);
+
+// A request's concurrency slots while it runs: renewed every third of the shortest lease,
+// given back when the hold goes (the response is done, or the request ended otherwise).
+class SlotHold {
+public:
+    SlotHold(server::Worker& worker, const boost::asio::any_io_executor& executor, limit::Slots slots);
+    SlotHold(const SlotHold&) = delete;
+    SlotHold& operator=(const SlotHold&) = delete;
+    ~SlotHold();
+
+private:
+    struct State;
+    static void schedule(const std::shared_ptr<State>& state);
+    std::shared_ptr<State> state_;
+};
+
+// A place among the requests this instance may hold back at once (server.max_waiting),
+// taken before a decision that may tell the request to wait and kept while it waits. Without
+// one the decision is asked with may_wait false: a leaky bucket then limits a request it
+// would hold back, taking nothing. So at most max_waiting requests ever wait, and none is
+// turned away after its place in a bucket was taken.
+class WaitingPlace {
+public:
+    WaitingPlace(std::atomic<std::int64_t>& places, std::size_t max) : places_(&places) {
+        if (places.fetch_add(1, std::memory_order_relaxed) >= static_cast<std::int64_t>(max)) give_back();
+    }
+    WaitingPlace(const WaitingPlace&) = delete;
+    WaitingPlace& operator=(const WaitingPlace&) = delete;
+    ~WaitingPlace() { give_back(); }
+    bool held() const { return places_ != nullptr; }
+    void give_back() {
+        if (places_) places_->fetch_sub(1, std::memory_order_relaxed);
+        places_ = nullptr;
+    }
+
+private:
+    std::atomic<std::int64_t>* places_;
+};
+
+struct Exchange {
+    Exchange(std::shared_ptr<const server::Snapshot> current, std::string_view peer)
+        : snapshot(std::move(current)), snap(*snapshot), cfg(*snap.config), started(Clock::now()), peer_ip(peer) {}
+    const std::shared_ptr<const server::Snapshot> snapshot;  // the settings it is served under
+    const server::Snapshot& snap;
+    const config::Config& cfg;
+    const Clock::time_point started;
+    const std::string_view peer_ip;  // the TCP peer (the connection's, which outlives it)
+    bool peer_trusted = false;       // the peer is in client_ip.trusted_proxies (identify_client)
+    observe::AccessRecord rec;
+    RequestParser parser;  // its head, once read_request_head accepted it
+    const config::RouteConfig* route = nullptr;
+    bool keep_alive = false;
+    bool check = false;  // the route's action is check: answer 200 instead of forwarding
+    // What the limits' key parts see as method and path: the request's own, or for a
+    // check route the original request's, as the proxy in front names it.
+    std::string key_method;
+    std::string key_path;
+    limit::HeaderList rate_headers;  // for the response: the limits' headers
+    std::optional<SlotHold> slots;   // concurrency slots held until the request is done
+    // A leaky bucket's wait before forwarding, and the waiting place it holds meanwhile.
+    std::chrono::microseconds wait{0};
+    std::optional<WaitingPlace> waiting_place;
+
+    std::size_t route_index() const { return static_cast<std::size_t>(route - cfg.routes.data()); }
+};
+
+// The peer's trust, the client a trusted proxy names, the request id and User-Agent.
+void identify_client(Exchange& x);
+// The route, and for a check route the original request's method and path; a refusal
+// (404, or 400 for an original request that cannot be read).
+std::optional<LocalReply> route_request(Exchange& x);
+// What the limits' key parts read of the request (its fields through the parser).
+limit::RequestKeyValues key_values(Exchange& x);
+// The limits' phase, around the limiter's decide() (awaited by the session: the phases are
+// plain functions, not coroutines of their own). Before: a cost the limits can never
+// grant is a 400; a route with a leaky bucket takes a waiting place. After: the answer
+// is counted and logged and read (limit_verdict): a refusal, or the rate-limit headers
+// and any wait in `x`.
+std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values);
+std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, server::Worker& worker,
+                                        const boost::asio::any_io_executor& executor);
+// Logs the request and counts it on its route; returns `keep`.
+bool finish(Exchange& x, bool keep);
+
+}  // namespace sluice::http
