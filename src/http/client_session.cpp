@@ -40,6 +40,7 @@
 #include "http/request_target.hpp"
 #include "http/stream.hpp"
 #include "http/tunnel.hpp"
+#include "http/upstream_io.hpp"
 #include "http/upstream_connection.hpp"
 #include "http/route_match.hpp"
 #include "limit/client_ip.hpp"
@@ -58,16 +59,13 @@ namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Request = bhttp::request<bhttp::empty_body>;
-using ResponseParser = bhttp::response_parser<bhttp::empty_body>;
 
 namespace {
 
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 constexpr std::size_t drain_limit = 64 * 1024;      // unread request body we read and discard to keep the connection
 constexpr auto linger_time = std::chrono::seconds(1);  // reading what a client still sends after our final response
-constexpr std::size_t upstream_header_limit = 64 * 1024;
-constexpr std::size_t upstream_field_lines = 256;  // Set-Cookie lines add up
-constexpr int max_interim_responses = 16;           // 1xx before the final response
+
 
 
 // Why a client's handshake failed, for sluice_tls_handshake_failures_total{reason}.
@@ -131,11 +129,6 @@ std::array<net::const_buffer, 5> gathered(const BodyWriter::Parts& parts) {
     return out;
 }
 
-bool is_connection_lost(const boost::system::error_code& ec) {
-    return ec == net::error::eof || ec == bhttp::error::end_of_stream || ec == net::error::connection_reset ||
-           ec == net::error::broken_pipe || ec == bhttp::error::partial_message;
-}
-
 class Session final : public ClientSession, public std::enable_shared_from_this<Session> {
 public:
     Session(server::Worker& worker, tcp::socket socket, std::shared_ptr<tls::ServerContext> tls)
@@ -172,23 +165,9 @@ private:
         std::string_view problem;
     };
 
-    enum class Upstream { ok, refused, timed_out };
     // How holding a request back ended: its time came, its client went away, or the server
     // is stopping and its time would come after shutdown_timeout.
     enum class Hold { done, client_gone, stopping };
-
-    // What read_body got: n decoded body bytes, or none because the body ended or failed
-    // (the reader's state says which) or the read failed (ec; beast::error::timeout when
-    // the deadline passed).
-    struct BodyRead {
-        std::size_t n = 0;
-        boost::system::error_code ec;
-    };
-    // An upstream's response head, read and checked (RFC 9112 framing, our byte rules).
-    struct UpstreamHead {
-        boost::system::error_code ec;  // the connection failed
-        std::string_view problem;      // else: the response is invalid (502)
-    };
 
     // The request path, phase by phase (a fixed list, not a registry): read_head, then
     // read_request_head (pure), identify_client, route_request, the limits (prepare_limits,
@@ -198,9 +177,6 @@ private:
     net::awaitable<bool> serve_one(bool first);
     net::awaitable<Head> read_head(bool first);
     net::awaitable<bool> forward(Exchange& x);
-    net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(const server::Snapshot& snap,
-                                                                         std::size_t upstream, bool fresh,
-                                                                         Upstream& failure);
     // Writes `answer` (the request is not forwarded). To keep the connection, a request body
     // not read yet is read and discarded first; a large one, or one whose client waits for a
     // 100 Continue to send it, ends the connection instead.
@@ -217,14 +193,6 @@ private:
     // the connection; false.
     net::awaitable<bool> refuse_request_body(const config::ServerConfig& server, boost::system::error_code ec,
                                              observe::AccessRecord& rec);
-    // The next decoded bytes of a body into `out`: first what `in` holds, then what `socket`
-    // sends. Without `may_wait`, only what `in` holds (n may then be 0 with the body unfinished).
-    net::awaitable<BodyRead> read_body(BodyReader& reader, beast::flat_buffer& in, Stream& stream,
-                                       std::span<char> out, bool upstream_side, config::Duration timeout,
-                                       bool may_wait);
-    // Reads one response head before `deadline` (a trickling upstream does not extend it).
-    net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, ResponseParser& parser,
-                                                    Clock::time_point deadline);
     net::awaitable<void> close_gracefully();
     // Holds the request back (a leaky bucket's wait) on a timer: nothing read, no upstream
     // connection held. A plain client that closes meanwhile ends it (TLS ones are not watched).
@@ -240,7 +208,27 @@ private:
         timed_out_ = false;
         if (deadlines_.arm(Deadlines::Side::client, Clock::now() + d)) start_timer();
     }
+    void arm_until(Clock::time_point until) {
+        timed_out_ = false;
+        if (deadlines_.arm(Deadlines::Side::client, until)) start_timer();
+    }
     void disarm() { deadlines_.disarm(Deadlines::Side::client); }
+    // Both sides' deadlines as upstream_io's operations take them.
+    struct ClientDeadline final : IoDeadline {
+        explicit ClientDeadline(Session& s) : session(s) {}
+        Session& session;
+        void arm(tcp::socket&, Clock::time_point until) override { session.arm_until(until); }
+        boost::system::error_code disarm(boost::system::error_code ec) override {
+            session.disarm();
+            return session.timed_out_ ? beast::error::timeout : ec;
+        }
+    };
+    struct UpstreamDeadline final : IoDeadline {
+        explicit UpstreamDeadline(Session& s) : session(s) {}
+        Session& session;
+        void arm(tcp::socket& socket, Clock::time_point until) override { session.arm_upstream_until(socket, until); }
+        boost::system::error_code disarm(boost::system::error_code ec) override { return session.disarm_upstream(ec); }
+    };
     // The same for one operation on an upstream connection; disarm before `socket` can go.
     void arm_upstream(tcp::socket& socket, config::Duration d) { arm_upstream_until(socket, Clock::now() + d); }
     void arm_upstream_until(tcp::socket& socket, Clock::time_point deadline) {
@@ -321,6 +309,8 @@ private:
     Stream stream_;
     net::steady_timer timer_;
     Deadlines deadlines_;
+    ClientDeadline client_deadline_{*this};
+    UpstreamDeadline upstream_deadline_{*this};
     std::uint64_t timer_generation_ = 0;
     bool timed_out_ = false;
     tcp::socket* upstream_socket_ = nullptr;  // the socket of the upstream operation armed
@@ -587,163 +577,6 @@ net::awaitable<Session::Hold> Session::hold_back(std::chrono::microseconds wait,
     co_return Hold::done;
 }
 
-net::awaitable<std::unique_ptr<UpstreamConnection>> Session::connect_upstream(const server::Snapshot& snap,
-                                                                              std::size_t upstream, bool fresh,
-                                                                              Upstream& failure) {
-    const auto& servers = snap.servers[upstream];
-    const auto& upstream_cfg = snap.config->upstreams[upstream];
-    auto first = worker_.next_server(upstream, servers.size());
-    failure = Upstream::refused;
-    // Round-robin; a server that refuses or does not answer the connect is skipped
-    // for this request (as nginx's proxy_next_upstream error timeout).
-    for (std::size_t i = 0; i < servers.size(); ++i) {
-        const auto& server = servers[(first + i) % servers.size()];
-        if (!fresh) {
-            if (auto conn = worker_.upstream_pool().take(server.key)) co_return conn;
-        }
-        auto conn = std::make_unique<UpstreamConnection>(stream_.get_executor());
-        conn->key = server.key;
-        arm_upstream(conn->stream.socket(), upstream_cfg.connect_timeout);
-        auto [ec0] = co_await conn->stream.socket().async_connect(server.endpoint, nothrow);
-        auto ec = disarm_upstream(ec0);
-        if (!ec) {
-            boost::system::error_code ignored;
-            conn->stream.socket().set_option(tcp::no_delay(true), ignored);
-            tls::ClientContext* tls = snap.upstream_tls[upstream].get();
-            if (!tls) co_return conn;
-            // HTTPS: the handshake is part of connecting (same timeout, same next server).
-            conn->stream.start_tls(tls->context());
-            SSL* ssl = conn->stream.tls().native_handle();
-            tls->prepare(ssl, server.host);
-            arm_upstream(conn->stream.socket(), upstream_cfg.connect_timeout);
-            auto [hec] = co_await conn->stream.tls().async_handshake(net::ssl::stream_base::client, nothrow);
-            ec = disarm_upstream(hec);
-            if (!ec) co_return conn;
-            failure = ec == beast::error::timeout ? Upstream::timed_out : Upstream::refused;
-            const long verify = SSL_get_verify_result(ssl);
-            spdlog::warn("upstream {} server {}: TLS handshake failed: {}{}", upstream_cfg.name, server.key,
-                         ec == beast::error::timeout ? "timed out" : ec.message(),
-                         verify != X509_V_OK ? std::string(" (") + X509_verify_cert_error_string(verify) + ")"
-                                             : std::string());
-            continue;
-        }
-        failure = ec == beast::error::timeout ? Upstream::timed_out : Upstream::refused;
-        spdlog::warn("upstream {} server {}: connect failed: {}", upstream_cfg.name, server.key,
-                     ec == beast::error::timeout ? "timed out" : ec.message());
-    }
-    co_return nullptr;
-}
-
-net::awaitable<Session::BodyRead> Session::read_body(BodyReader& reader, beast::flat_buffer& in, Stream& stream,
-                                                     std::span<char> out, bool upstream_side, config::Duration timeout,
-                                                     bool may_wait) {
-    BodyRead got;
-    while (reader.state() == BodyReader::State::reading) {
-        if (in.size() > 0) {
-            std::string_view data(static_cast<const char*>(in.data().data()), in.size());
-            const auto step = reader.decode(data, out);
-            in.consume(step.consumed);
-            if (step.produced > 0 || reader.state() != BodyReader::State::reading) {
-                got.n = step.produced;
-                co_return got;
-            }
-            if (in.size() > 0) continue;  // framing bytes used; more to decode
-        }
-        if (!may_wait) co_return got;
-        // Nothing buffered: Content-Length and close-delimited bodies are read straight into
-        // `out`; chunked ones through `in`, where their framing is decoded.
-        const auto raw = reader.raw_remaining();
-        const std::size_t want = raw ? static_cast<std::size_t>(std::min<std::uint64_t>(raw, out.size()))
-                                     : std::min<std::size_t>(out.size(), 16 * 1024);
-        auto target = raw ? net::mutable_buffer(out.data(), want) : in.prepare(want);
-        if (upstream_side)
-            arm_upstream(stream.socket(), timeout);
-        else
-            arm(timeout);
-        auto [ec0, n] = co_await stream.async_read_some(target, nothrow);
-        auto ec = ec0;
-        if (upstream_side) {
-            ec = disarm_upstream(ec0);
-        } else {
-            disarm();
-            if (timed_out_) ec = beast::error::timeout;
-        }
-        if (ec == net::error::eof) {
-            reader.end_of_input();  // ends a close-delimited body; cuts short any other
-            co_return got;
-        }
-        if (ec) {
-            got.ec = ec;
-            co_return got;
-        }
-        if (raw) {
-            reader.consumed_raw(n);
-            got.n = n;
-            if (n > 0 || reader.state() != BodyReader::State::reading) co_return got;
-        } else {
-            in.commit(n);
-        }
-    }
-    co_return got;
-}
-
-net::awaitable<Session::UpstreamHead> Session::read_upstream_head(UpstreamConnection& conn, ResponseParser& parser,
-                                                                 Clock::time_point deadline) {
-    UpstreamHead result;
-    std::size_t scanned = 0;
-    while (true) {
-        std::string_view data(static_cast<const char*>(conn.buffer.data().data()), conn.buffer.size());
-        auto scan = scan_request_head(data, scanned);
-        if (scan.leading_crlf && scan.state != HeadScan::State::incomplete) {
-            conn.buffer.consume(scan.leading_crlf);
-            scanned -= scan.leading_crlf;
-            data.remove_prefix(scan.leading_crlf);
-        }
-        if (scan.state == HeadScan::State::malformed) {
-            result.problem = "upstream sent a malformed response head";
-            co_return result;
-        }
-        if (scan.state == HeadScan::State::complete) {
-            const auto raw = data.substr(0, scan.head_size);
-            if (raw.size() > upstream_header_limit) {
-                result.problem = "upstream response head too large";
-            } else if (!check_request_head(raw).empty()) {
-                result.problem = "upstream sent a malformed response head";
-            } else if (count_field_lines(raw) > upstream_field_lines) {
-                result.problem = "upstream response has too many header fields";
-            } else {
-                beast::error_code ec;
-                parser.header_limit(static_cast<std::uint32_t>(upstream_header_limit + 4));
-                parser.body_limit(boost::none);
-                parser.put(net::buffer(raw.data(), raw.size()), ec);
-                if (ec || !parser.is_header_done()) {
-                    result.problem = "upstream sent an invalid response head";
-                } else {
-                    const auto& res = parser.get();
-                    if (res.version() / 10 != 1)
-                        result.problem = "upstream answered with an HTTP version other than 1.x";
-                    else if (res.result_int() < 100 || res.result_int() > 599)
-                        result.problem = "upstream sent an invalid status code";
-                }
-            }
-            conn.buffer.consume(scan.head_size);
-            co_return result;
-        }
-        if (data.size() > upstream_header_limit) {
-            result.problem = "upstream response head too large";
-            co_return result;
-        }
-        arm_upstream_until(conn.stream.socket(), deadline);
-        auto [ec0, n] = co_await conn.stream.async_read_some(conn.buffer.prepare(8192), nothrow);
-        const auto ec = disarm_upstream(ec0);
-        if (ec) {
-            result.ec = ec;
-            co_return result;
-        }
-        conn.buffer.commit(n);
-    }
-}
-
 namespace {
 
 // Connection names `upgrade` (in any of its values).
@@ -817,7 +650,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     // body already malformed there is refused with nothing sent upstream at all.
     std::size_t first_piece = 0;
     if (has_body) {
-        auto got = co_await read_body(request_body_, buffer_, stream_, relay, false, cfg.server.idle_timeout, false);
+        auto got = co_await read_body(request_body_, buffer_, stream_, relay, cfg.server.idle_timeout, false, client_deadline_);
         if (request_body_.failed()) co_return co_await refuse_request_body(cfg.server, got.ec, rec);
         first_piece = got.n;
     }
@@ -831,7 +664,8 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     for (int attempt = 0;; ++attempt) {
         Upstream failure;
         upstream_started = Clock::now();
-        conn = co_await connect_upstream(snap, route.upstream_index, attempt > 0, failure);
+        conn = co_await connect_upstream(worker_, stream_.get_executor(), snap, route.upstream_index, attempt > 0, failure,
+                                         upstream_deadline_);
         if (!conn) {
             rec.upstream_ms = ms_since(upstream_started);
             if (failure == Upstream::timed_out)
@@ -860,8 +694,8 @@ net::awaitable<bool> Session::forward(Exchange& x) {
             if (!first && !request_body_.done()) {
                 // The upstream connection is dropped on a failure here: it holds an unfinished
                 // request, which the upstream never sees completed.
-                auto got = co_await read_body(request_body_, buffer_, stream_, relay, false, cfg.server.idle_timeout,
-                                              true);
+                auto got = co_await read_body(request_body_, buffer_, stream_, relay, cfg.server.idle_timeout, true,
+                                              client_deadline_);
                 if (request_body_.failed() || got.ec) co_return co_await refuse_request_body(cfg.server, got.ec, rec);
                 n = got.n;
             }
@@ -887,7 +721,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         for (int interim = 0; !upstream_error && !client_gone_; ++interim) {
             res_parser.emplace();
             if (is_head) res_parser->skip(true);
-            const auto got = co_await read_upstream_head(*conn, *res_parser, head_deadline);
+            const auto got = co_await read_upstream_head(*conn, *res_parser, head_deadline, upstream_deadline_);
             if (got.ec || !got.problem.empty()) {
                 upstream_error = got.ec;
                 invalid = got.problem;
@@ -990,8 +824,8 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     for (bool first = true;; first = false) {
         std::size_t n = 0;
         if (!body.done()) {
-            auto got = co_await read_body(body, conn->buffer, conn->stream, relay, true, upstream_cfg.timeout,
-                                          !first);
+            auto got = co_await read_body(body, conn->buffer, conn->stream, relay, upstream_cfg.timeout, !first,
+                                          upstream_deadline_);
             if (body.failed() || got.ec) {
                 // The client has the head: it sees the connection close before the body's
                 // end (no last chunk), never a body that looks complete.
@@ -1043,7 +877,7 @@ net::awaitable<bool> Session::drain_body(const config::ServerConfig& server) {
     std::size_t total = 0;
     while (!request_body_.done()) {
         if (request_body_.raw_remaining() > drain_limit - total) co_return false;
-        auto got = co_await read_body(request_body_, buffer_, stream_, scratch, false, server.header_timeout, true);
+        auto got = co_await read_body(request_body_, buffer_, stream_, scratch, server.header_timeout, true, client_deadline_);
         if (got.ec || request_body_.failed()) co_return false;
         total += got.n;
         if (total > drain_limit) co_return false;
