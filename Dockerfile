@@ -14,7 +14,7 @@ FROM debian:bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       g++ make cmake pkg-config \
-      libboost1.81-dev libhiredis-dev libyaml-cpp-dev libspdlog-dev libssl-dev \
+      libboost1.81-dev libhiredis-dev libyaml-cpp-dev libspdlog-dev libssl-dev libnghttp2-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -42,7 +42,7 @@ FROM debian:bookworm-slim
 
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      libhiredis0.14 libyaml-cpp0.7 libspdlog1.10 libfmt9 libssl3 ca-certificates tzdata \
+      libhiredis0.14 libyaml-cpp0.7 libspdlog1.10 libfmt9 libssl3 libnghttp2-14 ca-certificates tzdata \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 sluice \
  && useradd --system --uid 10001 --gid sluice --no-create-home --home-dir /nonexistent \

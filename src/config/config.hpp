@@ -49,6 +49,19 @@ struct ListenerTls {
 // One `server.listen` entry: an address, and TLS when the entry has `tls`.
 struct Listener : Endpoint {
     std::optional<ListenerTls> tls;
+    // HTTP/2 to clients: a TLS entry offers ALPN h2 (then http/1.1) unless `http2: off`; a
+    // plain one takes h2 with prior knowledge (the connection preface) with `http2:
+    // prior_knowledge`, and HTTP/1.1 as before.
+    bool http2 = false;
+};
+
+// server.http2: what one HTTP/2 connection may make sluice hold or do (http/h2_codec.hpp).
+struct Http2Config {
+    std::uint32_t max_concurrent_streams = 128;
+    std::uint32_t max_header_list_bytes = 16384;
+    std::uint32_t max_resets_per_second = 100;
+    std::uint32_t max_control_frames_per_second = 1000;
+    std::uint32_t stream_window_bytes = 65535;
 };
 
 struct ServerConfig {
@@ -64,6 +77,7 @@ struct ServerConfig {
     // Requests a leaky_bucket limit holds back at once in this instance; past it a request
     // that would have to wait is limited instead (it takes nothing).
     std::size_t max_waiting = 4096;
+    Http2Config http2;
     // Where the running instance writes its pid (`sluice --reload` reads it); "" = none.
     // Relative paths are relative to the configuration file.
     std::string pid_file;

@@ -33,7 +33,7 @@ namespace {
 using Keys = std::vector<std::string_view>;
 
 const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "responses", "logging"};
-const Keys listener_keys{"address", "tls"};
+const Keys listener_keys{"address", "tls", "http2"};
 const Keys listener_tls_keys{"cert", "key", "certificates", "min_version", "handshake_timeout"};
 const Keys certificate_keys{"cert", "key"};
 const Keys upstream_tls_keys{"ca", "server_name", "verify", "cert", "key"};
@@ -213,6 +213,7 @@ public:
         Keys keys;
     };
     static const Table<ServerConfig>& server_table();
+    static const Table<Http2Config>& http2_table();
     static const Table<AdminConfig>& admin_table();
     static const Table<ClientIpConfig>& client_ip_table();
     static const Table<StoreConfig>& store_table();
@@ -457,6 +458,7 @@ const ConfigReader::Table<ServerConfig>& ConfigReader::server_table() {
         {"shutdown_timeout", [](R& r, const Field& f, S& s) { assign(s.shutdown_timeout, r.duration(f, false)); }},
         {"tunnel_idle_timeout", [](R& r, const Field& f, S& s) { assign(s.tunnel_idle_timeout, r.duration(f, false)); }},
         {"max_waiting", [](R& r, const Field& f, S& s) { assign(s.max_waiting, r.integer(f, 0, max_count)); }},
+        {"http2", [](R& r, const Field& f, S& s) { r.read_table(f, "in server.http2", http2_table(), s.http2); }},
         {"pid_file",
          [](R& r, const Field& f, S& s) {
              const auto written = r.text(f);
@@ -465,6 +467,21 @@ const ConfigReader::Table<ServerConfig>& ConfigReader::server_table() {
              else if (written)
                  s.pid_file = r.file_path(*written);
          }},
+    });
+    return table;
+}
+
+const ConfigReader::Table<Http2Config>& ConfigReader::http2_table() {
+    using R = ConfigReader;
+    using S = Http2Config;
+    static const Table<S> table({
+        {"max_concurrent_streams", [](R& r, const Field& f, S& s) { assign(s.max_concurrent_streams, r.integer(f, 1, 10000)); }},
+        {"max_header_list_bytes",
+         [](R& r, const Field& f, S& s) { assign(s.max_header_list_bytes, r.integer(f, min_header_bytes, 1048576)); }},
+        {"max_resets_per_second", [](R& r, const Field& f, S& s) { assign(s.max_resets_per_second, r.integer(f, 1, 1000000)); }},
+        {"max_control_frames_per_second",
+         [](R& r, const Field& f, S& s) { assign(s.max_control_frames_per_second, r.integer(f, 10, 1000000)); }},
+        {"stream_window_bytes", [](R& r, const Field& f, S& s) { assign(s.stream_window_bytes, r.integer(f, 16384, 16777215)); }},
     });
     return table;
 }
@@ -500,6 +517,24 @@ std::optional<Listener> ConfigReader::read_listener(const Field& item) {
     if (const Field* f = section.find("tls")) {
         listener.tls = read_listener_tls(*f);
         ok = ok && listener.tls.has_value();
+        listener.http2 = true;
+    }
+    if (const Field* f = section.find("http2")) {
+        const auto written = text(*f);
+        if (written && *written == "off") {
+            listener.http2 = false;
+        } else if (written && *written == "prior_knowledge" && !section.find("tls")) {
+            listener.http2 = true;
+        } else if (written && *written == "prior_knowledge") {
+            diagnostics_.error(f->at, f->label() + ": prior_knowledge is for plain listeners; a TLS listener offers h2 "
+                                                   "by ALPN (write 'off' to offer only http/1.1)");
+            ok = false;
+        } else if (written) {
+            diagnostics_.error(f->at, f->label() + " must be prior_knowledge or off, got '" + *written + "'");
+            ok = false;
+        } else {
+            ok = false;
+        }
     }
     if (!ok) return std::nullopt;
     return listener;
@@ -1572,6 +1607,7 @@ LoadResult load_file(const std::string& path) {
 std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys() {
     return {{"", top_level_keys},
             {"server", ConfigReader::server_table().keys},
+            {"server.http2", ConfigReader::http2_table().keys},
             {"server.listen[]", listener_keys},
             {"server.listen[].tls", listener_tls_keys},
             {"server.listen[].tls.certificates[]", certificate_keys},

@@ -31,6 +31,7 @@
 #include "http/body_writer.hpp"
 #include "http/deadlines.hpp"
 #include "http/exchange.hpp"
+#include "http/h2_session.hpp"
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
 #include "http/limit_verdict.hpp"
@@ -131,8 +132,9 @@ std::array<net::const_buffer, 5> gathered(const BodyWriter::Parts& parts) {
 
 class Session final : public ClientSession, public std::enable_shared_from_this<Session> {
 public:
-    Session(server::Worker& worker, tcp::socket socket, std::shared_ptr<tls::ServerContext> tls)
+    Session(server::Worker& worker, tcp::socket socket, std::shared_ptr<tls::ServerContext> tls, bool http2)
         : worker_(worker),
+          http2_(http2),
           tls_(std::move(tls)),
           stream_(tls_ ? Stream(std::move(socket), tls_->context()) : Stream(std::move(socket))),
           timer_(stream_.get_executor()) {
@@ -147,6 +149,7 @@ public:
     net::awaitable<void> run();
 
     void stop_if_idle() override {
+        if (h2_) h2_stop(*h2_);
         if (idle_) {
             boost::system::error_code ec;
             stream_.socket().cancel(ec);
@@ -194,6 +197,9 @@ private:
     net::awaitable<bool> refuse_request_body(const config::ServerConfig& server, boost::system::error_code ec,
                                              observe::AccessRecord& rec);
     net::awaitable<void> close_gracefully();
+    // The connection speaks HTTP/2: ALPN chose h2, or (prior knowledge) it starts with the
+    // connection preface, which stays in buffer_ for the HTTP/2 connection.
+    net::awaitable<bool> speaks_h2();
     // Holds the request back (a leaky bucket's wait) on a timer: nothing read, no upstream
     // connection held. A plain client that closes meanwhile ends it (TLS ones are not watched).
     net::awaitable<Hold> hold_back(std::chrono::microseconds wait, observe::Metrics& metrics);
@@ -305,6 +311,8 @@ private:
     }
 
     server::Worker& worker_;
+    const bool http2_;  // the listener offers HTTP/2 (ALPN h2 on TLS, prior knowledge on plain)
+    std::shared_ptr<H2Connection> h2_;  // the connection is HTTP/2 (serve_h2 runs)
     std::shared_ptr<tls::ServerContext> tls_;  // the listener's, as when the connection came; null: plain
     Stream stream_;
     net::steady_timer timer_;
@@ -343,9 +351,16 @@ net::awaitable<void> Session::run() {
         co_return;
     }
     try {
-        while (true) {
-            if (!co_await serve_one(first)) break;
-            first = false;
+        if (http2_ && co_await speaks_h2()) {
+            // Handed over with what was read (Beast's model): the HTTP/2 connection owns it now.
+            const std::string early(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+            buffer_.consume(buffer_.size());
+            co_await serve_h2(worker_, stream_, peer_ip_, early, h2_);
+        } else {
+            while (true) {
+                if (!co_await serve_one(first)) break;
+                first = false;
+            }
         }
     } catch (const std::exception& e) {
         spdlog::error("client {}: {}", peer_ip_, e.what());
@@ -353,6 +368,32 @@ net::awaitable<void> Session::run() {
     co_await close_gracefully();
     stop_timer();
     worker_.remove_session(this);
+}
+
+net::awaitable<bool> Session::speaks_h2() {
+    if (stream_.is_tls()) {
+        const unsigned char* protocol = nullptr;
+        unsigned int size = 0;
+        SSL_get0_alpn_selected(stream_.tls().native_handle(), &protocol, &size);
+        co_return size == 2 && protocol[0] == 'h' && protocol[1] == '2';
+    }
+    // Prior knowledge: the connection preface, or an HTTP/1.1 request (which differs from it
+    // by its fourth byte at the latest).
+    arm(worker_.snapshot()->config->server.header_timeout);
+    while (true) {
+        const std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+        const std::size_t n = std::min(data.size(), h2_preface.size());
+        if (data.substr(0, n) != h2_preface.substr(0, n) || n == h2_preface.size()) {
+            disarm();
+            co_return n == h2_preface.size() && data.substr(0, n) == h2_preface;
+        }
+        auto [ec, got] = co_await stream_.async_read_some(buffer_.prepare(8192), nothrow);
+        if (ec || timed_out_) {
+            disarm();
+            co_return false;  // HTTP/1.1's reading of the head sees the end or the timeout
+        }
+        buffer_.commit(got);
+    }
 }
 
 net::awaitable<void> Session::close_gracefully() {
@@ -924,7 +965,9 @@ net::awaitable<bool> Session::reply(const config::ServerConfig& server, LocalRep
 void start_client_session(server::Worker& worker, tcp::socket socket, std::size_t listener) {
     const auto& contexts = worker.snapshot()->listener_tls;
     auto tls = listener < contexts.size() ? contexts[listener] : nullptr;
-    auto session = std::make_shared<Session>(worker, std::move(socket), std::move(tls));
+    const auto& listen = worker.snapshot()->config->server.listen;
+    const bool http2 = listener < listen.size() && listen[listener].http2;
+    auto session = std::make_shared<Session>(worker, std::move(socket), std::move(tls), http2);
     // Whatever escapes a session ends that session only: an exception here would otherwise
     // leave io_context::run and end the worker thread with every connection on it.
     net::co_spawn(worker.io(), [session]() -> net::awaitable<void> { co_await session->run(); },

@@ -107,4 +107,37 @@ ResponseOnward response_onward(bhttp::response<bhttp::empty_body>& res, const Fr
     return out;
 }
 
+H2Fields response_onward_h2(bhttp::response<bhttp::empty_body>& res, const Framing& framing,
+                            const limit::HeaderList& rate_headers) {
+    const unsigned status = res.result_int();
+    strip_hop_by_hop(res);
+    if (framing.body != Framing::Body::none || status == 204)
+        strip_framing(res);
+    else
+        res.erase(bhttp::field::transfer_encoding);
+    res.erase(bhttp::field::keep_alive);
+    res.erase(bhttp::field::proxy_connection);
+    append_via(res, res.version());
+    if (framing.body == Framing::Body::length) res.set(bhttp::field::content_length, std::to_string(framing.length));
+    for (const auto& [name, value] : rate_headers) res.set(name, value);
+    H2Fields out;
+    out.reserve(16);
+    for (const auto& f : res) {
+        std::string name(sv(f.name_string()));
+        for (auto& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        out.emplace_back(std::move(name), std::string(sv(f.value())));
+    }
+    return out;
+}
+
+H2Fields h2_fields(const limit::HeaderList& headers) {
+    H2Fields out;
+    for (const auto& [name, value] : headers) {
+        std::string lower(name);
+        for (auto& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        out.emplace_back(std::move(lower), value);
+    }
+    return out;
+}
+
 }  // namespace sluice::http

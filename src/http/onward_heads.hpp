@@ -15,6 +15,7 @@
 
 #include "http/body_reader.hpp"
 #include "http/body_writer.hpp"
+#include "http/h2_codec.hpp"
 #include "http/header_rules.hpp"
 #include "http/problem.hpp"
 #include "limit/rate_limit_headers.hpp"
@@ -55,5 +56,14 @@ struct ResponseOnward {
 ResponseOnward response_onward(boost::beast::http::response<boost::beast::http::empty_body>& res, const Framing& framing,
                                unsigned client_version, bool keep_alive, const limit::HeaderList& rate_headers,
                                std::string& head);
+
+// The same for an HTTP/2 client: the fields of its HEADERS frame (after :status), names in
+// lower case, no connection-specific field (RFC 9113 8.2.2), Content-Length where the body's
+// length is known.
+H2Fields response_onward_h2(boost::beast::http::response<boost::beast::http::empty_body>& res, const Framing& framing,
+                            const limit::HeaderList& rate_headers);
+
+// Header fields as an HTTP/2 peer gets them: names in lower case.
+H2Fields h2_fields(const limit::HeaderList& headers);
 
 }  // namespace sluice::http

@@ -40,13 +40,16 @@ void common_settings(SSL_CTX* ctx, config::TlsVersion min_version) {
         throw std::runtime_error("TLS cipher list refused: " + openssl_error());
 }
 
-// ALPN: http/1.1 when the client offers it; a client offering only other protocols (h2)
-// gets no ALPN answer and may go on with HTTP/1.1 or leave.
+// ALPN: h2 (where the listener offers it) then http/1.1, in our order of preference,
+// among what the client offers; a client offering neither gets no ALPN answer and may go on
+// with HTTP/1.1 or leave. `arg` is non-null when the listener offers h2.
 int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
-                void*) {
-    static const unsigned char ours[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+                void* arg) {
+    static const unsigned char with_h2[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+    const unsigned char* ours = arg ? with_h2 : with_h2 + 3;
+    const unsigned int size = arg ? sizeof with_h2 : sizeof with_h2 - 3;
     unsigned char* selected = nullptr;
-    if (SSL_select_next_proto(&selected, outlen, ours, sizeof ours, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+    if (SSL_select_next_proto(&selected, outlen, ours, size, in, inlen) != OPENSSL_NPN_NEGOTIATED)
         return SSL_TLSEXT_ERR_NOACK;
     *out = selected;
     return SSL_TLSEXT_ERR_OK;
@@ -64,13 +67,14 @@ void use_certificate(ssl::context& context, const config::TlsCertificate& cert) 
 
 }  // namespace
 
-ServerContext::ServerContext(const config::ListenerTls& cfg) : handshake_timeout_(cfg.handshake_timeout) {
+ServerContext::ServerContext(const config::ListenerTls& cfg, bool http2)
+    : handshake_timeout_(cfg.handshake_timeout) {
     if (cfg.certificates.empty()) throw std::runtime_error("a TLS listener needs a certificate");
     for (const auto& cert : cfg.certificates) {
         Entry entry{std::make_unique<ssl::context>(ssl::context::tls_server), cert.names};
         SSL_CTX* ctx = entry.context->native_handle();
         common_settings(ctx, cfg.min_version);
-        SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
+        SSL_CTX_set_alpn_select_cb(ctx, select_alpn, http2 ? this : nullptr);
         use_certificate(*entry.context, cert);
         entries_.push_back(std::move(entry));
     }
@@ -134,7 +138,7 @@ void ClientContext::prepare(SSL* ssl, const std::string& host) const {
 Contexts make_contexts(const config::Config& cfg) {
     Contexts out;
     for (const auto& listener : cfg.server.listen)
-        out.listeners.push_back(listener.tls ? std::make_shared<ServerContext>(*listener.tls) : nullptr);
+        out.listeners.push_back(listener.tls ? std::make_shared<ServerContext>(*listener.tls, listener.http2) : nullptr);
     for (const auto& upstream : cfg.upstreams) {
         try {
             out.upstreams.push_back(upstream.tls ? std::make_shared<ClientContext>(*upstream.tls) : nullptr);

@@ -19,8 +19,9 @@ namespace sluice::tls {
 // covering one label), as nginx's default server does.
 class ServerContext {
 public:
-    // Throws std::runtime_error naming the certificate that OpenSSL refused.
-    explicit ServerContext(const config::ListenerTls& cfg);
+    // Throws std::runtime_error naming the certificate that OpenSSL refused. `http2`: ALPN
+    // offers h2 before http/1.1.
+    ServerContext(const config::ListenerTls& cfg, bool http2);
     ServerContext(const ServerContext&) = delete;
     ServerContext& operator=(const ServerContext&) = delete;
 

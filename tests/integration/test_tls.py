@@ -177,12 +177,12 @@ class TlsListenerTest(PkiMixin, SluiceTestCase):
     def test_curl_gets_the_chain_and_the_request_is_marked_https(self):
         s, port, _ = self.start_tls(self.cert_entry(self.a))
         # curl trusts only the root: the intermediate must come from the certificate file.
-        # It offers h2 too; ALPN must settle on http/1.1.
+        # It offers h2 too, which ALPN picks (test_http2.py serves it).
         out = subprocess.run(["curl", "-sS", "--http2", "--cacert", self.pki.root, "--resolve",
                               f"a.test:{port}:127.0.0.1", "-D", "-", f"https://a.test:{port}/hello?x=1"],
                              capture_output=True, text=True, timeout=20)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertTrue(out.stdout.startswith("HTTP/1.1 200"), out.stdout[:200])
+        self.assertTrue(out.stdout.startswith("HTTP/2 200"), out.stdout[:200])
         req = self.upstream.last()
         self.assertEqual(req.target, "/hello?x=1")
         self.assertEqual(req.header("x-forwarded-proto"), "https")
@@ -196,7 +196,7 @@ class TlsListenerTest(PkiMixin, SluiceTestCase):
     def test_python_ssl_keep_alive_and_alpn(self):
         _, port, admin_port = self.start_tls(self.cert_entry(self.a), admin=True)
         ctx = client_context(self.pki.root)
-        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        ctx.set_alpn_protocols(["http/1.1"])
         conn = http.client.HTTPSConnection("localhost", port, context=ctx, timeout=5)
         for i in range(5):
             conn.request("GET", f"/k{i}")
@@ -207,12 +207,13 @@ class TlsListenerTest(PkiMixin, SluiceTestCase):
         self.assertIn(conn.sock.version(), ("TLSv1.2", "TLSv1.3"))
         conn.close()
         self.assertEqual(Metrics.fetch(admin_port).get("sluice_tls_handshakes_total"), 1)
-        # A client offering only h2 gets no ALPN answer rather than a refusal (it may then
-        # speak HTTP/1.1 or hang up, as with nginx).
-        ctx2 = client_context(self.pki.root)
-        ctx2.set_alpn_protocols(["h2"])
-        with tls_connect(port, ctx2, "a.test") as sock:
-            self.assertIsNone(sock.selected_alpn_protocol())
+        # h2 first when offered; a client offering neither gets no ALPN answer rather than a
+        # refusal (it may then speak HTTP/1.1 or hang up, as with nginx).
+        for offered, chosen in ((["h2", "http/1.1"], "h2"), (["http/1.1", "h2"], "h2"), (["spdy/3"], None)):
+            ctx2 = client_context(self.pki.root)
+            ctx2.set_alpn_protocols(offered)
+            with tls_connect(port, ctx2, "a.test") as sock:
+                self.assertEqual(sock.selected_alpn_protocol(), chosen, offered)
 
     def test_sni_picks_the_certificate_and_unknown_names_get_the_first(self):
         _, port, _ = self.start_tls({"certificates": [self.cert_entry(self.a), self.cert_entry(self.b),

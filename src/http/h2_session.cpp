@@ -1,0 +1,562 @@
+#include "http/h2_session.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+#include "http/body_writer.hpp"
+#include "http/exchange.hpp"
+#include "http/h2_codec.hpp"
+#include "http/header_rules.hpp"
+#include "http/onward_heads.hpp"
+#include "http/upstream_io.hpp"
+#include "server/worker.hpp"
+
+namespace sluice::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+constexpr std::size_t response_buffer_bytes = 64 * 1024;  // a stream's response bytes sluice holds at most
+constexpr std::size_t piece_bytes = 16 * 1024;
+
+// gRPC status for a request sluice answers itself (the gRPC HTTP mapping; 429 is
+// RESOURCE_EXHAUSTED, as a rate limit is, not UNAVAILABLE).
+int grpc_status_for(unsigned status) {
+    switch (status) {
+    case 429: case 413: case 431: return 8;   // RESOURCE_EXHAUSTED
+    case 401: return 16;                      // UNAUTHENTICATED
+    case 403: return 7;                       // PERMISSION_DENIED
+    case 404: return 12;                      // UNIMPLEMENTED
+    case 408: case 504: return 4;             // DEADLINE_EXCEEDED
+    case 502: case 503: return 14;            // UNAVAILABLE
+    default: return status >= 500 ? 13 : 3;   // INTERNAL, INVALID_ARGUMENT
+    }
+}
+
+// grpc-message: percent-encoded outside printable ASCII (gRPC over HTTP/2).
+std::string grpc_message(std::string_view text) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    std::string out;
+    for (const unsigned char c : text) {
+        if (c < 0x20 || c > 0x7e || c == '%') {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out;
+}
+
+bool is_grpc(const H2Request& request) {
+    for (const auto& [name, value] : request.fields)
+        if (name == "content-type") return value.rfind("application/grpc", 0) == 0;
+    return false;
+}
+
+}  // namespace
+
+// One stream: its request's state and what the connection tells it (body bytes, the end of
+// the body, room for more response, the stream's end).
+struct H2Stream {
+    H2Stream(std::int32_t stream_id, const net::any_io_executor& executor) : id(stream_id), wake(executor), timer(executor) {}
+    std::int32_t id;
+    H2Request request;
+    std::string body;  // request body received, not yet forwarded
+    std::uint64_t body_total = 0;
+    bool body_end = false;
+    bool discard = false;  // answered before its body ended: what still comes is read and dropped
+    bool closed = false;  // the stream is gone (reset by the client, or the connection ended)
+    net::steady_timer wake;   // cancelled when something above changes
+    net::steady_timer timer;  // deadlines of its upstream operations
+    tcp::socket* upstream_socket = nullptr;
+    bool timed_out = false;
+    std::uint64_t deadline_generation = 0;
+
+    void notify() { wake.cancel(); }
+    // Waits for notify(), at most `limit`; false when the limit passed.
+    net::awaitable<bool> wait(config::Duration limit) {
+        wake.expires_after(limit);
+        auto [ec] = co_await wake.async_wait(nothrow);
+        co_return ec == net::error::operation_aborted;
+    }
+};
+
+// The stream's upstream deadlines: a timer of its own (streams of one connection run at once).
+class StreamDeadline final : public IoDeadline {
+public:
+    explicit StreamDeadline(std::shared_ptr<H2Stream> s) : s_(std::move(s)) {}
+    void arm(tcp::socket& socket, Clock::time_point until) override {
+        s_->timed_out = false;
+        s_->upstream_socket = &socket;
+        s_->timer.expires_at(until);
+        s_->timer.async_wait([s = s_, generation = ++s_->deadline_generation](boost::system::error_code ec) {
+            if (ec || generation != s->deadline_generation || !s->upstream_socket) return;
+            s->timed_out = true;
+            boost::system::error_code ignored;
+            s->upstream_socket->cancel(ignored);
+        });
+    }
+    boost::system::error_code disarm(boost::system::error_code ec) override {
+        ++s_->deadline_generation;
+        s_->timer.cancel();
+        s_->upstream_socket = nullptr;
+        if (s_->timed_out && ec == net::error::operation_aborted) return beast::error::timeout;
+        return ec;
+    }
+
+private:
+    std::shared_ptr<H2Stream> s_;
+};
+
+class H2Connection final : public H2Codec::Handler, public std::enable_shared_from_this<H2Connection> {
+public:
+    H2Connection(server::Worker& worker, Stream& stream, std::string_view peer_ip, const H2Settings& settings)
+        : worker_(worker), stream_(stream), peer_ip_(peer_ip), codec_(*this, settings), kick_(stream.get_executor()),
+          reader_done_(stream.get_executor()), idle_(stream.get_executor()) {}
+
+    net::awaitable<void> run(std::string_view early) {
+        auto self = shared_from_this();
+        if (!early.empty() && !codec_.receive(early)) report_abuse();
+        reading_ = true;
+        net::co_spawn(stream_.get_executor(), [self]() { return self->read_loop(); }, net::detached);
+        co_await write_loop();
+        // The writer is done: the reader is stopped and awaited (it uses the stream).
+        boost::system::error_code ignored;
+        stream_.socket().cancel(ignored);
+        for (auto& [id, s] : streams_) {
+            s->closed = true;
+            s->notify();
+            if (s->upstream_socket) s->upstream_socket->cancel(ignored);
+        }
+        // The reader and every stream use the connection's stream, which is the caller's:
+        // they end (as closed, at the latest when a decision under way comes back) first.
+        while (reading_ || serving_ > 0) {
+            reader_done_.expires_after(std::chrono::seconds(5));
+            co_await reader_done_.async_wait(nothrow);
+        }
+    }
+
+    void stop() {
+        stopping_ = true;
+        codec_.shut_down();
+        kick();
+    }
+
+    // H2Codec::Handler
+    void on_request(std::int32_t id, H2Request request) override {
+        auto s = std::make_shared<H2Stream>(id, stream_.get_executor());
+        s->request = std::move(request);
+        s->body_end = s->request.end_stream;
+        streams_[id] = s;
+        idle_.cancel();
+        net::co_spawn(stream_.get_executor(), [self = shared_from_this(), s]() { return self->serve(s); },
+                      [](std::exception_ptr e) {
+                          if (!e) return;
+                          try {
+                              std::rethrow_exception(e);
+                          } catch (const std::exception& ex) {
+                              spdlog::error("HTTP/2 stream ended by an unexpected error: {}", ex.what());
+                          }
+                      });
+    }
+    void on_body(std::int32_t id, std::string_view data) override {
+        auto it = streams_.find(id);
+        if (it == streams_.end()) {
+            codec_.consumed(id, data.size());
+            return;
+        }
+        if (it->second->discard) {
+            codec_.consumed(id, data.size());
+            kick();
+            return;
+        }
+        it->second->body.append(data);
+        it->second->body_total += data.size();
+        it->second->notify();
+    }
+    void on_body_end(std::int32_t id) override {
+        if (auto it = streams_.find(id); it != streams_.end()) {
+            it->second->body_end = true;
+            it->second->notify();
+        }
+    }
+    void on_closed(std::int32_t id, std::uint32_t) override {
+        auto it = streams_.find(id);
+        if (it == streams_.end()) return;
+        auto& s = *it->second;
+        s.closed = true;
+        s.notify();
+        boost::system::error_code ignored;
+        if (s.upstream_socket) s.upstream_socket->cancel(ignored);
+        streams_.erase(it);
+    }
+    void on_drained(std::int32_t id) override {
+        if (auto it = streams_.find(id); it != streams_.end()) it->second->notify();
+    }
+
+private:
+    void kick() { kick_.cancel(); }
+
+    void report_abuse() {
+        if (codec_.abuse() == H2Abuse::none || codec_.abuse() == H2Abuse::protocol_error) return;
+        spdlog::warn("client {}: HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: {}", peer_ip_,
+                     h2_abuse_name(codec_.abuse()));
+    }
+
+    net::awaitable<void> read_loop() {
+        auto self = shared_from_this();
+        std::array<char, 16384> buffer;
+        while (!codec_.finished()) {
+            if (streams_.empty()) {
+                // An idle connection (no stream under way) is closed after idle_timeout.
+                idle_.expires_after(worker_.snapshot()->config->server.idle_timeout);
+                idle_.async_wait([self](boost::system::error_code ec) {
+                    if (ec || !self->streams_.empty()) return;
+                    self->stop();
+                });
+            }
+            auto [ec, n] = co_await stream_.async_read_some(net::buffer(buffer), nothrow);
+            if (ec) break;
+            if (!codec_.receive(std::string_view(buffer.data(), n))) {
+                report_abuse();
+                kick();
+                break;
+            }
+            kick();
+        }
+        idle_.cancel();
+        reading_ = false;
+        reader_done_.cancel();
+        kick();
+    }
+
+    net::awaitable<void> write_loop() {
+        while (true) {
+            for (auto out = codec_.output(); !out.empty(); out = codec_.output()) {
+                auto [ec, n] = co_await net::async_write(stream_, net::buffer(out.data(), out.size()), nothrow);
+                if (ec) co_return;
+            }
+            if (codec_.finished() || !reading_) co_return;
+            kick_.expires_at(Clock::time_point::max());
+            co_await kick_.async_wait(nothrow);
+        }
+    }
+
+    // The response to a request sluice answers itself; a gRPC request gets it the gRPC way
+    // (HTTP 200, trailers only, grpc-status).
+    void answer(H2Stream& s, Exchange& x, const LocalReply& reply) {
+        x.rec.status = reply.status;
+        if (s.closed) return;
+        H2Fields fields = h2_fields(reply.headers);
+        if (is_grpc(s.request)) {
+            fields.emplace_back("content-type", "application/grpc");
+            fields.emplace_back("grpc-status", std::to_string(grpc_status_for(reply.status)));
+            fields.emplace_back("grpc-message", grpc_message(reply.detail));
+            codec_.respond(s.id, 200, fields, false);
+        } else {
+            std::string body;
+            if (reply.body == LocalReply::Body::problem) body = problem_json(reply.status, reply.detail);
+            if (reply.body == LocalReply::Body::problem_with_limit)
+                body = problem_json(reply.status, reply.detail, {{"route", x.rec.route}, {"limit", x.rec.limit}});
+            if (!body.empty()) fields.emplace_back("content-type", "application/problem+json");
+            fields.emplace_back("content-length", std::to_string(body.size()));
+            const bool with_body = !body.empty() && x.rec.method != "HEAD";
+            codec_.respond(s.id, reply.status, fields, with_body);
+            if (with_body) codec_.send_body(s.id, body, true);
+            x.rec.bytes_sent = with_body ? body.size() : 0;
+        }
+        // The client need not send the rest of a body nobody reads (RFC 9113 8.1: RST_STREAM
+        // NO_ERROR after the response). gRPC clients take that reset for an error, so their
+        // bodies are read to their end and dropped instead.
+        if (!s.body_end) {
+            codec_.consumed(s.id, s.body.size());
+            s.body.clear();
+            if (is_grpc(s.request))
+                s.discard = true;
+            else
+                codec_.reset(s.id, 0 /* NO_ERROR */);
+        }
+        kick();
+    }
+
+    net::awaitable<void> serve(std::shared_ptr<H2Stream> sp) {
+        auto self = shared_from_this();
+        struct Serving {
+            H2Connection& c;
+            explicit Serving(H2Connection& connection) : c(connection) { ++c.serving_; }
+            ~Serving() {
+                --c.serving_;
+                c.reader_done_.cancel();
+            }
+        } serving(*this);
+        H2Stream& s = *sp;
+        Exchange x(worker_.snapshot(), peer_ip_);
+        auto& rec = x.rec;
+        rec.client = std::string(peer_ip_);
+        rec.peer = std::string(peer_ip_);
+        rec.method = s.request.method.empty() ? "-" : s.request.method;
+        rec.target = s.request.path.empty() ? "-" : s.request.path;
+        rec.version = 20;
+        auto done = [&](const LocalReply& reply) {
+            answer(s, x, reply);
+            finish(x, false);
+        };
+        if (s.request.too_large) co_return done(local_problem(431, "request header list larger than max_header_list_bytes"));
+        std::string problem;
+        std::string head = h1_head_for(s.request, problem);
+        if (head.empty()) co_return done(local_problem(400, problem));
+        RequestHead parsed = read_request_head(std::span<char>(head.data(), head.size()), x.cfg.server, x.parser, rec);
+        rec.version = 20;
+        if (parsed.parsed) identify_client(x);
+        if (parsed.refusal) co_return done(*parsed.refusal);
+        x.key_path = std::move(parsed.target.path);
+        if (auto refusal = route_request(x)) co_return done(*refusal);
+        if (!x.route->limits.empty()) {
+            limit::RequestKeyValues values = key_values(x);
+            if (auto refusal = prepare_limits(x, values)) co_return done(*refusal);
+            const limit::RouteLimits limits{x.route->name, x.route->limits, &x.snap.key_plans[x.route_index()]};
+            const auto decide_started = Clock::now();
+            limit::Decision decision = co_await worker_.decide(limits, values);
+            x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
+            if (auto refusal = read_decision(x, decision, worker_, stream_.get_executor())) co_return done(*refusal);
+        }
+        if (x.wait.count() > 0) {
+            // Held back: the stream's timer, cut short when the client resets the stream.
+            const auto hold_started = Clock::now();
+            const auto until = hold_started + x.wait;
+            x.snap.metrics->requests_waiting.fetch_add(1, std::memory_order_relaxed);
+            while (!s.closed && Clock::now() < until) {
+                s.wake.expires_at(until);
+                co_await s.wake.async_wait(nothrow);
+            }
+            x.snap.metrics->requests_waiting.fetch_sub(1, std::memory_order_relaxed);
+            x.snap.metrics->wait_time.observe(std::chrono::duration<double>(Clock::now() - hold_started).count());
+            x.waiting_place.reset();
+            rec.wait_ms = ms_since(hold_started);
+            if (s.closed) {
+                rec.status = 499;
+                co_return (void)finish(x, false);
+            }
+        }
+        if (x.check) {
+            LocalReply pass;
+            pass.status = 200;
+            pass.body = LocalReply::Body::none;
+            pass.headers = std::move(x.rate_headers);
+            co_return done(pass);
+        }
+        co_await forward(sp, x, parsed);
+        finish(x, false);
+    }
+
+    // The request to its upstream over HTTP/1.1, its response back on the stream.
+    net::awaitable<void> forward(const std::shared_ptr<H2Stream>& sp, Exchange& x, RequestHead& parsed) {
+        H2Stream& s = *sp;
+        const auto& snap = x.snap;
+        const auto& cfg = x.cfg;
+        const auto& upstream_cfg = cfg.upstreams[x.route->upstream_index];
+        auto& rec = x.rec;
+        auto& req = x.parser.get();
+        const bool is_head = req.method() == bhttp::verb::head;
+        StreamDeadline deadline(sp);
+        std::string head;
+        const RequestOnward onward = request_onward(req, parsed.body, parsed.length, upstream_cfg.name,
+                                                    {peer_ip_, x.peer_trusted, 20, stream_.is_tls()}, rec.request_id, head);
+        if (onward.refusal) co_return answer(s, x, *onward.refusal);
+        const bool has_body = !s.body_end || !s.body.empty();
+
+        std::unique_ptr<UpstreamConnection> conn;
+        std::optional<ResponseParser> res_parser;
+        const auto upstream_started = Clock::now();
+        for (int attempt = 0;; ++attempt) {
+            Upstream failure;
+            conn = co_await connect_upstream(worker_, stream_.get_executor(), snap, x.route->upstream_index, attempt > 0,
+                                             failure, deadline);
+            if (!conn) {
+                rec.upstream_ms = ms_since(upstream_started);
+                co_return answer(s, x, failure == Upstream::timed_out ? local_problem(504, "upstream connect timed out")
+                                                                      : local_problem(502, "upstream refused the connection"));
+            }
+            const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
+            rec.upstream = conn->key;
+
+            // The head, then the body as its DATA frames arrive, framed by us; the client's
+            // window opens again as each piece has gone upstream.
+            boost::system::error_code upstream_error;
+            BodyWriter writer(head, onward.body);
+            for (bool first = true;; first = false) {
+                if (s.closed) break;
+                if (s.body_total > cfg.server.max_body_bytes) {
+                    conn.reset();
+                    co_return answer(s, x, local_problem(413, "request body larger than max_body_bytes"));
+                }
+                const std::size_t n = std::min(s.body.size(), piece_bytes);
+                const std::string piece = s.body.substr(0, n);
+                s.body.erase(0, n);
+                const bool body_done = s.body_end && s.body.empty();
+                if (!first && n == 0 && !body_done) {
+                    if (!co_await s.wait(cfg.server.idle_timeout) && !s.closed) {
+                        conn.reset();
+                        co_return answer(s, x, local_problem(408, "request body not received in time"));
+                    }
+                    continue;
+                }
+                std::array<net::const_buffer, 5> out;
+                const auto parts = writer.frame(piece, body_done);
+                for (std::size_t i = 0; i < parts.size(); ++i) out[i] = net::buffer(parts[i].data(), parts[i].size());
+                deadline.arm(conn->stream.socket(), Clock::now() + upstream_cfg.timeout);
+                auto [wec, wn] = co_await net::async_write(conn->stream, out, nothrow);
+                upstream_error = deadline.disarm(wec);
+                if (n > 0) {
+                    codec_.consumed(s.id, n);
+                    kick();
+                }
+                if (upstream_error || body_done) break;
+            }
+            if (s.closed) {
+                rec.status = 499;
+                co_return;
+            }
+            std::string_view invalid;
+            bool answered = false;
+            const auto head_deadline = Clock::now() + upstream_cfg.timeout;
+            for (int interim = 0; !upstream_error && !s.closed; ++interim) {
+                res_parser.emplace();
+                if (is_head) res_parser->skip(true);
+                const auto got = co_await read_upstream_head(*conn, *res_parser, head_deadline, deadline);
+                if (got.ec || !got.problem.empty()) {
+                    upstream_error = got.ec;
+                    invalid = got.problem;
+                    break;
+                }
+                answered = true;
+                const auto status = res_parser->get().result_int();
+                if (status >= 200) break;
+                if (status == 101) {
+                    invalid = "upstream switched protocols, which an HTTP/2 stream cannot relay";
+                    break;
+                }
+                if (interim >= max_interim_responses) {
+                    invalid = "upstream sent too many informational responses";
+                    break;
+                }
+            }
+            if (s.closed) {
+                rec.upstream_ms = ms_since(upstream_started);
+                rec.status = 499;
+                co_return;
+            }
+            if (!upstream_error && invalid.empty()) break;
+            rec.upstream_ms = ms_since(upstream_started);
+            if (retryable && !answered && conn->buffer.size() == 0 && invalid.empty() && is_connection_lost(upstream_error))
+                continue;
+            if (upstream_error == beast::error::timeout) {
+                spdlog::warn("upstream {} server {}: no response within {} ms", upstream_cfg.name, conn->key,
+                             upstream_cfg.timeout.count());
+                co_return answer(s, x, local_problem(504, "upstream did not answer in time"));
+            }
+            const std::string problem =
+                invalid.empty() ? "upstream failed: " + upstream_error.message() : std::string(invalid);
+            spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, problem);
+            co_return answer(s, x, local_problem(502, problem));
+        }
+        rec.upstream_ms = ms_since(upstream_started);
+
+        auto& res = res_parser->get();
+        const unsigned status = res.result_int();
+        const auto framing = check_response_framing(res.base(), res.version(), status, is_head);
+        if (!framing.ok()) {
+            spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);
+            co_return answer(s, x, local_problem(502, framing.problem));
+        }
+        rec.forwarded = true;
+        snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
+        const bool upstream_keeps = res_parser->keep_alive();
+        using Body = Framing::Body;
+        const bool with_body = framing.body != Body::none && !(framing.body == Body::length && framing.length == 0);
+        codec_.respond(s.id, status, response_onward_h2(res, framing, x.rate_headers), with_body);
+        rec.status = status;
+        kick();
+        if (with_body) {
+            BodyLimits limits;
+            limits.max_chunk_line = max_chunk_line;
+            limits.max_trailer_bytes = upstream_header_limit;
+            limits.max_trailer_fields = upstream_field_lines;
+            BodyReader body = framing.body == Body::length    ? BodyReader::length(framing.length, limits)
+                              : framing.body == Body::chunked ? BodyReader::chunked(limits)
+                                                              : BodyReader::until_close(limits);
+            auto chunk = worker_.relay_buffers().take();
+            const std::span<char> relay(chunk.data(), chunk.size());
+            while (!body.done()) {
+                // A client that does not read (its window stays shut) holds at most
+                // response_buffer_bytes here, and no more is read from the upstream.
+                while (codec_.buffered(s.id) >= response_buffer_bytes && !s.closed)
+                    if (!co_await s.wait(cfg.server.idle_timeout)) break;
+                if (s.closed) co_return;
+                if (codec_.buffered(s.id) >= response_buffer_bytes) {
+                    codec_.reset(s.id, 8 /* CANCEL */);
+                    kick();
+                    co_return;
+                }
+                auto got = co_await read_body(body, conn->buffer, conn->stream, relay, upstream_cfg.timeout, true, deadline);
+                if (body.failed() || got.ec) {
+                    spdlog::warn("upstream {} server {}: response body cut short: {}", upstream_cfg.name, conn->key,
+                                 got.ec ? got.ec.message() : std::string(body.problem()));
+                    codec_.reset(s.id, 2 /* INTERNAL_ERROR */);
+                    kick();
+                    co_return;
+                }
+                codec_.send_body(s.id, std::string_view(relay.data(), got.n), body.done());
+                rec.bytes_sent += got.n;
+                kick();
+            }
+        }
+        if (upstream_keeps && framing.body != Body::until_close) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
+    }
+
+    server::Worker& worker_;
+    Stream& stream_;
+    std::string_view peer_ip_;
+    H2Codec codec_;
+    std::map<std::int32_t, std::shared_ptr<H2Stream>> streams_;
+    net::steady_timer kick_;         // the writer waits on it
+    net::steady_timer reader_done_;  // run() waits on it for the reader
+    net::steady_timer idle_;
+    bool reading_ = false;
+    bool stopping_ = false;
+    std::size_t serving_ = 0;  // streams whose serve() runs
+};
+
+net::awaitable<void> serve_h2(server::Worker& worker, Stream& stream, std::string_view peer_ip, std::string_view early,
+                              std::shared_ptr<H2Connection>& handle) {
+    const auto& limits = worker.snapshot()->config->server.http2;
+    H2Settings settings;
+    settings.max_concurrent_streams = limits.max_concurrent_streams;
+    settings.max_header_list_bytes = limits.max_header_list_bytes;
+    settings.max_resets_per_second = limits.max_resets_per_second;
+    settings.max_control_frames_per_second = limits.max_control_frames_per_second;
+    settings.stream_window_bytes = limits.stream_window_bytes;
+    handle = std::make_shared<H2Connection>(worker, stream, peer_ip, settings);
+    co_await handle->run(early);
+    handle.reset();
+}
+
+void h2_stop(H2Connection& connection) { connection.stop(); }
+
+}  // namespace sluice::http

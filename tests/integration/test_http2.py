@@ -1,0 +1,208 @@
+"""HTTP/2 to clients, with real clients: curl (--http2-prior-knowledge), Python's `h2` for
+hostile frame sequences, grpcio for the gRPC answer. Upstreams stay HTTP/1.1 (the recording
+upstream of harness.py).
+
+A stream runs the same phases as an HTTP/1.1 request: the limits are shared with HTTP/1.1
+clients of the same instance, refused streams get 429 with the rate-limit headers, bodies
+cross in both directions with the windows bounded, the access line says HTTP/2.0. Rapid
+reset ends the connection with GOAWAY ENHANCE_YOUR_CALM; h2-to-h1 smuggling fields are
+stream errors and never reach the upstream; a limited gRPC call is RESOURCE_EXHAUSTED.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+import unittest
+
+from harness import (LOOPBACK, RawClient, SluiceTestCase, echo, echo_body, free_port, limited_route,
+                     pattern_bytes, proxy_config, sha256_hex, token_bucket)
+
+sys.path.append("/usr/lib/python3/dist-packages")  # Debian's python3-h2 and python3-grpcio
+import grpc  # noqa: E402
+import h2.config  # noqa: E402
+import h2.connection  # noqa: E402
+import h2.events  # noqa: E402
+
+
+class H2Client:
+    """A cleartext (prior knowledge) HTTP/2 client over one socket, frame by frame."""
+
+    def __init__(self, port, validate=True):
+        self.sock = socket.create_connection((LOOPBACK, port), timeout=5)
+        config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8",
+                                           validate_outbound_headers=validate,
+                                           normalize_outbound_headers=validate)
+        self.conn = h2.connection.H2Connection(config=config)
+        self.conn.initiate_connection()
+        self.flush()
+        self.events = []
+
+    def flush(self):
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def close(self):
+        self.sock.close()
+
+    def pump(self):
+        """Reads once; the events received ([] when the server closed)."""
+        data = self.sock.recv(65536)
+        if not data:
+            return None
+        events = self.conn.receive_data(data)
+        self.flush()
+        self.events.extend(events)
+        return events
+
+    def request(self, method, path, headers=(), body=None):
+        """(status, {headers}, body) of one request; body sent in pieces as the windows allow."""
+        sid = self.conn.get_next_available_stream_id()
+        fields = [(":method", method), (":scheme", "http"), (":authority", "app.test"), (":path", path)]
+        self.conn.send_headers(sid, fields + list(headers), end_stream=body is None)
+        self.flush()
+        rest = body or b""
+        status, head, got, done = None, {}, bytearray(), False
+        while not done:
+            while rest and self.conn.local_flow_control_window(sid) > 0:
+                n = min(len(rest), self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size)
+                self.conn.send_data(sid, rest[:n], end_stream=(n == len(rest)))
+                rest = rest[n:]
+                self.flush()
+            events = self.pump()
+            if events is None:
+                raise AssertionError("connection closed")
+            for e in events:
+                if isinstance(e, h2.events.ResponseReceived) and e.stream_id == sid:
+                    head = dict(e.headers)
+                    status = int(head[":status"])
+                elif isinstance(e, h2.events.DataReceived) and e.stream_id == sid:
+                    got += e.data
+                    self.conn.acknowledge_received_data(e.flow_controlled_length, sid)
+                    self.flush()
+                elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) and e.stream_id == sid:
+                    done = True
+                    if isinstance(e, h2.events.StreamReset) and status is None:
+                        status = ("reset", e.error_code)
+        return status, head, bytes(got)
+
+
+class Http2Test(SluiceTestCase):
+    def start(self, routes=None, upstream=None, server=None):
+        self.upstream = self.start_upstream(upstream or echo())
+        port = free_port()
+        srv = {"listen": [{"address": f"{LOOPBACK}:{port}", "http2": "prior_knowledge"}]}
+        if server:
+            srv.update(server)
+        self.sluice = self.start_sluice(proxy_config(port, {"app": self.upstream.address}, routes, server=srv),
+                                        port=port)
+        self.port = port
+        return port
+
+    def client(self, validate=True):
+        c = H2Client(self.port, validate)
+        self.addCleanup(c.close)
+        return c
+
+    def curl(self, path, *args):
+        out = subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "-D", "-", *args,
+                              f"http://{LOOPBACK}:{self.port}{path}"],
+                             capture_output=True, text=True, timeout=20)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout
+
+    def test_curl_over_prior_knowledge_shares_the_limit_with_http1(self):
+        self.start([limited_route("api", [token_bucket("per_client", 3, "1m", 3)])])
+        for i in range(3):
+            out = self.curl("/api/x?i=%d" % i)
+            self.assertTrue(out.startswith("HTTP/2 200"), out[:200])
+        refused = self.curl("/api/x")
+        self.assertTrue(refused.startswith("HTTP/2 429"), refused[:300])
+        self.assertIn("\nretry-after: ", refused)
+        self.assertIn('\nratelimit: "per_client";r=0;t=', refused)
+        self.assertIn("application/problem+json", refused)
+        # The same bucket for an HTTP/1.1 client of the same port.
+        with RawClient(self.port) as c:
+            self.assertEqual(c.request("GET", "/api/y").status, 429)
+        req = self.upstream.requests[0]
+        self.assertEqual(req.version, "HTTP/1.1")
+        self.assertEqual(req.target, "/api/x?i=0")
+        self.assertEqual(req.header("host"), f"{LOOPBACK}:{self.port}")
+        self.assertEqual(req.header("x-forwarded-for"), LOOPBACK)
+        self.assertEqual(len(self.upstream.requests), 3)
+        self.sluice.wait_access(status="429", version="HTTP/2.0")
+
+    def test_bodies_cross_both_ways_beyond_the_windows(self):
+        self.start(upstream=echo_body())
+        c = self.client()
+        body = pattern_bytes(300_000)
+        status, head, got = c.request("POST", "/upload", body=body)
+        self.assertEqual(status, 200)
+        self.assertEqual(got, body)
+        self.assertEqual(head["x-body-sha256"], sha256_hex(body))
+        req = self.upstream.last()
+        self.assertTrue(req.chunked)  # no content-length: framed chunked by sluice
+        # With content-length, the upstream gets it.
+        status, _, got = c.request("POST", "/upload", headers=[("content-length", "5")], body=b"hello")
+        self.assertEqual((status, got), (200, b"hello"))
+        self.assertEqual(self.upstream.last().header("content-length"), "5")
+        # Many streams on one connection, one after the other.
+        for i in range(20):
+            self.assertEqual(c.request("GET", f"/n{i}")[0], 200)
+
+    def test_rapid_reset_ends_the_connection(self):
+        self.start(server={"http2": {"max_resets_per_second": 20}})
+        c = self.client()
+        for _ in range(100):
+            sid = c.conn.get_next_available_stream_id()
+            c.conn.send_headers(sid, [(":method", "GET"), (":scheme", "http"), (":authority", "a"),
+                                      (":path", "/slow")], end_stream=True)
+            c.conn.reset_stream(sid)
+        c.flush()
+        goaway = None
+        while goaway is None:
+            try:
+                events = c.pump()
+            except ConnectionResetError:
+                break
+            if events is None:
+                break
+            goaway = next((e for e in events if isinstance(e, h2.events.ConnectionTerminated)), None)
+        self.assertIsNotNone(goaway)
+        self.assertEqual(goaway.error_code, 11)  # ENHANCE_YOUR_CALM
+        self.sluice.wait_log(r"HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: rapid_reset")
+        # Other connections are served.
+        self.assertTrue(self.curl("/ok").startswith("HTTP/2 200"))
+
+    def test_smuggling_fields_never_reach_the_upstream(self):
+        self.start()
+        for bad in ([("transfer-encoding", "chunked")], [("connection", "keep-alive")],
+                    [("content-length", "3"), ("content-length", "4")]):
+            c = self.client(validate=False)
+            status, _, _ = c.request("POST", "/s", headers=bad, body=b"abc")
+            self.assertEqual(status[0], "reset", bad)
+        # Host naming another host than :authority is refused (400).
+        c = self.client(validate=False)
+        status, _, _ = c.request("GET", "/h", headers=[("host", "evil.test")])
+        self.assertEqual(status, 400)
+        self.assertEqual(self.upstream.requests, [])
+
+    def test_limited_grpc_call_is_resource_exhausted(self):
+        self.start([limited_route("pkg.Svc", [token_bucket("calls", 1, "1m", 1)], path_prefix="/pkg.Svc/")])
+        with grpc.insecure_channel(f"{LOOPBACK}:{self.port}") as channel:
+            call = channel.unary_unary("/pkg.Svc/Call")
+            # The first goes to the (HTTP/1.1, not gRPC) upstream: some error, not ours.
+            with self.assertRaises(grpc.RpcError) as first:
+                call(b"", timeout=5)
+            self.assertNotEqual(first.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            with self.assertRaises(grpc.RpcError) as second:
+                call(b"", timeout=5)
+            self.assertEqual(second.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("rate limit 'calls'", second.exception.details())
+        self.assertEqual(len(self.upstream.requests), 1)
+        self.sluice.wait_access(status="429", route="pkg.Svc")
+
+
+if __name__ == "__main__":
+    unittest.main()
