@@ -850,14 +850,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     const bool keep = back.keep_alive;
     rec.status = status;
 
-    BodyLimits limits;
-    limits.max_chunk_line = max_chunk_line;
-    limits.max_trailer_bytes = upstream_header_limit;
-    limits.max_trailer_fields = upstream_field_lines;
-    BodyReader body = framing.body == Body::length    ? BodyReader::length(framing.length, limits)
-                      : framing.body == Body::chunked ? BodyReader::chunked(limits)
-                      : framing.body == Body::until_close ? BodyReader::until_close(limits)
-                                                         : BodyReader();
+    BodyReader body = response_body_reader(framing);
 
     // The head leaves at once with the body bytes that came with it (one system call for a
     // small response); then the body as it arrives, piece by piece.

@@ -494,13 +494,7 @@ private:
         rec.status = status;
         kick();
         if (with_body) {
-            BodyLimits limits;
-            limits.max_chunk_line = max_chunk_line;
-            limits.max_trailer_bytes = upstream_header_limit;
-            limits.max_trailer_fields = upstream_field_lines;
-            BodyReader body = framing.body == Body::length    ? BodyReader::length(framing.length, limits)
-                              : framing.body == Body::chunked ? BodyReader::chunked(limits)
-                                                              : BodyReader::until_close(limits);
+            BodyReader body = response_body_reader(framing);
             auto chunk = worker_.relay_buffers().take();
             const std::span<char> relay(chunk.data(), chunk.size());
             while (!body.done()) {

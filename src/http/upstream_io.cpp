@@ -12,6 +12,7 @@
 
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
+#include "http/request_head.hpp"
 #include "server/worker.hpp"
 #include "tls/context.hpp"
 
@@ -26,6 +27,18 @@ using tcp = net::ip::tcp;
 namespace {
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 }  // namespace
+
+BodyReader response_body_reader(const Framing& framing) {
+    using Body = Framing::Body;
+    BodyLimits limits;
+    limits.max_chunk_line = max_chunk_line;
+    limits.max_trailer_bytes = upstream_header_limit;
+    limits.max_trailer_fields = upstream_field_lines;
+    return framing.body == Body::length        ? BodyReader::length(framing.length, limits)
+           : framing.body == Body::chunked     ? BodyReader::chunked(limits)
+           : framing.body == Body::until_close ? BodyReader::until_close(limits)
+                                               : BodyReader();
+}
 
 bool is_connection_lost(const boost::system::error_code& ec) {
     return ec == net::error::eof || ec == bhttp::error::end_of_stream || ec == net::error::connection_reset ||

@@ -19,6 +19,7 @@
 
 #include "config/config.hpp"
 #include "http/body_reader.hpp"
+#include "http/header_rules.hpp"
 #include "http/stream.hpp"
 #include "http/upstream_connection.hpp"
 
@@ -75,6 +76,10 @@ struct UpstreamHead {
 boost::asio::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, ResponseParser& parser,
                                                         std::chrono::steady_clock::time_point until,
                                                         IoDeadline& deadline);
+
+// The reader of a response body as `framing` (check_response_framing) delimits it, with
+// the limits sluice reads upstream chunk lines and trailers under.
+BodyReader response_body_reader(const Framing& framing);
 
 // The connection went away under us (a pooled one the server closed, a reset).
 bool is_connection_lost(const boost::system::error_code& ec);
