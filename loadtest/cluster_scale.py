@@ -25,6 +25,11 @@ With CPU_BUDGET=P (percent of one core, e.g. 5) every Redis master is held to P%
 the store's decision capacity at that budget, measured rather than extrapolated, and the
 3-master rate against the 1-master rate is the scaling itself.
 
+On a machine with many cores, pin each role to cores of its own (taskset lists):
+CPUS_LOAD (wrk, THREADS threads), CPUS_PROXY (sluice), CPUS_UPSTREAM (nginx), CPUS_REDIS (one
+core per master, e.g. "12,13,14": the standalone Redis and the 1-master cluster take the
+first). With every master on a core of its own the request rates themselves compare.
+
 The issue's goal: capacity with 3 masters >= 2.5 x capacity with one. Writes
 loadtest/results/cluster_scale.md (cluster_scale_budget_P.md with CPU_BUDGET=P).
 """
@@ -52,6 +57,42 @@ ROUNDS = int(os.environ.get("ROUNDS", "2"))
 SLUICE = os.environ.get("SLUICE", os.path.join(ROOT, "build", "sluice"))
 RESULTS = os.environ.get("RESULTS", os.path.join(HERE, "results"))
 CPU_BUDGET = float(os.environ.get("CPU_BUDGET", "0"))  # percent of a core per master; 0: none
+THREADS = int(os.environ.get("THREADS", "2"))
+UPSTREAM_WORKERS = int(os.environ.get("UPSTREAM_WORKERS", "1"))
+
+
+def cpu_list(name):
+    """The cores of a taskset-style list in the environment ("0-3", "12,13,14"); None: unset."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    cores = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cores.extend(range(int(lo), int(hi or lo) + 1))
+    return cores
+
+
+CPUS_LOAD, CPUS_PROXY, CPUS_UPSTREAM, CPUS_REDIS = (cpu_list(n) for n in ("CPUS_LOAD", "CPUS_PROXY", "CPUS_UPSTREAM",
+                                                                             "CPUS_REDIS"))
+
+
+def pinned(cores):
+    """A preexec_fn that keeps the child (and the threads it starts) on `cores`."""
+    if cores is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cores)
+
+
+def pin_running(pid, cores):
+    """Moves every thread of a running process onto `cores`."""
+    if cores is None:
+        return
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:
+            pass  # a thread that has just ended
 CGROUP_PERIOD_US = 100000  # the quota is at least 1 ms: 1% of a core at the least
 
 
@@ -104,7 +145,7 @@ def start_upstream(workdir):
     user = "user root;" if os.getuid() == 0 else ""
     with open(conf, "w") as f:
         f.write(f"""{user}
-daemon off; worker_processes 1; pid {workdir}/nginx.pid; error_log {workdir}/nginx.log warn;
+daemon off; worker_processes {UPSTREAM_WORKERS}; pid {workdir}/nginx.pid; error_log {workdir}/nginx.log warn;
 events {{ worker_connections 4096; }}
 http {{ access_log off; client_body_temp_path {workdir}/nginx-tmp;
   keepalive_requests 1000000; keepalive_timeout 300s;
@@ -112,7 +153,7 @@ http {{ access_log off; client_body_temp_path {workdir}/nginx-tmp;
 """)
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     proc = subprocess.Popen([nginx, "-c", conf, "-p", workdir], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, preexec_fn=pinned(CPUS_UPSTREAM))
     wait_until(lambda: _accepts(port), 10, message="nginx upstream")
     return proc, port
 
@@ -151,7 +192,8 @@ routes:
 logging: {{access_log: "off", level: warn}}
 """)
     proc = subprocess.Popen([SLUICE, "-c", path], stdout=subprocess.DEVNULL,
-                            stderr=open(os.path.join(workdir, f"sluice-{port}.log"), "wb"))
+                            stderr=open(os.path.join(workdir, f"sluice-{port}.log"), "wb"),
+                            preexec_fn=pinned(CPUS_PROXY))
     import urllib.request
 
     def ready():
@@ -164,8 +206,9 @@ logging: {{access_log: "off", level: warn}}
 
 
 def wrk(port, seconds):
-    out = subprocess.run(["wrk", "-t2", f"-c{CONNS}", f"-d{seconds}s", "-s", os.path.join(HERE, "clients.lua"),
-                          f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["wrk", f"-t{THREADS}", f"-c{CONNS}", f"-d{seconds}s", "-s", os.path.join(HERE, "clients.lua"),
+                          f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True,
+                         preexec_fn=pinned(CPUS_LOAD)).stdout
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -183,6 +226,9 @@ def redis_state(node):
 
 
 def measure(name, masters, store_yaml, upstream_port, workdir):
+    if CPUS_REDIS is not None:
+        for i, m in enumerate(masters):
+            pin_running(m.proc.pid, [CPUS_REDIS[i % len(CPUS_REDIS)]])
     cgroups = [limit_cpu(m.proc.pid, CPU_BUDGET) for m in masters] if CPU_BUDGET else []
     proc, port, _ = start_sluice(workdir, upstream_port, store_yaml)
     try:
@@ -256,7 +302,7 @@ def main():
             f"# Decision capacity with every Redis master held to {CPU_BUDGET:g}% of a core",
             "",
             f"`CPU_BUDGET={CPU_BUDGET:g} python3 loadtest/cluster_scale.py`: each master in a cgroup with a CPU "
-            f"quota of {CPU_BUDGET:g}% of one core, so Redis is what limits; wrk -t2 -c{CONNS}, {DURATION} s x "
+            f"quota of {CPU_BUDGET:g}% of one core, so Redis is what limits; wrk -t{THREADS} -c{CONNS}, {DURATION} s x "
             f"{ROUNDS} rounds (best shown), sluice {WORKERS} workers, token bucket per client, 100,000 clients, "
             "every request admitted. The request rate is the store's decision capacity at that budget.",
             "",
@@ -271,15 +317,19 @@ def main():
         lines = [
             "# Decision capacity: one Redis, 1-master and 3-master Redis Cluster",
             "",
-            f"`python3 loadtest/cluster_scale.py`: wrk -t2 -c{CONNS}, {DURATION} s x {ROUNDS} rounds (best shown), "
+            f"`python3 loadtest/cluster_scale.py`: wrk -t{THREADS} -c{CONNS}, {DURATION} s x {ROUNDS} rounds (best shown), "
             f"sluice {WORKERS} workers, token bucket per client, 100,000 clients (clients.lua), every request "
-            "admitted. Capacity = decisions per CPU-second of the busiest master (a core per master).",
+            "admitted. Capacity = decisions per CPU-second of the busiest master (a core per master)." +
+            (f" Pinned: wrk on {os.environ['CPUS_LOAD']}, sluice on {os.environ.get('CPUS_PROXY', 'any')}, upstream on "
+             f"{os.environ.get('CPUS_UPSTREAM', 'any')}, Redis masters on {os.environ['CPUS_REDIS']} (one core each)."
+             if CPUS_LOAD is not None and CPUS_REDIS is not None else ""),
             "",
-            "| setup | req/s | redis µs/decision (of it: kernel, script) | decisions/EVALSHA | busiest master's CPU share | capacity (decisions/s) | vs 1 master |",
-            "|---|---|---|---|---|---|---|",
+            "| setup | req/s | req/s vs 1 master | redis µs/decision (of it: kernel, script) | decisions/EVALSHA | busiest master's CPU share | capacity (decisions/s) | vs 1 master |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in results:
-            lines.append(f"| {r['name']} | {r['rate']:.0f} | {r['us_per_decision']:.2f} ({r['sys_per_decision']:.2f}, "
+            lines.append(f"| {r['name']} | {r['rate']:.0f} | {r['rate'] / one['rate']:.2f}x | "
+                         f"{r['us_per_decision']:.2f} ({r['sys_per_decision']:.2f}, "
                          f"{r['script_per_decision']:.2f}) | {r['batch']:.1f} | "
                          f"{r['busiest'] * 100:.0f}% | {r['capacity']:.0f} | {r['capacity'] / one['capacity']:.2f}x |")
     text = "\n".join(lines) + "\n"

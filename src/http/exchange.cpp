@@ -81,10 +81,10 @@ void count_decision(const server::Snapshot& snap, std::size_t route_index, const
     using observe::DecisionKind;
     auto& route = *snap.route_metrics[route_index];
     const auto& limits = snap.limit_metrics[route_index];
-    auto bump = [](observe::LimitMetrics* m, DecisionKind kind) { observe::add(m->decisions[static_cast<std::size_t>(kind)]); };
+    auto bump = [](observe::LimitMetrics* m, DecisionKind kind) { m->count(kind); };
     if (decision.outcome == limit::Decision::Outcome::store_error) {
         observe::add(snap.metrics->store_errors);
-        observe::add(route.store_errors);
+        observe::add(route.here().store_errors);
         auto kind = policy == config::OnError::allow ? DecisionKind::store_error_allowed : DecisionKind::store_error_denied;
         for (auto* m : limits) bump(m, kind);
         return;
@@ -99,8 +99,8 @@ void count_decision(const server::Snapshot& snap, std::size_t route_index, const
                         : r.shadow  ? DecisionKind::shadow_limited
                                     : DecisionKind::limited);
     }
-    if (decision.outcome == limit::Decision::Outcome::limited) observe::add(route.limited);
-    if (decision.shadow_limited()) observe::add(route.shadow_limited);
+    if (decision.outcome == limit::Decision::Outcome::limited) observe::add(route.here().limited);
+    if (decision.shadow_limited()) observe::add(route.here().shadow_limited);
     // route.delayed is counted when the request ends (serve_one), with its request:
     // a request held back across a summary tick counts in one interval, not delayed in one
     // and requested in the next.
@@ -150,8 +150,8 @@ bool finish(Exchange& x, bool keep) {
     observe::log_access(x.rec, x.cfg.logging);
     auto& counters = x.route ? *x.snap.route_metrics[x.route_index()] : x.snap.metrics->no_route();
     counters.count_status(x.rec.status);
-    if (x.rec.forwarded) observe::add(counters.forwarded);
-    if (x.rec.decision == observe::AccessDecision::delayed) observe::add(counters.delayed);
+    if (x.rec.forwarded) observe::add(counters.here().forwarded);
+    if (x.rec.decision == observe::AccessDecision::delayed) observe::add(counters.here().delayed);
     return keep;
 }
 

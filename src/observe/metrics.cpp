@@ -44,16 +44,15 @@ void histogram_text(std::string& out, const char* name, const char* help, const 
 
 }  // namespace
 
-Histogram::Histogram(std::vector<double> upper_bounds)
-    : bounds_(std::move(upper_bounds)), buckets_(new Counter[bounds_.size() + 1]) {
-    for (std::size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0);
+Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)) {
+    if (bounds_.size() > max_bounds) bounds_.resize(max_bounds);
 }
 
 void Histogram::observe(double seconds) {
     auto it = std::lower_bound(bounds_.begin(), bounds_.end(), seconds);
-    add(buckets_[static_cast<std::size_t>(it - bounds_.begin())]);
-    add(count_);
-    add(sum_ns_, static_cast<std::uint64_t>(std::max(0.0, seconds) * 1e9));
+    auto& cells = cells_.mine();
+    add(cells.buckets[static_cast<std::size_t>(it - bounds_.begin())]);
+    add(cells.sum_ns, static_cast<std::uint64_t>(std::max(0.0, seconds) * 1e9));
 }
 
 Histogram::Reading Histogram::reading() const {
@@ -61,11 +60,11 @@ Histogram::Reading Histogram::reading() const {
     r.upper_bounds = bounds_;
     std::uint64_t running = 0;
     for (std::size_t i = 0; i <= bounds_.size(); ++i) {
-        running += read(buckets_[i]);
+        running += cells_.sum([i](const Cells& c) { return read(c.buckets[i]); });
         r.cumulative.push_back(running);
     }
-    r.count = running;
-    r.sum = static_cast<double>(read(sum_ns_)) / 1e9;
+    r.count = running;  // every observation lands in one bucket
+    r.sum = static_cast<double>(cells_.sum([](const Cells& c) { return read(c.sum_ns); })) / 1e9;
     return r;
 }
 
@@ -109,8 +108,8 @@ std::string prometheus_text(const Metrics& m) {
     fmt::format_to(it, "# HELP sluice_requests_total Requests answered, by route and status code.\n"
                        "# TYPE sluice_requests_total counter\n");
     m.for_each_route([&](const RouteMetrics& r) {
-        for (unsigned code = 100; code < r.by_status.size(); ++code)
-            if (auto n = read(r.by_status[code]))
+        for (unsigned code = 100; code < 600; ++code)
+            if (auto n = r.status_total(code))
                 fmt::format_to(it, "sluice_requests_total{{route=\"{}\",code=\"{}\"}} {}\n", label(r.name), code, n);
     });
     fmt::format_to(it, "# HELP sluice_ratelimit_decisions_total Rate-limit outcomes, by route, limit and decision.\n"
@@ -118,7 +117,7 @@ std::string prometheus_text(const Metrics& m) {
     m.for_each_route([&](const RouteMetrics& r) {
         for (const auto& l : r.limits)
             for (std::size_t d = 0; d < decision_names.size(); ++d)
-                if (auto n = read(l.decisions[d]))
+                if (auto n = l.decisions(static_cast<DecisionKind>(d)))
                     fmt::format_to(it, "sluice_ratelimit_decisions_total{{route=\"{}\",limit=\"{}\",decision=\"{}\"}} {}\n",
                                    label(r.name), label(l.name), decision_names[d], n);
     });
@@ -127,7 +126,7 @@ std::string prometheus_text(const Metrics& m) {
                    "# TYPE sluice_limit_resets_total counter\n");
     m.for_each_route([&](const RouteMetrics& r) {
         for (const auto& l : r.limits)
-            if (auto n = read(l.resets))
+            if (auto n = l.resets())
                 fmt::format_to(it, "sluice_limit_resets_total{{route=\"{}\",limit=\"{}\"}} {}\n", label(r.name),
                                label(l.name), n);
     });
@@ -200,8 +199,9 @@ std::string stats_json(const Metrics& m, double uptime_seconds,
         fmt::format_to(std::back_inserter(out),
                        "{{\"route\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},\"shadow_limited\":{},"
                        "\"store_errors\":{},\"delayed\":{},\"top_limited\":[",
-                       json_string(r.name), read(r.requests), read(r.forwarded), read(r.limited),
-                       read(r.shadow_limited), read(r.store_errors), read(r.delayed));
+                       json_string(r.name), r.total(&RouteCounts::requests), r.total(&RouteCounts::forwarded),
+                       r.total(&RouteCounts::limited), r.total(&RouteCounts::shadow_limited),
+                       r.total(&RouteCounts::store_errors), r.total(&RouteCounts::delayed));
         if (auto it = top_limited.find(r.name); it != top_limited.end()) {
             for (std::size_t i = 0; i < it->second.size(); ++i)
                 fmt::format_to(std::back_inserter(out), "{}[{},{}]", i == 0 ? "" : ",", json_string(it->second[i].first),
@@ -212,14 +212,13 @@ std::string stats_json(const Metrics& m, double uptime_seconds,
         out += "],\"limits\":[";
         for (std::size_t i = 0; i < r.shown.size(); ++i) {
             const auto& l = r.shown[i];
-            const auto& d = l.metrics->decisions;
+            const auto& d = *l.metrics;
             fmt::format_to(std::back_inserter(out),
                            "{}{{\"name\":{},\"algorithm\":{},\"setting\":{},\"limited\":{},\"shadow_limited\":{},"
                            "\"delayed\":{}}}",
                            i == 0 ? "" : ",", json_string(l.name), json_string(l.algorithm), json_string(l.setting),
-                           read(d[static_cast<std::size_t>(DecisionKind::limited)]),
-                           read(d[static_cast<std::size_t>(DecisionKind::shadow_limited)]),
-                           read(d[static_cast<std::size_t>(DecisionKind::delayed)]));
+                           d.decisions(DecisionKind::limited), d.decisions(DecisionKind::shadow_limited),
+                           d.decisions(DecisionKind::delayed));
         }
         out += "]}";
     });

@@ -59,12 +59,12 @@ std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const L
             before = now;
             return d;
         };
-        r.requests = delta(read(m.requests), last.requests);
-        r.forwarded = delta(read(m.forwarded), last.forwarded);
-        r.limited = delta(read(m.limited), last.limited);
-        r.shadow_limited = delta(read(m.shadow_limited), last.shadow_limited);
-        r.store_errors = delta(read(m.store_errors), last.store_errors);
-        r.delayed = delta(read(m.delayed), last.delayed);
+        r.requests = delta(m.total(&RouteCounts::requests), last.requests);
+        r.forwarded = delta(m.total(&RouteCounts::forwarded), last.forwarded);
+        r.limited = delta(m.total(&RouteCounts::limited), last.limited);
+        r.shadow_limited = delta(m.total(&RouteCounts::shadow_limited), last.shadow_limited);
+        r.store_errors = delta(m.total(&RouteCounts::store_errors), last.store_errors);
+        r.delayed = delta(m.total(&RouteCounts::delayed), last.delayed);
         if (r.requests == 0) {
             last.last_pct = 0;
             return;

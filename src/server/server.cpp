@@ -210,7 +210,7 @@ void Server::limits_call(observe::AdminServer::LimitsCall call,
             std::string names;
             for (auto i : reset) {
                 names += (names.empty() ? "" : ",") + route.limits[i].name;
-                ++snapshot->limit_metrics[query.route][i]->resets;
+                snapshot->limit_metrics[query.route][i]->count_reset();
             }
             spdlog::info("admin: reset route {} limits {} for key {} ({} of {} keys existed)", route.name,
                          names.empty() ? "-" : names, chosen.empty() ? "-" : chosen.front(), existed, chosen.size());

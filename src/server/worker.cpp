@@ -9,8 +9,23 @@
 
 #include "http/client_session.hpp"
 #include "limit/store.hpp"
+#include "observe/metrics.hpp"
 
 namespace sluice::server {
+
+namespace {
+
+// Every request copies its worker's snapshot pointer (Exchange). Copies of the one pointer
+// the server hands out would all count in one control block, whose cache line every worker's
+// core would then write twice per request; a holder of the worker's own keeps the counting on
+// this worker's core. The snapshot lives while any worker's holder does.
+std::shared_ptr<const Snapshot> worker_local(std::shared_ptr<const Snapshot> shared) {
+    auto holder = std::make_shared<const std::shared_ptr<const Snapshot>>(std::move(shared));
+    const Snapshot* snapshot = holder->get();
+    return {std::move(holder), snapshot};
+}
+
+}  // namespace
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
@@ -19,7 +34,7 @@ using reuse_port = net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>
 Worker::Worker(unsigned index, std::shared_ptr<const Snapshot> snapshot, std::atomic<std::size_t>& connections,
                limit::MemoryLimiter* memory)
     : index_(index),
-      snapshot_(std::move(snapshot)),
+      snapshot_(worker_local(std::move(snapshot))),
       connections_(connections),
       guard_(net::make_work_guard(io_)),
       pool_(io_.get_executor()),
@@ -103,7 +118,7 @@ void Worker::publish(std::shared_ptr<const Snapshot> snapshot) {
         round_robin_.clear();
         // A remembered rejection was computed with the old limit parameters.
         store_->reloaded();
-        snapshot_ = std::move(snapshot);
+        snapshot_ = worker_local(std::move(snapshot));
     });
 }
 
@@ -125,6 +140,7 @@ void Worker::start() {
     store_watch_ = std::make_unique<net::steady_timer>(io_);
     watch_store();
     thread_ = std::thread([this] {
+        observe::set_stripe(index_);
         // An exception out of a handler must not end the worker and every connection on
         // it: it is logged and the event loop goes on (run() may be called again after a
         // handler threw). Sessions contain their own (see start_client_session).

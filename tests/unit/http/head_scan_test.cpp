@@ -78,6 +78,72 @@ TEST_CASE("check_request_head refuses smuggling material") {
     }
 }
 
+namespace {
+// The rules of check_request_head read one byte at a time, as they are written in
+// head_scan.hpp: the reference its table-driven loops must agree with, problem for problem.
+std::string_view reference_check(std::string_view head) {
+    bool line_start = true, first_line = true, in_name = false;
+    for (std::size_t i = 0; i < head.size(); ++i) {
+        const auto c = static_cast<unsigned char>(head[i]);
+        if (c == '\r') {
+            if (i + 1 >= head.size() || head[i + 1] != '\n') return "bare CR in request head";
+            continue;
+        }
+        if (c == '\n') {
+            line_start = true;
+            first_line = false;
+            continue;
+        }
+        if (line_start) {
+            line_start = false;
+            if (!first_line && (c == ' ' || c == '\t')) return "obs-fold (line folding) in header field";
+            in_name = !first_line;
+        }
+        if (c == 0 || (c < 0x20 && c != '\t') || c == 0x7f) return "control character in request head";
+        if (in_name) {
+            if (c == ':') {
+                if (i > 0 && (head[i - 1] == ' ' || head[i - 1] == '\t'))
+                    return "whitespace between header field name and colon";
+                in_name = false;
+            } else if (c == ' ' || c == '\t') {
+                std::size_t j = i;
+                while (j < head.size() && (head[j] == ' ' || head[j] == '\t')) ++j;
+                if (j < head.size() && head[j] == ':') return "whitespace between header field name and colon";
+                return "whitespace in header field name";
+            }
+        }
+    }
+    return {};
+}
+}  // namespace
+
+TEST_CASE("check_request_head agrees with the byte-at-a-time reading of its rules") {
+    // Heads built from the bytes the rules care about, mixed with ordinary ones: every
+    // problem, at every place in a line, on the first line and the others.
+    const std::string alphabet{'\r', '\n', '\r', '\n', ' ', ':', '\t', '\x01', '\x7f', '\x80', '\xff', 'a', 'Z', '-', '/', '\0'};
+    std::uint64_t state = 0x9e3779b97f4a7c15ULL;
+    auto next = [&state] {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        return state;
+    };
+    std::size_t ok = 0, refused = 0;
+    for (int round = 0; round < 200000; ++round) {
+        std::string head = "GET / HTTP/1.1\r\nHost: a\r\n";
+        const std::size_t len = next() % 24;
+        for (std::size_t i = 0; i < len; ++i) head += alphabet[next() % alphabet.size()];
+        if (next() % 2) head += "\r\n\r\n";
+        if (next() % 8 == 0) head = head.substr(next() % head.size());  // the first line too
+        INFO(head);
+        const auto expected = reference_check(head);
+        REQUIRE(check_request_head(head) == expected);
+        (expected.empty() ? ok : refused) += 1;
+    }
+    CHECK(ok > 1000);
+    CHECK(refused > 1000);
+}
+
 TEST_CASE("request_version_offset finds the version digits of the request line") {
     using sluice::http::request_version_offset;
     constexpr auto npos = std::string_view::npos;

@@ -29,7 +29,7 @@ TEST_CASE("the reporter gives per-interval deltas for routes with traffic only")
     metrics.route("idle");
     observe::SummaryReporter reporter;
     for (int i = 0; i < 10; ++i) login.count_status(200);
-    observe::add(login.forwarded, 10);
+    observe::add(login.here().forwarded, 10);
     auto first = reporter.take(metrics, {});
     REQUIRE(first.size() == 1);
     CHECK(first[0].route == "login");
@@ -37,7 +37,7 @@ TEST_CASE("the reporter gives per-interval deltas for routes with traffic only")
     CHECK(first[0].limited_pct() == 0);
 
     for (int i = 0; i < 40; ++i) login.count_status(429);
-    observe::add(login.limited, 40);
+    observe::add(login.here().limited, 40);
     observe::LimitedClients clients;
     for (int i = 0; i < 30; ++i) clients.add("login", "203.0.113.7");
     for (int i = 0; i < 10; ++i) clients.add("login", "198.51.100.2");
@@ -81,7 +81,7 @@ TEST_CASE("prometheus text names every required series") {
     observe::Metrics metrics;
     auto& route = metrics.route("lo\"gin");
     route.count_status(429);
-    observe::add(metrics.limit(route, "burst").decisions[static_cast<std::size_t>(observe::DecisionKind::limited)]);
+    metrics.limit(route, "burst").count(observe::DecisionKind::limited);
     metrics.store_latency.observe(0.0003);
     metrics.upstream_latency.observe(2.0);
     auto text = observe::prometheus_text(metrics);

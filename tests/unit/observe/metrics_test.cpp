@@ -1,0 +1,66 @@
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "observe/metrics.hpp"
+
+using namespace sluice;
+
+// Workers add to copies of their own (stripes); every reader must see the exact sums,
+// whichever stripes the adds went to, workers beyond stripe_count sharing copies.
+TEST_CASE("striped counters: adds from many worker threads read back as exact sums", "[metrics]") {
+    observe::Metrics metrics;
+    auto& route = metrics.route("api");
+    auto& limit = metrics.limit(route, "per_client");
+    const std::size_t threads = observe::stripe_count + 3;
+    const int per_thread = 2000;
+    std::vector<std::thread> pool;
+    for (std::size_t t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            observe::set_stripe(t);
+            for (int i = 0; i < per_thread; ++i) {
+                route.count_status(i % 4 == 0 ? 429 : 200);
+                observe::add(route.here().forwarded);
+                limit.count(i % 4 == 0 ? observe::DecisionKind::limited : observe::DecisionKind::allowed);
+                metrics.upstream_latency.observe(i % 2 == 0 ? 0.0002 : 0.2);
+            }
+        });
+    for (auto& th : pool) th.join();
+    const std::uint64_t all = threads * per_thread;
+    CHECK(route.total(&observe::RouteCounts::requests) == all);
+    CHECK(route.total(&observe::RouteCounts::forwarded) == all);
+    CHECK(route.status_total(429) == all / 4);
+    CHECK(route.status_total(200) == all - all / 4);
+    CHECK(route.status_total(404) == 0);
+    CHECK(route.status_total(700) == 0);
+    CHECK(limit.decisions(observe::DecisionKind::limited) == all / 4);
+    CHECK(limit.decisions(observe::DecisionKind::allowed) == all - all / 4);
+    const auto h = metrics.upstream_latency.reading();
+    CHECK(h.count == all);
+    CHECK(h.cumulative.back() == all);
+    CHECK(h.cumulative.front() == all / 2);  // 0.2 ms: in the first bucket (0.5 ms)
+    CHECK(h.sum == Approx(all / 2 * 0.2002).epsilon(1e-6));
+
+    // The exposition adds the stripes up too.
+    const auto text = observe::prometheus_text(metrics);
+    CHECK(text.find("sluice_requests_total{route=\"api\",code=\"429\"} " + std::to_string(all / 4) + "\n") !=
+          std::string::npos);
+    CHECK(text.find("decision=\"allowed\"} " + std::to_string(all - all / 4) + "\n") != std::string::npos);
+    CHECK(text.find("sluice_upstream_latency_seconds_count " + std::to_string(all) + "\n") != std::string::npos);
+}
+
+TEST_CASE("striped counters: each stripe starts on a cache line of its own", "[metrics]") {
+    observe::Striped<observe::Counter> striped;
+    std::vector<std::uintptr_t> where;
+    for (std::size_t i = 0; i < observe::stripe_count; ++i) {
+        observe::set_stripe(i);
+        where.push_back(reinterpret_cast<std::uintptr_t>(&striped.mine()));
+    }
+    observe::set_stripe(0);
+    for (std::size_t i = 0; i < where.size(); ++i) {
+        CHECK(where[i] % 64 == 0);
+        for (std::size_t j = 0; j < i; ++j) CHECK(where[i] / 64 != where[j] / 64);
+    }
+}
