@@ -101,6 +101,8 @@ private:
     // `write_now`: put them on the sockets at once (only from the posted flush, never from
     // inside a Redis callback).
     void flush(bool write_now);
+    // flush(true) on the next turn of the loop (once, however often it is asked for).
+    void schedule_flush();
     void send(std::shared_ptr<Batch> batch);
     // Answers `pending` from its results in `reply` (its first key's results at `first`);
     // `keys` holds its keys from `keys_first` on.
