@@ -320,6 +320,7 @@ def main():
                      f"{r['nginx']['p99'] or 0:.3f} {r['sluice']['p99'] or 0:.3f}\n")
 
     md = ["# sluice load test", ""]
+    threads = next((p.split('=', 1)[1] for p in machine.get('settings', '').split() if p.startswith('THREADS=')), '?')
     md.append(f"{machine.get('date', '?')}; `loadtest/run.sh` with {machine.get('settings', '?')}; "
               f"took {machine.get('elapsed', '?')}.")
     md += ["", "## Machine", "",
@@ -327,7 +328,7 @@ def main():
            f"- {machine.get('os', '?')}, kernel {machine.get('kernel', '?')}; load average at the end: {machine.get('load', '?')}",
            f"- nginx {machine.get('nginx', '?')}, {machine.get('wrk', '?')}, Redis {machine.get('redis', '?')}, "
            f"{machine.get('sluice', '?')}, {machine.get('gnuplot', '?')}",
-           "- Everything on 127.0.0.1 of this one machine: wrk (2 threads), the proxy under test, the "
+           f"- Everything on 127.0.0.1 of this one machine: wrk ({threads} threads), the proxy under test, the "
            "nginx upstream, Redis. They share the cores, so the figures compare the two proxies under the "
            "same conditions; they are not absolute capacities.",
            f"- Cores: {machine.get('pinning', 'any')} (taskset; `any`: the scheduler's choice).",
