@@ -422,8 +422,13 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch) {
             // The batch that waited for this call goes on the next turn of the loop (flush):
             // nothing is sent from inside a reply callback, which also runs while its
             // connection is failing (hiredis is then freeing the context it would write to).
-            --in_flight_[batch->connection];
-            schedule_flush();
+            auto* connection = batch->connection;
+            --in_flight_[connection];
+            for (const auto& waiting : batches_)
+                if (waiting->connection == connection) {
+                    schedule_flush();
+                    break;
+                }
         }
         if (!result.ok()) {
             for (auto& pending : batch->pending) pending->answer(Decision::store_failure(result.error->message));
