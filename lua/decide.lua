@@ -174,6 +174,7 @@ local function parse_plan(text)
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
     local only = plan[1]
     plan.alone, plan.cost, plan.x, plan.y = only.algorithm.alone, only.cost, only.x, only.y
+    plan.seen = {}  -- the algorithm's own notes on this limit's keys, kept with the plan
   end
   return plan
 end
@@ -214,7 +215,7 @@ local function decide_request(plan, n, token)
   if plan.alone then
     local key = call_keys[k + 1]
     if #built > 1 then hand_over(plan[1].algorithm, key) end
-    put(plan.alone(key, now, plan.x, plan.y, plan.cost, token))
+    put(plan.alone(key, now, plan.x, plan.y, plan.cost, token, plan.seen))
   else
     local admit = true
     for i = 1, n do

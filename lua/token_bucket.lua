@@ -42,20 +42,23 @@ local function token_bucket_algorithm(read_failed, leaky)
   -- A call starts with nothing known (the algorithm outlives calls: decide.lua).
   function token_bucket.begin() known = {} end
 
+  -- What a GET of `key` answered, as known[key] holds it: its tat, or false (a full bucket).
+  local function learn(key, value)
+    if type(value) == 'table' then
+      read_failed(value)
+      value = nil  -- another type: a full bucket
+    end
+    local tat = tonumber(value)
+    if not tat or tat < 0 then tat = false end  -- (negative: not ours; and the sign is taken)
+    known[key] = tat
+    return tat
+  end
+
   -- The bucket at `now`: tolerance, tat, the tat after one more request of `cost` tokens,
   -- and when that request is allowed (it fits when allow_at <= now).
   local function read(key, now, interval, burst, cost)
     local tat = known[key]
-    if tat == nil then
-      local value = redis_pcall('GET', key)
-      if type(value) == 'table' then
-        read_failed(value)
-        value = nil  -- another type: a full bucket
-      end
-      tat = tonumber(value)
-      if not tat or tat < 0 then tat = false end  -- (negative: not ours; and the sign is taken)
-      known[key] = tat
-    end
+    if tat == nil then tat = learn(key, redis_pcall('GET', key)) end
     if not tat then
       tat = now
     elseif tat < 0 then
@@ -149,7 +152,39 @@ local function token_bucket_algorithm(read_failed, leaky)
   -- each other. Returns allowed, remaining, retry_after_us, reset_us. (A leaky bucket alone
   -- goes through check, commit and report.)
   if leaky then return token_bucket end
-  function token_bucket.alone(key, now, interval, burst, cost)
+  --
+  -- `seen` is a table kept with the limit's plan across calls (decide.lua): seen.found, how
+  -- often of late a key of this limit existed when first read in a call (a moving average, 0
+  -- to 1). Where keys are mostly missing (a bucket full again has no key: the clients of a
+  -- per-client limit mostly send less than its rate), a key not read yet in this call is
+  -- written at once as a full bucket becomes, only if it does not exist (SET NX), and what it
+  -- held is returned where it does (GET): one command instead of a GET and a SET. Where keys
+  -- mostly exist, that command would be wasted before the GET's answer and the SET: a GET
+  -- first. Both ways decide the same; only the cost differs.
+  local function noted(seen, found)
+    local f = (seen.found or 0) * 0.96
+    if found then f = f + 0.04 end
+    seen.found = f
+  end
+  function token_bucket.alone(key, now, interval, burst, cost, _, seen)
+    if known[key] == nil then
+      -- cost <= burst: a full bucket admits the request (a cost above it is never written).
+      if (seen.found or 0) < 0.5 and cost <= burst then
+        local next_tat = now + interval * cost
+        local value = redis_pcall('SET', key, format('%d', next_tat), 'PXAT', format('%d', ceil(next_tat / 1000)),
+                                  'NX', 'GET')
+        noted(seen, value ~= false)
+        if value == false then
+          known[key] = next_tat  -- written: nothing left for flush
+          return true, burst - cost, 0, next_tat - now
+        end
+        learn(key, value)
+      else
+        local value = redis_pcall('GET', key)
+        noted(seen, value ~= false)
+        learn(key, value)
+      end
+    end
     local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
     if allow_at > now then
       return false, tokens(now, tolerance, tat, interval), allow_at - now, tat - now

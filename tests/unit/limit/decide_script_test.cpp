@@ -454,6 +454,65 @@ TEST_CASE("decide script: a token bucket key is small", "[lua][redis]") {
     CHECK(redis.integer({"MEMORY", "USAGE", key}) <= 100);
 }
 
+TEST_CASE("decide script: a token bucket decides alike whether it first writes or first reads its key", "[lua][redis]") {
+    // A lone token bucket whose keys are mostly missing writes a key it has not read in the
+    // call as a full bucket becomes, only where it does not exist, and reads what an existing
+    // one holds, in one SET NX GET; once its keys are mostly there it reads first (GET). The
+    // plan remembers which (lua/token_bucket.lua): the figures must not depend on it.
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t interval = 1'000'000, burst = 5;
+    auto calls = [&](const std::string& command) {
+        const auto stats = redis.text({"INFO", "commandstats"});
+        const auto at = stats.find("cmdstat_" + command + ":calls=");
+        if (at == std::string::npos) return 0LL;
+        return std::stoll(stats.substr(at + command.size() + 15));
+    };
+    // Each way: a missing key, then the same key again (it exists now), then a full bucket's
+    // worth more in one batch, the last of which is refused.
+    auto exercise = [&](const std::string& key) {
+        auto first = decide({bucket(key, interval, burst)});
+        CHECK(first.results[0].allowed);
+        CHECK(first.results[0].remaining == static_cast<std::uint64_t>(burst - 1));
+        CHECK(first.results[0].reset.count() == ceil_ms(interval));
+        CHECK(redis.text({"GET", key}) == std::to_string(first.now_us + interval));
+        CHECK(redis.integer({"PEXPIRETIME", key}) == ceil_ms(first.now_us + interval));
+        auto second = decide({bucket(key, interval, burst)});
+        CHECK(second.results[0].allowed);
+        CHECK(second.results[0].remaining == static_cast<std::uint64_t>(burst - 2));
+        CHECK(second.results[0].reset.count() == ceil_ms(first.now_us + 2 * interval - second.now_us));
+        std::vector<std::vector<ScriptLimit>> rest(burst - 1, {bucket(key, interval, burst)});
+        auto replies = decide.batch(rest);
+        for (std::size_t i = 0; i + 1 < replies.size(); ++i) CHECK(replies[i].results[0].allowed);
+        CHECK_FALSE(replies.back().results[0].allowed);
+        CHECK(replies.back().results[0].remaining == 0);
+        CHECK(redis.text({"GET", key}) == std::to_string(first.now_us + burst * interval));
+    };
+
+    SECTION("keys mostly missing: SET NX GET, no GET") {
+        redis.must({"CONFIG", "RESETSTAT"});
+        exercise("fresh");
+        CHECK(calls("get") == 2);  // exercise()'s own two
+    }
+    SECTION("keys mostly there: GET first") {
+        // 40 requests, each on a key that exists, teach the plan that its keys exist.
+        for (int i = 0; i < 40; ++i) redis.must({"SET", "there" + std::to_string(i), "1", "PX", "60000"});
+        std::vector<std::vector<ScriptLimit>> there;
+        for (int i = 0; i < 40; ++i) there.push_back({bucket("there" + std::to_string(i), interval, burst)});
+        decide.batch(there);
+        redis.must({"CONFIG", "RESETSTAT"});
+        exercise("fresh");
+        CHECK(calls("get") == 2 + 3);  // a GET per call that reads the key first
+    }
+    SECTION("a key that is not a string is replaced either way") {
+        redis.must({"ZADD", "z", "1", "x"});
+        auto r = decide({bucket("z", interval, burst)});
+        CHECK(r.results[0].remaining == static_cast<std::uint64_t>(burst - 1));
+        CHECK(redis.text({"TYPE", "z"}) == "string");
+    }
+}
+
 TEST_CASE("decide script: a key of the other algorithm is replaced, not an error", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
