@@ -30,7 +30,7 @@ local function token_bucket_algorithm(read_failed, leaky)
 
   -- The library and the globals it uses, as upvalues: a global is looked up by name on every
   -- use (in a function library through the sandbox's metatable), an upvalue is not.
-  local floor, ceil, format, tonumber, type = math.floor, math.ceil, string.format, tonumber, type
+  local floor, ceil, format, find, tonumber, type = math.floor, math.ceil, string.format, string.find, tonumber, type
   local redis_call, redis_pcall = redis.call, redis.pcall
 
   -- What this call knows of its keys. A call decides every request at one `now` and nothing
@@ -166,13 +166,21 @@ local function token_bucket_algorithm(read_failed, leaky)
     if found then f = f + 0.04 end
     seen.found = f
   end
+  -- Redis 6.2 refuses NX with GET (a syntax error): from then on this library reads first.
+  local nx_get = true
   function token_bucket.alone(key, now, interval, burst, cost, _, seen)
     if known[key] == nil then
       -- cost <= burst: a full bucket admits the request (a cost above it is never written).
-      if (seen.found or 0) < 0.5 and cost <= burst then
+      if nx_get and (seen.found or 0) < 0.5 and cost <= burst then
         local next_tat = now + interval * cost
         local value = redis_pcall('SET', key, format('%d', next_tat), 'PXAT', format('%d', ceil(next_tat / 1000)),
                                   'NX', 'GET')
+        if type(value) == 'table' then
+          -- Refused: nothing was written. GET says what the key holds (another type, a key
+          -- on another cluster node: learn() below, as for any read).
+          if find(value.err or '', 'syntax', 1, true) then nx_get = false end
+          value = redis_pcall('GET', key)
+        end
         noted(seen, value ~= false)
         if value == false then
           known[key] = next_tat  -- written: nothing left for flush

@@ -1,6 +1,7 @@
 #include "http/head_scan.hpp"
 
 #include <array>
+#include <cstring>
 
 namespace sluice::http {
 
@@ -12,25 +13,31 @@ HeadScan scan_request_head(std::string_view data, std::size_t& scanned) {
     result.leading_crlf = start;
     if (scanned < start) scanned = start;
 
-    for (std::size_t i = scanned; i < data.size(); ++i) {
-        const char c = data[i];
-        if (c == '\n') {
-            if (i == 0 || data[i - 1] != '\r') {
-                result.state = HeadScan::State::malformed;
-                result.problem = "bare LF in request head";
-                return result;
-            }
-            if (i >= start + 3 && data[i - 2] == '\n' && data[i - 3] == '\r') {
-                result.state = HeadScan::State::complete;
-                result.head_size = i + 1 - start;
-                scanned = i + 1;
-                return result;
-            }
-        } else if (c == '\0') {
+    // A line at a time: memchr finds its LF and any NUL before it (both with vector
+    // instructions; this runs over every head, request and response). The first of a NUL, a
+    // bare LF and the blank line decides, as in a reading byte by byte.
+    const char* const base = data.data();
+    for (std::size_t i = scanned; i < data.size();) {
+        const auto* lf = static_cast<const char*>(std::memchr(base + i, '\n', data.size() - i));
+        const std::size_t end = lf ? static_cast<std::size_t>(lf - base) : data.size();
+        if (std::memchr(base + i, '\0', end - i) != nullptr) {
             result.state = HeadScan::State::malformed;
             result.problem = "NUL in request head";
             return result;
         }
+        if (!lf) break;
+        if (end == 0 || data[end - 1] != '\r') {
+            result.state = HeadScan::State::malformed;
+            result.problem = "bare LF in request head";
+            return result;
+        }
+        if (end >= start + 3 && data[end - 2] == '\n' && data[end - 3] == '\r') {
+            result.state = HeadScan::State::complete;
+            result.head_size = end + 1 - start;
+            scanned = end + 1;
+            return result;
+        }
+        i = end + 1;
     }
     // Keep the last three bytes unscanned: they may be the start of the terminator.
     scanned = data.size() > start + 3 ? data.size() - 3 : start;
@@ -123,7 +130,10 @@ std::string_view check_request_line(std::string_view data) {
 
 std::size_t count_field_lines(std::string_view head) {
     std::size_t lines = 0;
-    for (char c : head) lines += c == '\n';
+    for (const char* p = head.data(); (p = static_cast<const char*>(
+                                           std::memchr(p, '\n', static_cast<std::size_t>(head.data() + head.size() - p))));
+         ++p)
+        ++lines;
     return lines >= 2 ? lines - 2 : 0;
 }
 

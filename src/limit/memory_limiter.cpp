@@ -71,7 +71,10 @@ std::int64_t MemoryLimiter::reset(const std::vector<std::string>& keys) {
 }
 
 void MemoryLimiter::count_decision(std::int64_t now) {
-    const std::uint64_t d = ++decisions_;
+    // Counted per thread: a counter shared by the workers would be a cache line every
+    // decision of every worker writes. Each worker sweeps the shards in turn by its own count.
+    thread_local std::uint64_t decisions = 0;
+    const std::uint64_t d = ++decisions;
     const std::uint64_t step = std::max<std::uint64_t>(1024 / shard_count, keys_.load() / shard_count);
     if (d % step != 0) return;
     auto& shard = shards_[(d / step) % shard_count];
@@ -88,6 +91,9 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     // The shard of each key; every shard involved is locked, in address order (no two
     // decisions can wait for each other), for the whole decision: all or nothing.
     std::vector<Shard*> shard(n, nullptr);
+    // Each key's state where it exists: written through this pointer (an element of an
+    // unordered_map stays where it is when the map grows), not looked up a second time.
+    std::vector<State*> existing(n, nullptr);
     std::vector<Shard*> locked;
     for (std::size_t i = 0; i < n; ++i) {
         if (!keys[i]) continue;
@@ -125,6 +131,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         c.cost = inspect ? 0 : static_cast<std::int64_t>(bounded_cost(limit, request));
         auto& states = shard[i]->states;
         const auto found = states.find(*keys[i]);
+        if (found != states.end()) existing[i] = &found->second;
         if (limit.algorithm == config::Algorithm::token_bucket || limit.algorithm == config::Algorithm::leaky_bucket) {
             // A leaky bucket is the token bucket's tat with a wait (lua/token_bucket.lua).
             const auto params = leaky_bucket_params(limit, request.may_wait);
@@ -206,7 +213,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             std::int64_t count = c.count;
             std::int64_t last_end = c.last_end;
             if (consumed) {
-                State& state = shard[i]->states[*keys[i]];
+                State& state = existing[i] ? *existing[i] : shard[i]->states[*keys[i]];
                 if (!std::holds_alternative<Concurrency>(state)) state = Concurrency{};
                 auto& held = std::get<Concurrency>(state).slots;
                 std::erase_if(held, [now](const auto& slot) { return slot.second <= now; });
@@ -221,20 +228,20 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             r.reset = ceil_to_ms(count == 0 ? 0 : std::max<std::int64_t>(last_end - now, 0));
         } else if (limit.algorithm == config::Algorithm::fixed_window) {
             const std::int64_t count = consumed ? c.count + c.cost : c.count;
-            if (consumed) shard[i]->states[*keys[i]] = FixedWindow{c.start, c.end, count};
+            if (consumed) (existing[i] ? *existing[i] : shard[i]->states[*keys[i]]) = FixedWindow{c.start, c.end, count};
             r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(static_cast<std::int64_t>(limit.limit) - count, 0));
             r.reset = ceil_to_ms(c.end - now);
         } else if (limit.algorithm == config::Algorithm::token_bucket ||
                    limit.algorithm == config::Algorithm::leaky_bucket) {
             if (consumed) r.wait = std::chrono::microseconds(c.wait_us);
             const std::int64_t tat = consumed ? c.next_tat : c.tat;
-            if (consumed) shard[i]->states[*keys[i]] = TokenBucket{c.next_tat};
+            if (consumed) (existing[i] ? *existing[i] : shard[i]->states[*keys[i]]) = TokenBucket{c.next_tat};
             r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));
             r.reset = ceil_to_ms(tat - now);
         } else {
             const auto params = sliding_window_params(limit);
             if (consumed) {
-                State& state = shard[i]->states[*keys[i]];
+                State& state = existing[i] ? *existing[i] : shard[i]->states[*keys[i]];
                 if (!std::holds_alternative<SlidingWindow>(state)) state = SlidingWindow{};
                 auto& window = std::get<SlidingWindow>(state);
                 window.window_us = params.window_us;
@@ -252,7 +259,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
 
     std::size_t held_after = 0;
     for (auto* s : locked) held_after += s->states.size();
-    keys_ += held_after - held_before;
+    if (held_after != held_before) keys_ += held_after - held_before;  // (a shared line: written only when it changes)
     locks.unlock();
     count_decision(now);
     auto decision = Decision::from_results(std::move(results), now);

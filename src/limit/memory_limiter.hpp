@@ -5,8 +5,8 @@
 // lock and map; a decision locks the shards of its keys (one, for a route with one limit)
 // for the whole decision. Workers deciding for different clients rarely meet on a lock.
 // Keys whose state is empty again are swept one shard at a time, the shards in turn, a
-// whole round of them every max(1024, keys held) decisions: amortised O(1) per decision,
-// and a sweep holds one shard, a small part of the keys, for a short time.
+// whole round of them every max(1024, keys held) decisions of a worker: amortised O(1) per
+// decision, and a sweep holds one shard, a small part of the keys, for a short time.
 #pragma once
 
 #include <array>
@@ -81,7 +81,6 @@ private:
     Clock clock_;
     std::array<Shard, shard_count> shards_;
     std::atomic<std::size_t> keys_{0};  // held, in all shards (as of their last change)
-    std::atomic<std::uint64_t> decisions_{0};
     std::atomic<std::uint64_t> tokens_made_{0};
 };
 

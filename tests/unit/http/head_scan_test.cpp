@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "http/head_scan.hpp"
@@ -142,6 +144,82 @@ TEST_CASE("check_request_head agrees with the byte-at-a-time reading of its rule
     }
     CHECK(ok > 1000);
     CHECK(refused > 1000);
+}
+
+namespace {
+// scan_request_head's rules read a byte at a time, from `scanned` on.
+HeadScan reference_scan(std::string_view data, std::size_t& scanned) {
+    HeadScan result;
+    std::size_t start = 0;
+    while (start + 1 < data.size() && data[start] == '\r' && data[start + 1] == '\n') start += 2;
+    result.leading_crlf = start;
+    if (scanned < start) scanned = start;
+    for (std::size_t i = scanned; i < data.size(); ++i) {
+        const char c = data[i];
+        if (c == '\n') {
+            if (i == 0 || data[i - 1] != '\r') {
+                result.state = HeadScan::State::malformed;
+                result.problem = "bare LF in request head";
+                return result;
+            }
+            if (i >= start + 3 && data[i - 2] == '\n' && data[i - 3] == '\r') {
+                result.state = HeadScan::State::complete;
+                result.head_size = i + 1 - start;
+                scanned = i + 1;
+                return result;
+            }
+        } else if (c == '\0') {
+            result.state = HeadScan::State::malformed;
+            result.problem = "NUL in request head";
+            return result;
+        }
+    }
+    scanned = data.size() > start + 3 ? data.size() - 3 : start;
+    return result;
+}
+}  // namespace
+
+TEST_CASE("scan_request_head and count_field_lines agree with the byte-at-a-time reading", "[head_scan]") {
+    // Heads of the bytes the scan cares about, read whole and in pieces of every size, with
+    // `scanned` carried from call to call as the sessions do.
+    const std::string alphabet{'\r', '\n', '\r', '\n', '\0', 'a', ':', ' '};
+    std::uint64_t state = 0x243f6a8885a308d3ULL;
+    auto next = [&state] {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        return state;
+    };
+    std::size_t complete = 0, malformed = 0;
+    for (int round = 0; round < 200000; ++round) {
+        std::string data = next() % 4 ? "GET / HTTP/1.1\r\nHost: a\r\n" : "\r\n";
+        const std::size_t len = next() % 20;
+        for (std::size_t i = 0; i < len; ++i) data += alphabet[next() % alphabet.size()];
+        if (next() % 2) data += "\r\n\r\nbody\0\n";
+        INFO(data);
+        std::size_t lines = 0;
+        for (char c : data) lines += c == '\n';
+        CHECK(sluice::http::count_field_lines(data) == (lines >= 2 ? lines - 2 : 0));
+        const std::size_t piece = 1 + next() % 8;
+        std::size_t scanned = 0, reference_scanned = 0;
+        for (std::size_t have = std::min(piece, data.size());; have = std::min(have + piece, data.size())) {
+            const std::string_view seen(data.data(), have);
+            const auto got = scan_request_head(seen, scanned);
+            const auto expected = reference_scan(seen, reference_scanned);
+            REQUIRE(got.state == expected.state);
+            REQUIRE(got.head_size == expected.head_size);
+            REQUIRE(got.leading_crlf == expected.leading_crlf);
+            REQUIRE(got.problem == expected.problem);
+            REQUIRE(scanned == reference_scanned);
+            if (got.state != HeadScan::State::incomplete || have == data.size()) {
+                (got.state == HeadScan::State::complete ? complete : malformed) +=
+                    got.state == HeadScan::State::incomplete ? 0 : 1;
+                break;
+            }
+        }
+    }
+    CHECK(complete > 1000);
+    CHECK(malformed > 1000);
 }
 
 TEST_CASE("request_version_offset finds the version digits of the request line") {
