@@ -21,16 +21,17 @@ DESCRIPTION = {
     "reject90": "90 % of requests rejected (9 in 10 to an exhausted limit)",
     "reject100": "every request rejected (429 answered by sluice)",
     "clients100k": "100,000 distinct clients (X-Forwarded-For from a trusted peer), token bucket per client",
+    "clients100k_full": "the same 100,000 clients, each bucket full again when its client comes back (rate 1000/s)",
     "clients100k_memory": "the same 100,000 clients, token bucket per client in process (store.type: memory)",
     "clients100k_limit_req": "the same, against nginx with limit_req keyed on the client (per node, like the memory store)",
 }
 # scenarios where any answer other than 2xx is a fault
-ALL_2XX = {"none", "token_bucket", "token_bucket_memory", "sliding_window", "clients100k", "clients100k_memory",
+ALL_2XX = {"none", "token_bucket", "token_bucket_memory", "sliding_window", "clients100k", "clients100k_full", "clients100k_memory",
            "clients100k_limit_req"}
 # scenarios where every request is one decision by Redis (nothing rejected, nothing remembered)
-DECIDED_BY_REDIS = {"token_bucket", "sliding_window", "clients100k"}
+DECIDED_BY_REDIS = {"token_bucket", "sliding_window", "clients100k", "clients100k_full"}
 # Redis CPU per decision against the SET PXAT floor, at most (issue 24)
-TARGET_FLOOR_RATIO = {"token_bucket": 2.0, "clients100k": 2.0, "sliding_window": 3.0}
+TARGET_FLOOR_RATIO = {"token_bucket": 2.0, "clients100k": 2.0, "clients100k_full": 2.0, "sliding_window": 3.0}
 # sluice's CPU per request against nginx's, at most (issue 24)
 TARGET_CPU_RATIO = {"none": 1.0, "token_bucket": 1.1}
 

@@ -22,7 +22,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
-ALL_SCENARIOS="none token_bucket token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_memory clients100k_limit_req"
+ALL_SCENARIOS="none token_bucket token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
 if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-3s}
   ROUNDS=${ROUNDS:-1}
@@ -271,6 +271,9 @@ EOF
 #   clients100k: rate 1 per 1m, burst 1000000: per client at most a few dozen requests, far
 #     from the burst; each key lives (TTL) a minute per request, so the keys are still there
 #     to be measured (MEMORY USAGE) after the run.
+#   clients100k_full: rate 1000 per 1s, burst 1000: a client comes back every second or two,
+#     its bucket full again and its key gone (a full bucket has none): what most clients of a
+#     per-client limit look like to the store.
 #   sliding window: limit 10000000 per 1s: nothing is rejected, and the sorted set holds one
 #     member per request of the last second only (a 1m window would grow it to millions).
 #   reject: rate 1 per 1h, burst 1: the first request passes, every other one gets 429.
@@ -318,6 +321,12 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
     upstream: app
     limits:
       - { name: per_client, algorithm: token_bucket, rate: 1, per: 1m, burst: 1000000, key: [client_ip] }" ;;
+    clients100k_full) trusted='"127.0.0.1/32"'; routes="
+  - name: api
+    match: { path_prefix: / }
+    upstream: app
+    limits:
+      - { name: per_client, algorithm: token_bucket, rate: 1000, per: 1s, burst: 1000, key: [client_ip] }" ;;
     *) die "unknown scenario $scenario" ;;
   esac
   cat >"$file" <<EOF
@@ -407,7 +416,7 @@ parse_wrk() {
 run_wrk() {  # run_wrk PORT CONNS DURATION OUTFILE SCENARIO
   local port=$1 conns=$2 dur=$3 out=$4 scenario=$5 script="" path=/
   case "$scenario" in
-    clients100k|clients100k_memory|clients100k_limit_req) script="$HERE/clients.lua" ;;
+    clients100k|clients100k_full|clients100k_memory|clients100k_limit_req) script="$HERE/clients.lua" ;;
     reject90) script="$HERE/reject90.lua" ;;
     reject100) path=/deny ;;
     *) path=/ ;;

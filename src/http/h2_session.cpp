@@ -215,6 +215,8 @@ private:
 
     void report_abuse() {
         if (codec_.abuse() == H2Abuse::none || codec_.abuse() == H2Abuse::protocol_error) return;
+        static_assert(static_cast<std::size_t>(H2Abuse::control_flood) == observe::http2_abuse_names.size());
+        observe::add(worker_.snapshot()->metrics->http2_abuse[static_cast<std::size_t>(codec_.abuse()) - 1]);
         spdlog::warn("client {}: HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: {}", peer_ip_,
                      h2_abuse_name(codec_.abuse()));
     }

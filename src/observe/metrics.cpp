@@ -166,6 +166,11 @@ std::string prometheus_text(const Metrics& m) {
     for (std::size_t i = 0; i < tls_failure_names.size(); ++i)
         fmt::format_to(it, "sluice_tls_handshake_failures_total{{reason=\"{}\"}} {}\n", tls_failure_names[i],
                        read(m.tls_handshake_failures[i]));
+    fmt::format_to(it, "# HELP sluice_http2_abuse_total HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM, by "
+                       "the defence that ended them.\n# TYPE sluice_http2_abuse_total counter\n");
+    for (std::size_t i = 0; i < http2_abuse_names.size(); ++i)
+        fmt::format_to(it, "sluice_http2_abuse_total{{reason=\"{}\"}} {}\n", http2_abuse_names[i],
+                       read(m.http2_abuse[i]));
     const auto nodes = m.store_nodes();
     if (!nodes.empty()) {
         std::size_t up = 0;

@@ -95,6 +95,11 @@ enum class TlsFailure : std::size_t { protocol_version, no_shared_cipher, certif
 inline constexpr std::array<const char*, 7> tls_failure_names = {
     "protocol_version", "no_shared_cipher", "certificate_rejected", "plain_http", "closed", "timeout", "other"};
 
+// Why sluice ended a client's HTTP/2 connection with GOAWAY ENHANCE_YOUR_CALM
+// (sluice_http2_abuse_total{reason}); in the order of http::H2Abuse after `none`.
+inline constexpr std::array<const char*, 3> http2_abuse_names = {"rapid_reset", "continuation_flood",
+                                                                 "control_flood"};
+
 struct LimitMetrics {
     explicit LimitMetrics(std::string n) : name(std::move(n)) {}
     std::string name;
@@ -182,6 +187,7 @@ public:
     Histogram wait_time;  // how long leaky buckets held requests back
     Counter tls_handshakes{0};                      // client TLS handshakes completed
     std::array<Counter, tls_failure_names.size()> tls_handshake_failures{};
+    std::array<Counter, http2_abuse_names.size()> http2_abuse{};
     Counter reloads_ok{0};
     Counter reloads_failed{0};
     Histogram store_latency;

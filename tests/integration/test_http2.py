@@ -15,6 +15,7 @@ import subprocess
 import sys
 import unittest
 
+from admin_api import Metrics, wait_admin
 from harness import (LOOPBACK, RawClient, SluiceTestCase, echo, echo_body, free_port, limited_route,
                      pattern_bytes, proxy_config, sha256_hex, token_bucket)
 
@@ -89,16 +90,41 @@ class H2Client:
 
 
 class Http2Test(SluiceTestCase):
-    def start(self, routes=None, upstream=None, server=None):
+    def start(self, routes=None, upstream=None, server=None, admin=False):
         self.upstream = self.start_upstream(upstream or echo())
         port = free_port()
         srv = {"listen": [{"address": f"{LOOPBACK}:{port}", "http2": "prior_knowledge"}]}
         if server:
             srv.update(server)
-        self.sluice = self.start_sluice(proxy_config(port, {"app": self.upstream.address}, routes, server=srv),
-                                        port=port)
+        extra = None
+        if admin:
+            self.admin_port = free_port()
+            extra = {"admin": {"listen": f"{LOOPBACK}:{self.admin_port}"}}
+        self.sluice = self.start_sluice(proxy_config(port, {"app": self.upstream.address}, routes, server=srv,
+                                                     extra=extra), port=port)
+        if admin:
+            wait_admin(self.admin_port)
         self.port = port
         return port
+
+    def abuse_counted(self):
+        """sluice_http2_abuse_total by reason."""
+        m = Metrics.fetch(self.admin_port)
+        return {reason: m.get("sluice_http2_abuse_total", reason=reason)
+                for reason in ("rapid_reset", "continuation_flood", "control_flood")}
+
+    def wait_goaway(self, c):
+        """The GOAWAY that ends the connection (None when it closed without one)."""
+        while True:
+            try:
+                events = c.pump()
+            except ConnectionResetError:
+                return None
+            if events is None:
+                return None
+            goaway = next((e for e in events if isinstance(e, h2.events.ConnectionTerminated)), None)
+            if goaway is not None:
+                return goaway
 
     def client(self, validate=True):
         c = H2Client(self.port, validate)
@@ -152,7 +178,8 @@ class Http2Test(SluiceTestCase):
             self.assertEqual(c.request("GET", f"/n{i}")[0], 200)
 
     def test_rapid_reset_ends_the_connection(self):
-        self.start(server={"http2": {"max_resets_per_second": 20}})
+        self.start(server={"http2": {"max_resets_per_second": 20}}, admin=True)
+        self.assertEqual(self.abuse_counted(), {"rapid_reset": 0, "continuation_flood": 0, "control_flood": 0})
         c = self.client()
         for _ in range(100):
             sid = c.conn.get_next_available_stream_id()
@@ -160,19 +187,26 @@ class Http2Test(SluiceTestCase):
                                       (":path", "/slow")], end_stream=True)
             c.conn.reset_stream(sid)
         c.flush()
-        goaway = None
-        while goaway is None:
-            try:
-                events = c.pump()
-            except ConnectionResetError:
-                break
-            if events is None:
-                break
-            goaway = next((e for e in events if isinstance(e, h2.events.ConnectionTerminated)), None)
+        goaway = self.wait_goaway(c)
         self.assertIsNotNone(goaway)
         self.assertEqual(goaway.error_code, 11)  # ENHANCE_YOUR_CALM
         self.sluice.wait_log(r"HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: rapid_reset")
+        # Counted once, under its own reason (the log line is written after the count).
+        self.assertEqual(self.abuse_counted(), {"rapid_reset": 1, "continuation_flood": 0, "control_flood": 0})
         # Other connections are served.
+        self.assertTrue(self.curl("/ok").startswith("HTTP/2 200"))
+
+    def test_ping_flood_ends_the_connection_and_is_counted(self):
+        self.start(server={"http2": {"max_control_frames_per_second": 50}}, admin=True)
+        c = self.client()
+        for i in range(200):
+            c.conn.ping(i.to_bytes(8, "big"))
+        c.flush()
+        goaway = self.wait_goaway(c)
+        self.assertIsNotNone(goaway)
+        self.assertEqual(goaway.error_code, 11)  # ENHANCE_YOUR_CALM
+        self.sluice.wait_log(r"HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: control_flood")
+        self.assertEqual(self.abuse_counted(), {"rapid_reset": 0, "continuation_flood": 0, "control_flood": 1})
         self.assertTrue(self.curl("/ok").startswith("HTTP/2 200"))
 
     def test_smuggling_fields_never_reach_the_upstream(self):

@@ -64,3 +64,14 @@ TEST_CASE("striped counters: each stripe starts on a cache line of its own", "[m
         for (std::size_t j = 0; j < i; ++j) CHECK(where[i] / 64 != where[j] / 64);
     }
 }
+
+TEST_CASE("metrics: HTTP/2 connections ended for abuse are counted per defence", "[metrics]") {
+    observe::Metrics metrics;
+    observe::add(metrics.http2_abuse[0]);
+    observe::add(metrics.http2_abuse[2], 3);
+    const auto text = observe::prometheus_text(metrics);
+    CHECK(text.find("# TYPE sluice_http2_abuse_total counter\n") != std::string::npos);
+    CHECK(text.find("sluice_http2_abuse_total{reason=\"rapid_reset\"} 1\n") != std::string::npos);
+    CHECK(text.find("sluice_http2_abuse_total{reason=\"continuation_flood\"} 0\n") != std::string::npos);
+    CHECK(text.find("sluice_http2_abuse_total{reason=\"control_flood\"} 3\n") != std::string::npos);
+}
