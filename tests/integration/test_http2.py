@@ -10,14 +10,16 @@ stream errors and never reach the upstream; a limited gRPC call is RESOURCE_EXHA
 """
 
 import json
+import re
+import signal
 import socket
 import subprocess
 import sys
 import unittest
 
 from admin_api import Metrics, wait_admin
-from harness import (LOOPBACK, RawClient, SluiceTestCase, echo, echo_body, free_port, limited_route,
-                     pattern_bytes, proxy_config, sha256_hex, token_bucket)
+from harness import (LOOPBACK, RawClient, SluiceTestCase, by_path, delayed, echo, echo_body, free_port,
+                     limited_route, pattern_bytes, proxy_config, respond, sha256_hex, token_bucket, wait_until)
 
 sys.path.append("/usr/lib/python3/dist-packages")  # Debian's python3-h2 and python3-grpcio
 import grpc  # noqa: E402
@@ -208,6 +210,31 @@ class Http2Test(SluiceTestCase):
         self.sluice.wait_log(r"HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: control_flood")
         self.assertEqual(self.abuse_counted(), {"rapid_reset": 0, "continuation_flood": 0, "control_flood": 1})
         self.assertTrue(self.curl("/ok").startswith("HTTP/2 200"))
+
+    def test_sigterm_sends_goaway_and_finishes_the_streams_under_way(self):
+        # Graceful stop: GOAWAY NO_ERROR naming the last stream taken, the stream under way
+        # gets its whole answer, then the connection closes and sluice exits 0. The client is
+        # nghttp (Python's h2 stops reading a connection once it has a GOAWAY).
+        self.start(upstream=by_path({"/slow": delayed(1.5, respond(200, b"slow but complete"))},
+                                    default=respond(200, b"fast")),
+                   server={"shutdown_timeout": "10s"})
+        client = subprocess.Popen(["nghttp", "-v", f"http://{LOOPBACK}:{self.port}/slow"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.addCleanup(client.kill)
+        wait_until(lambda: any(r.target == "/slow" for r in self.upstream.requests), 5,
+                   message="the slow request at the upstream")
+        self.sluice.send_signal(signal.SIGTERM)
+        out, _ = client.communicate(timeout=15)
+        self.assertEqual(client.returncode, 0, out)
+        goaway = re.search(r"recv GOAWAY frame .*\n.*last_stream_id=(\d+), error_code=(\w+)", out)
+        self.assertIsNotNone(goaway, out)
+        self.assertGreaterEqual(int(goaway.group(1)), 1)
+        self.assertEqual(goaway.group(2), "NO_ERROR")
+        self.assertIn(":status: 200", out)
+        self.assertIn("slow but complete", out)
+        # The GOAWAY came before the answer: the stream was under way when sluice stopped.
+        self.assertLess(out.index("recv GOAWAY"), out.index(":status: 200"), out)
+        self.assertEqual(self.sluice.wait(10), 0, self.sluice.log_text())
 
     def test_smuggling_fields_never_reach_the_upstream(self):
         self.start()
