@@ -26,6 +26,7 @@ struct H2Callbacks {
         auto& c = codec(user_data);
         if (hd->type == NGHTTP2_HEADERS) {
             c.continuing_stream_ = hd->stream_id;
+            ++c.header_blocks_;
             c.continuations_ = 0;
             if (hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM) && !c.count_control_frame())
                 return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -294,6 +295,8 @@ void H2Codec::shut_down() {
     nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
                           NGHTTP2_NO_ERROR, nullptr, 0);
 }
+
+void H2Codec::give_up() { nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR); }
 
 std::size_t H2Codec::open_streams() const { return incoming_.size(); }
 

@@ -96,6 +96,11 @@ public:
     void consumed(std::int32_t stream, std::size_t n);
     // Graceful stop: GOAWAY naming the last stream taken; streams under way finish.
     void shut_down();
+    // The request head (HEADERS and its CONTINUATIONs) being received: a number of its own
+    // (they count up), or 0 when no block is open.
+    std::uint64_t open_header_block() const { return continuing_stream_ != 0 ? header_blocks_ : 0; }
+    // Ends the connection now: GOAWAY NO_ERROR, then nothing more is read or written.
+    void give_up();
     // Streams open (requests not finished).
     std::size_t open_streams() const;
     H2Abuse abuse() const { return abuse_; }
@@ -129,6 +134,7 @@ private:
     std::uint32_t resets_ = 0;
     std::uint32_t control_frames_ = 0;
     std::int32_t continuing_stream_ = 0;  // the HEADERS block CONTINUATION frames extend
+    std::uint64_t header_blocks_ = 0;     // HEADERS blocks begun
     std::uint32_t continuations_ = 0;
 };
 

@@ -128,11 +128,12 @@ class H2Connection final : public H2Codec::Handler, public std::enable_shared_fr
 public:
     H2Connection(server::Worker& worker, Stream& stream, std::string_view peer_ip, const H2Settings& settings)
         : worker_(worker), stream_(stream), peer_ip_(peer_ip), codec_(*this, settings), kick_(stream.get_executor()),
-          reader_done_(stream.get_executor()), idle_(stream.get_executor()) {}
+          reader_done_(stream.get_executor()), idle_(stream.get_executor()), head_timer_(stream.get_executor()) {}
 
     net::awaitable<void> run(std::string_view early) {
         auto self = shared_from_this();
         if (!early.empty() && !codec_.receive(early)) report_abuse();
+        watch_head();
         reading_ = true;
         net::co_spawn(stream_.get_executor(), [self]() { return self->read_loop(); }, net::detached);
         co_await write_loop();
@@ -213,6 +214,27 @@ public:
 private:
     void kick() { kick_.cancel(); }
 
+    // A request head must be whole within header_timeout of its first frame, as an
+    // HTTP/1.1 head must (a trickle does not extend it). While a HEADERS block is open no
+    // other frame may come on the connection, so a block left open ends the connection.
+    void watch_head() {
+        const auto block = codec_.open_header_block();
+        if (block == head_block_) return;
+        head_block_ = block;
+        if (block == 0) {
+            head_timer_.cancel();
+            return;
+        }
+        head_timer_.expires_after(worker_.snapshot()->config->server.header_timeout);
+        head_timer_.async_wait([self = shared_from_this(), block](boost::system::error_code ec) {
+            if (ec || self->head_block_ != block || self->codec_.open_header_block() != block) return;
+            spdlog::warn("client {}: HTTP/2 request head not complete within header_timeout; connection closed",
+                         self->peer_ip_);
+            self->codec_.give_up();
+            self->kick();
+        });
+    }
+
     void report_abuse() {
         if (codec_.abuse() == H2Abuse::none || codec_.abuse() == H2Abuse::protocol_error) return;
         static_assert(static_cast<std::size_t>(H2Abuse::control_flood) == observe::http2_abuse_names.size());
@@ -240,9 +262,11 @@ private:
                 kick();
                 break;
             }
+            watch_head();
             kick();
         }
         idle_.cancel();
+        head_timer_.cancel();
         reading_ = false;
         reader_done_.cancel();
         kick();
@@ -534,6 +558,8 @@ private:
     net::steady_timer kick_;         // the writer waits on it
     net::steady_timer reader_done_;  // run() waits on it for the reader
     net::steady_timer idle_;
+    net::steady_timer head_timer_;   // the open request head's header_timeout (watch_head)
+    std::uint64_t head_block_ = 0;   // the block it times, 0: none
     bool reading_ = false;
     bool stopping_ = false;
     std::size_t serving_ = 0;  // streams whose serve() runs

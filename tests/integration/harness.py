@@ -26,6 +26,7 @@ Every socket has a timeout and every wait has a deadline, so a broken proxy make
 fail, never hang.
 """
 
+import collections
 import hashlib
 import http.client
 import json
@@ -70,11 +71,24 @@ class WaitTimeout(AssertionError):
     """A bounded wait ran out. An AssertionError, so unittest reports it as a failure."""
 
 
+# The ports free_port() handed out last, in this process.
+_recent_ports = collections.deque(maxlen=256)
+
+
 def free_port(host=LOOPBACK):
-    """A TCP port nobody listens on right now (the kernel picks it for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port nobody listens on right now (the kernel picks it for port 0), and none of
+    the last 256 this process handed out: each port is free again when the call returns, so
+    two calls in a row can get the same one from the kernel, and a process given two ports
+    (a cluster node's data and bus ports, a listener and an admin port) would then fail to
+    bind the second."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _recent_ports:
+            _recent_ports.append(port)
+            return port
+    raise AssertionError("the kernel keeps handing out the same few ports")
 
 
 def wait_until(predicate, timeout, interval=0.02, message="condition"):

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import unittest
 
 from admin_api import Metrics, wait_admin
@@ -235,6 +236,41 @@ class Http2Test(SluiceTestCase):
         # The GOAWAY came before the answer: the stream was under way when sluice stopped.
         self.assertLess(out.index("recv GOAWAY"), out.index(":status: 200"), out)
         self.assertEqual(self.sluice.wait(10), 0, self.sluice.log_text())
+
+    def test_a_request_head_left_open_ends_the_connection_after_header_timeout(self):
+        # HEADERS without END_HEADERS, then nothing: the connection is held (no other frame may
+        # come until the block ends), so after header_timeout (not idle_timeout) it ends with
+        # GOAWAY NO_ERROR, and nothing reached the upstream.
+        self.start(server={"header_timeout": "1s", "idle_timeout": "60s"})
+        sock = socket.create_connection((LOOPBACK, self.port), timeout=10)
+        self.addCleanup(sock.close)
+        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # SETTINGS
+        block = b"\x82\x86\x84"  # :method GET, :scheme http, :path / (HPACK static table)
+        headers = len(block).to_bytes(3, "big") + b"\x01\x00" + (1).to_bytes(4, "big") + block  # no END_HEADERS
+        started = time.monotonic()
+        sock.sendall(preface + headers)
+        got = bytearray()
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                break
+            got += data
+        elapsed = time.monotonic() - started
+        self.assertGreater(elapsed, 0.8)
+        self.assertLess(elapsed, 10, "held until idle_timeout")
+        # The frames sluice sent: find the GOAWAY (type 7) and read it.
+        frames, at = [], 0
+        while at + 9 <= len(got):
+            length = int.from_bytes(got[at:at + 3], "big")
+            frames.append((got[at + 3], bytes(got[at + 9:at + 9 + length])))
+            at += 9 + length
+        goaways = [payload for kind, payload in frames if kind == 7]
+        self.assertEqual(len(goaways), 1, frames)
+        self.assertEqual(int.from_bytes(goaways[0][4:8], "big"), 0)  # NO_ERROR
+        self.sluice.wait_log(r"HTTP/2 request head not complete within header_timeout")
+        self.assertEqual(len(self.upstream.requests), 0)
+        # Other connections are served.
+        self.assertTrue(self.curl("/ok").startswith("HTTP/2 200"))
 
     def test_smuggling_fields_never_reach_the_upstream(self):
         self.start()

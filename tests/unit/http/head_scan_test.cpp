@@ -11,6 +11,17 @@ using sluice::http::HeadScan;
 using sluice::http::scan_request_head;
 
 namespace {
+// The generated heads' bytes: xorshift64, the same sequence on every run.
+struct Xorshift {
+    std::uint64_t state;
+    std::uint64_t operator()() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        return state;
+    }
+};
+
 HeadScan scan(std::string_view data) {
     std::size_t scanned = 0;
     return scan_request_head(data, scanned);
@@ -123,13 +134,7 @@ TEST_CASE("check_request_head agrees with the byte-at-a-time reading of its rule
     // Heads built from the bytes the rules care about, mixed with ordinary ones: every
     // problem, at every place in a line, on the first line and the others.
     const std::string alphabet{'\r', '\n', '\r', '\n', ' ', ':', '\t', '\x01', '\x7f', '\x80', '\xff', 'a', 'Z', '-', '/', '\0'};
-    std::uint64_t state = 0x9e3779b97f4a7c15ULL;
-    auto next = [&state] {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        return state;
-    };
+    Xorshift next{0x9e3779b97f4a7c15ULL};
     std::size_t ok = 0, refused = 0;
     for (int round = 0; round < 200000; ++round) {
         std::string head = "GET / HTTP/1.1\r\nHost: a\r\n";
@@ -183,13 +188,7 @@ TEST_CASE("scan_request_head and count_field_lines agree with the byte-at-a-time
     // Heads of the bytes the scan cares about, read whole and in pieces of every size, with
     // `scanned` carried from call to call as the sessions do.
     const std::string alphabet{'\r', '\n', '\r', '\n', '\0', 'a', ':', ' '};
-    std::uint64_t state = 0x243f6a8885a308d3ULL;
-    auto next = [&state] {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        return state;
-    };
+    Xorshift next{0x243f6a8885a308d3ULL};
     std::size_t complete = 0, malformed = 0;
     for (int round = 0; round < 200000; ++round) {
         std::string data = next() % 4 ? "GET / HTTP/1.1\r\nHost: a\r\n" : "\r\n";
