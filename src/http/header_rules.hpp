@@ -52,6 +52,7 @@ void strip_framing(Fields& fields);
 // Every field of this name removed, in one walk over the fields (Beast's erase(name) and
 // set(name, value) look the name up in its ordered index, a case-insensitive string compare
 // per step, which costs more than walking a message's few fields).
+// `name` a known field (field::unknown would match every field Beast does not know).
 void erase_all(Fields& fields, boost::beast::http::field name);
 void erase_all(Fields& fields, std::string_view name);
 // Beast's set(name, value) (every field of the name removed, one added at the end), the same way.
