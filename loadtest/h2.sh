@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# HTTP/2: sluice against nginx, both terminating TLS with the same certificate and offering
+# h2 by ALPN, forwarding over HTTP/1.1 to the same plain nginx upstream, same worker count,
+# side by side in one run (issue 26).
+#   loadtest/h2.sh              2 rounds x 10 s per measurement (about 2 minutes)
+#   QUICK=1 loadtest/h2.sh      1 round x 3 s
+# Scenarios (h2load, CONNS connections, default 64):
+#   h2_one_stream   one request at a time per connection (-m 1): the per-request cost
+#   h2_streams      STREAMS requests at once per connection (-m STREAMS, default 8, on
+#                   CONNS/8 connections): multiplexing
+# p99 is computed from h2load's per-request log. Writes loadtest/results/h2.md. Needs what
+# loadtest/run.sh installs (nginx) and h2load (Debian's nghttp2-client, which make test installs).
+# Env: SLUICE (default build/sluice), WORKERS (2), CONNS (64), STREAMS (8), DURATION (10s), ROUNDS (2).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+SLUICE=${SLUICE:-$REPO/build/sluice}
+WORKERS=${WORKERS:-2}
+CONNS=${CONNS:-64}
+STREAMS=${STREAMS:-8}
+DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-2}
+if [ -n "${QUICK:-}" ]; then DURATION=3s; ROUNDS=1; fi
+RESULTS=${RESULTS:-$HERE/results}
+say() { printf '%s\n' "h2: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$NGINX" ] || die "nginx is missing (loadtest/run.sh installs it)"
+command -v h2load >/dev/null || die "h2load is missing (apt-get install nghttp2-client)"
+[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE (make build)"
+
+W=$(mktemp -d /tmp/sluice-h2-XXXXXX)
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${KEEP:-}" ] && say "work directory kept: $W" || rm -rf "$W"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_port() { local i; for i in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+cpu_ticks() { local pid; for pid in "$@"; do cat "/proc/$pid/stat" 2>/dev/null; done | awk '{ sub(/^.*\) /, ""); t += $12 + $13 } END { print t + 0 }'; }
+TICK=$(getconf CLK_TCK)
+
+UP_PORT=$(free_port); NGINX_PORT=$(free_port); TLS_PORT=$(free_port); ADMIN_PORT=$(free_port)
+[ "$(printf '%s\n' $UP_PORT $NGINX_PORT $TLS_PORT $ADMIN_PORT | sort -u | wc -l)" = 4 ] || die "the same free port twice: run again"
+bash "$REPO/scripts/dev_tls.sh" "$W/tls" >/dev/null
+CERT=$W/tls/localhost.pem KEY=$W/tls/localhost.key
+user_line=""; [ "$(id -u)" -eq 0 ] && user_line="user root;"
+for d in up proxy; do
+  mkdir -p "$W/$d/tmp"
+  common="$user_line
+daemon off;
+pid $W/$d/nginx.pid;
+error_log $W/$d/error.log warn;
+events { worker_connections 16384; }"
+  temp="client_body_temp_path $W/$d/tmp/b; proxy_temp_path $W/$d/tmp/p; fastcgi_temp_path $W/$d/tmp/f; uwsgi_temp_path $W/$d/tmp/u; scgi_temp_path $W/$d/tmp/s;"
+  if [ $d = up ]; then
+    cat >"$W/up/nginx.conf" <<EOF
+$common
+worker_processes 1;
+http { access_log off; $temp keepalive_requests 1000000;
+  server { listen 127.0.0.1:$UP_PORT backlog=4096; location / { return 200 "ok\n"; } } }
+EOF
+  else
+    cat >"$W/proxy/nginx.conf" <<EOF
+$common
+worker_processes $WORKERS;
+http { access_log off; $temp keepalive_requests 1000000; keepalive_timeout 300s;
+  upstream app { server 127.0.0.1:$UP_PORT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NGINX_PORT ssl http2 backlog=4096;
+    http2_max_concurrent_streams 128;
+    ssl_certificate $CERT;
+    ssl_certificate_key $KEY;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    location / {
+      proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme; proxy_set_header Via "1.1 nginx";
+    }
+  }
+}
+EOF
+  fi
+  "$NGINX" -c "$W/$d/nginx.conf" -p "$W/$d" &
+  PIDS+=($!)
+done
+NGINX_PROXY_PID=${PIDS[1]}
+
+cat >"$W/sluice.yaml" <<EOF
+server:
+  listen:
+    - address: "127.0.0.1:$TLS_PORT"
+      tls: {cert: $CERT, key: $KEY}
+  workers: $WORKERS
+  idle_timeout: 300s
+admin: {listen: "127.0.0.1:$ADMIN_PORT"}
+store: {type: memory}
+logging: {access_log: "off", summary_interval: 0s}
+upstreams:
+  app: {servers: ["127.0.0.1:$UP_PORT"], max_idle: 64}
+routes:
+  - name: all
+    match: {path_prefix: /}
+    upstream: app
+EOF
+"$SLUICE" --check -c "$W/sluice.yaml" >/dev/null || die "generated sluice config refused"
+"$SLUICE" -c "$W/sluice.yaml" >"$W/sluice.log" 2>&1 &
+SLUICE_PID=$!
+PIDS+=("$SLUICE_PID")
+for p in $UP_PORT $NGINX_PORT $TLS_PORT; do wait_port "$p" || die "port $p does not accept"; done
+for p in $NGINX_PORT $TLS_PORT; do
+  curl -sk --http2 -o /dev/null -w '%{http_version}' "https://127.0.0.1:$p/" | grep -q '^2' ||
+    die "port $p does not answer over HTTP/2"
+done
+
+# h2load output and its per-request log -> "rps p99_ms errors"
+parse_h2load() {  # parse_h2load OUTPUT LOG
+  local rps bad p99
+  rps=$(awk '/^finished in/ { sub(/,$/, "", $4); print $4 + 0 }' "$1")
+  bad=$(awk '/^requests:/ { print $10 + $12 + $14 }' "$1")
+  # log lines: start (µs since epoch), status, time for the request (µs)
+  p99=$(awk '{ print $3 }' "$2" | sort -n | awk '{ v[NR] = $1 } END { i = int(NR * 0.99 + 0.5); if (i < 1) i = 1; if (NR) printf "%.2f", v[i] / 1000; else print 0 }')
+  bad=$(( bad + $(awk '$2 != 200' "$2" | wc -l) ))
+  echo "${rps:-0} $p99 $bad"
+}
+measure() {  # measure TARGET SCENARIO -> "rps p99 errors cpu_us_per_req"
+  local target=$1 scenario=$2 port pids out log
+  if [ "$target" = nginx ]; then port=$NGINX_PORT; pids="$NGINX_PROXY_PID $(ps -o pid= --ppid "$NGINX_PROXY_PID" | tr '\n' ' ')"
+  else port=$TLS_PORT; pids=$SLUICE_PID; fi
+  local clients=$CONNS streams=1
+  if [ "$scenario" = h2_streams ]; then streams=$STREAMS; clients=$(( CONNS / STREAMS > 0 ? CONNS / STREAMS : 1 )); fi
+  out="$W/$target-$scenario.out"; log="$W/$target-$scenario.log"
+  rm -f "$log"
+  local c0; c0=$(cpu_ticks $pids)
+  timeout $(( ${DURATION%s} + 30 )) h2load -t2 -c"$clients" -m"$streams" -D"${DURATION%s}" --log-file="$log" \
+    "https://127.0.0.1:$port/" >"$out" 2>&1
+  local c1; c1=$(cpu_ticks $pids)
+  read -r rps p99 bad < <(parse_h2load "$out" "$log")
+  local reqs; reqs=$(awk '/^requests:/ { print $8 }' "$out")
+  echo "$rps $p99 $bad $(awk -v t=$((c1 - c0)) -v hz="$TICK" -v n="$reqs" 'BEGIN { printf "%.1f", n ? t / hz * 1e6 / n : 0 }')"
+}
+
+declare -A sum_rps sum_cpu last_p99 errors
+SCENARIOS="h2_one_stream h2_streams"
+for scenario in $SCENARIOS; do
+  say "$scenario: warm-up"
+  measure nginx "$scenario" >/dev/null; measure sluice "$scenario" >/dev/null
+  for round in $(seq "$ROUNDS"); do
+    for target in nginx sluice; do
+      read -r rps p99 bad cpu < <(measure "$target" "$scenario")
+      say "$scenario round $round $target: $rps req/s, p99 $p99 ms, $bad errors, $cpu µs CPU/req"
+      k="$scenario/$target"
+      sum_rps[$k]=$(awk -v a="${sum_rps[$k]:-0}" -v b="$rps" 'BEGIN { printf "%.0f", a + b }')
+      sum_cpu[$k]=$(awk -v a="${sum_cpu[$k]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
+      last_p99[$k]=$p99
+      errors[$k]=$(( ${errors[$k]:-0} + bad ))
+    done
+  done
+done
+streams=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^sluice_requests_total/ { n += $2 } END { print n + 0 }')
+mkdir -p "$RESULTS"
+{
+  echo "# HTTP/2 over TLS: sluice against nginx (loadtest/h2.sh)"
+  echo
+  echo "$(nproc) cores, $WORKERS workers each; h2_one_stream: $CONNS connections, one stream at a time each;"
+  echo "h2_streams: $(( CONNS / STREAMS > 0 ? CONNS / STREAMS : 1 )) connections x $STREAMS streams; $ROUNDS x $DURATION per measurement, alternating;"
+  echo "h2load (2 threads); same ECDSA P-256 certificate, ALPN h2; upstream: plain nginx over HTTP/1.1 keep-alive."
+  echo "$(openssl version), $("$NGINX" -v 2>&1 | sed 's/.*: //'), $(h2load --version | head -1)."
+  echo
+  echo "| scenario | nginx req/s | sluice req/s | ratio | nginx p99 ms | sluice p99 ms | CPU µs/req nginx / sluice | errors nginx / sluice |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  for scenario in $SCENARIOS; do
+    n=$(awk -v a="${sum_rps[$scenario/nginx]}" -v r="$ROUNDS" 'BEGIN { printf "%d", a / r }')
+    s=$(awk -v a="${sum_rps[$scenario/sluice]}" -v r="$ROUNDS" 'BEGIN { printf "%d", a / r }')
+    printf '| %s | %d | %d | %.2f | %s | %s | %.1f / %.1f | %d / %d |\n' "$scenario" "$n" "$s" \
+      "$(awk -v a="$s" -v b="$n" 'BEGIN { print b ? a / b : 0 }')" "${last_p99[$scenario/nginx]}" "${last_p99[$scenario/sluice]}" \
+      "$(awk -v a="${sum_cpu[$scenario/nginx]}" -v r="$ROUNDS" 'BEGIN { print a / r }')" \
+      "$(awk -v a="${sum_cpu[$scenario/sluice]}" -v r="$ROUNDS" 'BEGIN { print a / r }')" \
+      "${errors[$scenario/nginx]}" "${errors[$scenario/sluice]}"
+  done
+  echo
+  echo "sluice counted $streams requests (sluice_requests_total) over the whole run."
+} | tee "$RESULTS/h2.md"
