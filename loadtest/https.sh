@@ -11,107 +11,15 @@
 # Writes loadtest/results/https.md. Needs what loadtest/run.sh installs (nginx, wrk).
 # Env: SLUICE (default build/sluice), WORKERS (2), CONNS (64), DURATION (10s), ROUNDS (2).
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/.." && pwd)
-SLUICE=${SLUICE:-$REPO/build/sluice}
-WORKERS=${WORKERS:-2}
-CONNS=${CONNS:-64}
-DURATION=${DURATION:-10s}
-ROUNDS=${ROUNDS:-2}
-if [ -n "${QUICK:-}" ]; then DURATION=3s; ROUNDS=1; fi
-RESULTS=${RESULTS:-$HERE/results}
-say() { printf '%s\n' "https: $*" >&2; }
-die() { say "error: $*"; exit 1; }
-
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$NGINX" ] || die "nginx is missing (loadtest/run.sh installs it)"
-command -v wrk >/dev/null || die "wrk is missing (loadtest/run.sh installs it)"
-[ -x "$SLUICE" ] || die "no sluice binary at $SLUICE (make build)"
-
-W=$(mktemp -d /tmp/sluice-https-XXXXXX)
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [ -n "${KEEP:-}" ] && say "work directory kept: $W" || rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_port() { local i; for i in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-cpu_ticks() { local pid; for pid in "$@"; do cat "/proc/$pid/stat" 2>/dev/null; done | awk '{ sub(/^.*\) /, ""); t += $12 + $13 } END { print t + 0 }'; }
-TICK=$(getconf CLK_TCK)
-
-UP_PORT=$(free_port); NGINX_PORT=$(free_port); PLAIN_PORT=$(free_port); TLS_PORT=$(free_port); ADMIN_PORT=$(free_port); NGINX_PLAIN_PORT=$(free_port)
-bash "$REPO/scripts/dev_tls.sh" "$W/tls" >/dev/null
-CERT=$W/tls/localhost.pem KEY=$W/tls/localhost.key
-user_line=""; [ "$(id -u)" -eq 0 ] && user_line="user root;"
-for d in up proxy; do
-  mkdir -p "$W/$d/tmp"
-  common="$user_line
-daemon off;
-pid $W/$d/nginx.pid;
-error_log $W/$d/error.log warn;
-events { worker_connections 16384; }"
-  temp="client_body_temp_path $W/$d/tmp/b; proxy_temp_path $W/$d/tmp/p; fastcgi_temp_path $W/$d/tmp/f; uwsgi_temp_path $W/$d/tmp/u; scgi_temp_path $W/$d/tmp/s;"
-  if [ $d = up ]; then
-    cat >"$W/up/nginx.conf" <<EOF
-$common
-worker_processes 1;
-http { access_log off; $temp keepalive_requests 1000000;
-  server { listen 127.0.0.1:$UP_PORT backlog=4096; location / { return 200 "ok\n"; } } }
-EOF
-  else
-    cat >"$W/proxy/nginx.conf" <<EOF
-$common
-worker_processes $WORKERS;
-http { access_log off; $temp keepalive_requests 1000000; keepalive_timeout 300s;
-  upstream app { server 127.0.0.1:$UP_PORT; keepalive 64; }
-  server {
-    listen 127.0.0.1:$NGINX_PORT ssl backlog=4096;
-    listen 127.0.0.1:$NGINX_PLAIN_PORT backlog=4096;
-    ssl_certificate $CERT;
-    ssl_certificate_key $KEY;
-    ssl_protocols TLSv1.2 TLSv1.3;
-    location / {
-      proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme; proxy_set_header Via "1.1 nginx";
-    }
-  }
-}
-EOF
-  fi
-  "$NGINX" -c "$W/$d/nginx.conf" -p "$W/$d" &
-  PIDS+=($!)
-done
-NGINX_PROXY_PID=${PIDS[1]}
-
-cat >"$W/sluice.yaml" <<EOF
-server:
-  listen:
-    - "127.0.0.1:$PLAIN_PORT"
-    - address: "127.0.0.1:$TLS_PORT"
-      tls: {cert: $CERT, key: $KEY}
-  workers: $WORKERS
-  idle_timeout: 300s
-admin: {listen: "127.0.0.1:$ADMIN_PORT"}
-store: {type: memory}
-logging: {access_log: "off", summary_interval: 0s}
-upstreams:
-  app: {servers: ["127.0.0.1:$UP_PORT"], max_idle: 64}
-routes:
-  - name: all
-    match: {path_prefix: /}
-    upstream: app
-EOF
-"$SLUICE" --check -c "$W/sluice.yaml" >/dev/null || die "generated sluice config refused"
-"$SLUICE" -c "$W/sluice.yaml" >"$W/sluice.log" 2>&1 &
-SLUICE_PID=$!
-PIDS+=("$SLUICE_PID")
-for p in $UP_PORT $NGINX_PORT $NGINX_PLAIN_PORT $PLAIN_PORT $TLS_PORT; do wait_port "$p" || die "port $p does not accept"; done
+NAME=https TOOL=wrk
+. "$(dirname "$0")/tls_proxies.sh"
+take_port PLAIN_PORT; take_port NGINX_PLAIN_PORT
+start_proxies "    listen 127.0.0.1:$NGINX_PORT ssl backlog=4096;
+    listen 127.0.0.1:$NGINX_PLAIN_PORT backlog=4096;" \
+  "    - \"127.0.0.1:$PLAIN_PORT\"
+    - address: \"127.0.0.1:$TLS_PORT\"
+      tls: {cert: $CERT, key: $KEY}"
+for p in $NGINX_PLAIN_PORT $PLAIN_PORT; do wait_port "$p" || die "port $p does not accept"; done
 curl -sk "https://127.0.0.1:$NGINX_PORT/" | grep -q ok || die "nginx over TLS does not answer"
 curl -sk "https://127.0.0.1:$TLS_PORT/" | grep -q ok || die "sluice over TLS does not answer"
 
