@@ -179,11 +179,8 @@ Framing check_response_framing(const Fields& fields, unsigned version, unsigned 
 }
 
 void strip_framing(Fields& fields) {
-    for (auto it = fields.begin(); it != fields.end();) {
-        const auto name = it->name();
-        it = name == bhttp::field::content_length || name == bhttp::field::transfer_encoding ? fields.erase(it)
-                                                                                              : std::next(it);
-    }
+    erase_all(fields, bhttp::field::content_length);
+    erase_all(fields, bhttp::field::transfer_encoding);
 }
 
 void erase_all(Fields& fields, bhttp::field name) {

@@ -116,6 +116,18 @@ class Http2Test(SluiceTestCase):
         return {reason: m.get("sluice_http2_abuse_total", reason=reason)
                 for reason in ("rapid_reset", "continuation_flood", "control_flood")}
 
+    def assert_ended_for_abuse(self, c, reason):
+        """c's connection ends with GOAWAY ENHANCE_YOUR_CALM, logged and counted once under
+        `reason` (the log line is written after the count), and other connections are served."""
+        goaway = self.wait_goaway(c)
+        self.assertIsNotNone(goaway)
+        self.assertEqual(goaway.error_code, 11)  # ENHANCE_YOUR_CALM
+        self.sluice.wait_log(r"HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: " + reason)
+        expected = {"rapid_reset": 0, "continuation_flood": 0, "control_flood": 0}
+        expected[reason] = 1
+        self.assertEqual(self.abuse_counted(), expected)
+        self.assertTrue(self.curl("/ok").startswith("HTTP/2 200"))
+
     def wait_goaway(self, c):
         """The GOAWAY that ends the connection (None when it closed without one)."""
         while True:
@@ -190,14 +202,7 @@ class Http2Test(SluiceTestCase):
                                       (":path", "/slow")], end_stream=True)
             c.conn.reset_stream(sid)
         c.flush()
-        goaway = self.wait_goaway(c)
-        self.assertIsNotNone(goaway)
-        self.assertEqual(goaway.error_code, 11)  # ENHANCE_YOUR_CALM
-        self.sluice.wait_log(r"HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: rapid_reset")
-        # Counted once, under its own reason (the log line is written after the count).
-        self.assertEqual(self.abuse_counted(), {"rapid_reset": 1, "continuation_flood": 0, "control_flood": 0})
-        # Other connections are served.
-        self.assertTrue(self.curl("/ok").startswith("HTTP/2 200"))
+        self.assert_ended_for_abuse(c, "rapid_reset")
 
     def test_ping_flood_ends_the_connection_and_is_counted(self):
         self.start(server={"http2": {"max_control_frames_per_second": 50}}, admin=True)
@@ -205,12 +210,7 @@ class Http2Test(SluiceTestCase):
         for i in range(200):
             c.conn.ping(i.to_bytes(8, "big"))
         c.flush()
-        goaway = self.wait_goaway(c)
-        self.assertIsNotNone(goaway)
-        self.assertEqual(goaway.error_code, 11)  # ENHANCE_YOUR_CALM
-        self.sluice.wait_log(r"HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: control_flood")
-        self.assertEqual(self.abuse_counted(), {"rapid_reset": 0, "continuation_flood": 0, "control_flood": 1})
-        self.assertTrue(self.curl("/ok").startswith("HTTP/2 200"))
+        self.assert_ended_for_abuse(c, "control_flood")
 
     def test_sigterm_sends_goaway_and_finishes_the_streams_under_way(self):
         # Graceful stop: GOAWAY NO_ERROR naming the last stream taken, the stream under way
