@@ -206,6 +206,7 @@ public:
         boost::system::error_code ignored;
         if (s.upstream_socket) s.upstream_socket->cancel(ignored);
         streams_.erase(it);
+        watch_idle();
     }
     void on_drained(std::int32_t id) override {
         if (auto it = streams_.find(id); it != streams_.end()) it->second->notify();
@@ -213,6 +214,19 @@ public:
 
 private:
     void kick() { kick_.cancel(); }
+
+    // An idle connection (no stream under way) is closed after idle_timeout, counted from
+    // the last frame read or the last stream's end, whichever came later.
+    void watch_idle() {
+        if (!streams_.empty() || stopping_ || !reading_) return;
+        auto self = weak_from_this().lock();
+        if (!self) return;
+        idle_.expires_after(worker_.snapshot()->config->server.idle_timeout);
+        idle_.async_wait([self](boost::system::error_code ec) {
+            if (ec || !self->streams_.empty()) return;
+            self->stop();
+        });
+    }
 
     // A request head must be whole within header_timeout of its first frame, as an
     // HTTP/1.1 head must (a trickle does not extend it). While a HEADERS block is open no
@@ -247,14 +261,7 @@ private:
         auto self = shared_from_this();
         std::array<char, 16384> buffer;
         while (!codec_.finished()) {
-            if (streams_.empty()) {
-                // An idle connection (no stream under way) is closed after idle_timeout.
-                idle_.expires_after(worker_.snapshot()->config->server.idle_timeout);
-                idle_.async_wait([self](boost::system::error_code ec) {
-                    if (ec || !self->streams_.empty()) return;
-                    self->stop();
-                });
-            }
+            watch_idle();
             auto [ec, n] = co_await stream_.async_read_some(net::buffer(buffer), nothrow);
             if (ec) break;
             if (!codec_.receive(std::string_view(buffer.data(), n))) {

@@ -20,7 +20,8 @@ import unittest
 
 from admin_api import Metrics, wait_admin
 from harness import (LOOPBACK, RawClient, SluiceTestCase, by_path, delayed, echo, echo_body, free_port,
-                     limited_route, pattern_bytes, proxy_config, respond, sha256_hex, token_bucket, wait_until)
+                     leaky_bucket, limited_route, pattern_bytes, proxy_config, redis_store, respond, sha256_hex,
+                     token_bucket, wait_until)
 
 sys.path.append("/usr/lib/python3/dist-packages")  # Debian's python3-h2 and python3-grpcio
 import grpc  # noqa: E402
@@ -91,23 +92,62 @@ class H2Client:
                         status = ("reset", e.error_code)
         return status, head, bytes(got)
 
+    def at_once(self, paths, headers=()):
+        """Sends a GET for each path before reading anything (all streams open at once), then
+        reads until each has ended: [(status, {headers})] in the order of `paths`."""
+        sids = []
+        for path in paths:
+            sid = self.conn.get_next_available_stream_id()
+            fields = [(":method", "GET"), (":scheme", "http"), (":authority", "app.test"), (":path", path)]
+            self.conn.send_headers(sid, fields + list(headers), end_stream=True)
+            sids.append(sid)
+        self.flush()
+        heads, ended = {}, set()
+        while len(ended) < len(sids):
+            events = self.pump()
+            if events is None:
+                raise AssertionError("connection closed")
+            for e in events:
+                if isinstance(e, h2.events.ResponseReceived):
+                    heads[e.stream_id] = dict(e.headers)
+                elif isinstance(e, h2.events.DataReceived):
+                    self.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                    self.flush()
+                elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    ended.add(e.stream_id)
+        out = []
+        for sid in sids:
+            head = heads.get(sid, {})
+            out.append((int(head[":status"]) if ":status" in head else None, head))
+        return out
+
 
 class Http2Test(SluiceTestCase):
-    def start(self, routes=None, upstream=None, server=None, admin=False):
+    def start(self, routes=None, upstream=None, server=None, admin=False, store=None, store_up=True):
         self.upstream = self.start_upstream(upstream or echo())
+        self.port = port = self.start_instance(routes, server, admin, store, store_up)
+        self.sluice = self.instances[-1]
+        return port
+
+    def start_instance(self, routes=None, server=None, admin=False, store=None, store_up=True):
+        """One more sluice (HTTP/2 with prior knowledge) in front of self.upstream; its port."""
         port = free_port()
         srv = {"listen": [{"address": f"{LOOPBACK}:{port}", "http2": "prior_knowledge"}]}
         if server:
             srv.update(server)
-        extra = None
+        extra = {}
         if admin:
             self.admin_port = free_port()
-            extra = {"admin": {"listen": f"{LOOPBACK}:{self.admin_port}"}}
-        self.sluice = self.start_sluice(proxy_config(port, {"app": self.upstream.address}, routes, server=srv,
-                                                     extra=extra), port=port)
+            extra["admin"] = {"listen": f"{LOOPBACK}:{self.admin_port}"}
+        if store:
+            extra["store"] = store
+        sluice = self.start_sluice(proxy_config(port, {"app": self.upstream.address}, routes, server=srv,
+                                                extra=extra), port=port)
         if admin:
             wait_admin(self.admin_port)
-        self.port = port
+        if store and store["type"] == "redis" and store_up:
+            sluice.wait_store_connected(2)
+        self.instances = getattr(self, "instances", []) + [sluice]
         return port
 
     def abuse_counted(self):
@@ -141,8 +181,8 @@ class Http2Test(SluiceTestCase):
             if goaway is not None:
                 return goaway
 
-    def client(self, validate=True):
-        c = H2Client(self.port, validate)
+    def client(self, validate=True, port=None):
+        c = H2Client(port or self.port, validate)
         self.addCleanup(c.close)
         return c
 
@@ -299,6 +339,81 @@ class Http2Test(SluiceTestCase):
             self.assertIn("rate limit 'calls'", second.exception.details())
         self.assertEqual(len(self.upstream.requests), 1)
         self.sluice.wait_access(status="429", route="pkg.Svc")
+
+    def test_twenty_streams_at_once_two_instances_one_limit_across_http1_and_http2(self):
+        # burst 10 per client on one Redis; instance B serves 4 over HTTP/1.1 first, then 20
+        # streams open at once on one HTTP/2 connection to instance A: exactly 6 forwarded.
+        redis = self.start_redis()
+        routes = [limited_route("api", [token_bucket("per_client", 10, "1h", 10)])]
+        port_a = self.start(routes, store=redis_store(redis))
+        port_b = self.start_instance(routes, store=redis_store(redis))
+        with RawClient(port_b) as c:
+            for i in range(4):
+                self.assertEqual(c.request("GET", f"/api/h1-{i}").status, 200)
+        answers = self.client(port=port_a).at_once([f"/api/h2-{i}" for i in range(20)])
+        statuses = [status for status, _ in answers]
+        self.assertEqual((statuses.count(200), statuses.count(429)), (6, 14), statuses)
+        for status, head in answers:
+            if status == 429:
+                self.assertEqual(head["ratelimit-policy"], '"per_client";q=10;w=3600')
+        self.assertEqual(len(self.upstream.requests), 10)
+        # The bucket is empty for both protocols on both instances.
+        with RawClient(port_b) as c:
+            self.assertEqual(c.request("GET", "/api/h1-last").status, 429)
+        self.assertEqual(self.client(port=port_b).request("GET", "/api/h2-last")[0], 429)
+        self.assertEqual(len(self.upstream.requests), 10)
+
+    def test_concurrency_slots_and_the_leaky_bucket_hold_streams(self):
+        from test_concurrency import Gauge, concurrency
+        gauge = Gauge(1.0)
+        self.start([limited_route("slow", [concurrency("inflight", 2)]),
+                    limited_route("shaped", [leaky_bucket("shape", 10, "1s", 5, key=[])])],
+                   upstream=by_path({"/slow": gauge}, default=echo()))
+        c = self.client()
+        # 5 streams at once on a route with 2 slots: 2 forwarded (held 1 s), 3 refused at once.
+        statuses = [status for status, _ in c.at_once(["/slow"] * 5)]
+        self.assertEqual((statuses.count(200), statuses.count(429)), (2, 3), statuses)
+        self.assertEqual(gauge.most, 2)
+        # A leaky bucket of 10/s holding 5: 6 streams at once, the first goes, 4 are delayed
+        # (each 100 ms after the one before), the 6th does not fit.
+        started = time.monotonic()
+        statuses = [status for status, _ in c.at_once([f"/shaped/{i}" for i in range(6)])]
+        elapsed = time.monotonic() - started
+        self.assertEqual((statuses.count(200), statuses.count(429)), (5, 1), statuses)
+        self.assertGreaterEqual(elapsed, 0.35)
+        for _ in range(6):
+            self.sluice.wait_access(route="shaped", version="HTTP/2.0")
+        decisions = sorted(e["decision"] for e in self.sluice.access_entries() if e.get("route") == "shaped")
+        self.assertEqual(decisions, ["allowed"] + ["delayed"] * 4 + ["limited"])
+
+    def test_grpc_call_is_unavailable_when_the_store_fails_with_on_error_deny(self):
+        dead = f"{LOOPBACK}:{free_port()}"  # nothing listens there
+        self.start([limited_route("pkg.Svc", [token_bucket("calls", 100, "1m", 100)], path_prefix="/pkg.Svc/")],
+                   store=redis_store(dead, timeout="200ms", on_error="deny"), store_up=False)
+        with grpc.insecure_channel(f"{LOOPBACK}:{self.port}") as channel:
+            with self.assertRaises(grpc.RpcError) as refused:
+                channel.unary_unary("/pkg.Svc/Call")(b"", timeout=5)
+        self.assertEqual(refused.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        # sluice's own answer (the channel itself was up), not a transport failure.
+        self.assertEqual(refused.exception.details(), "the rate-limit store is unavailable")
+        self.sluice.wait_access(status="503", route="pkg.Svc", version="HTTP/2.0")
+        self.assertEqual(self.upstream.requests, [])
+
+    def test_an_idle_connection_is_closed_after_idle_timeout(self):
+        self.start(server={"idle_timeout": "1s"})
+        c = self.client()
+        self.assertEqual(c.request("GET", "/one")[0], 200)
+        started = time.monotonic()
+        goaway = self.wait_goaway(c)
+        elapsed = time.monotonic() - started
+        self.assertIsNotNone(goaway)
+        self.assertEqual(goaway.error_code, 0)  # NO_ERROR
+        self.assertGreaterEqual(elapsed, 0.8)
+        self.assertLess(elapsed, 5)
+        # A stream under way is not idle: a 2 s answer outlives the 1 s idle timeout.
+        self.upstream.behaviour = by_path({"/slow": delayed(2.0, respond(200, b"late"))}, default=echo())
+        status, _, body = self.client().request("GET", "/slow")
+        self.assertEqual((status, body), (200, b"late"))
 
 
 if __name__ == "__main__":
