@@ -30,6 +30,34 @@ import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
 
 
+# The client connection preface and an empty SETTINGS frame.
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def frame(kind, flags, stream_id, payload):
+    """One raw HTTP/2 frame."""
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream_id.to_bytes(4, "big") + payload
+
+
+def frames_until_close(sock):
+    """[(type, payload)] of every frame the server sent until it closed the connection."""
+    got = bytearray()
+    while True:
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not data:
+            break
+        got += data
+    frames, at = [], 0
+    while at + 9 <= len(got):
+        length = int.from_bytes(got[at:at + 3], "big")
+        frames.append((got[at + 3], bytes(got[at + 9:at + 9 + length])))
+        at += 9 + length
+    return frames
+
+
 class H2Client:
     """A cleartext (prior knowledge) HTTP/2 client over one socket, frame by frame."""
 
@@ -141,8 +169,8 @@ class Http2Test(SluiceTestCase):
             extra["admin"] = {"listen": f"{LOOPBACK}:{self.admin_port}"}
         if store:
             extra["store"] = store
-        sluice = self.start_sluice(proxy_config(port, {"app": self.upstream.address}, routes, server=srv,
-                                                extra=extra), port=port)
+        self.config = proxy_config(port, {"app": self.upstream.address}, routes, server=srv, extra=extra)
+        sluice = self.start_sluice(self.config, port=port)
         if admin:
             wait_admin(self.admin_port)
         if store and store["type"] == "redis" and store_up:
@@ -244,6 +272,34 @@ class Http2Test(SluiceTestCase):
         c.flush()
         self.assert_ended_for_abuse(c, "rapid_reset")
 
+    def test_continuation_flood_ends_the_connection_and_is_counted(self):
+        # One HEADERS without END_HEADERS, then CONTINUATION frames of one byte each (a literal
+        # header's name spread thin): past 8 the connection ends with GOAWAY ENHANCE_YOUR_CALM.
+        self.start(admin=True)
+        sock = socket.create_connection((LOOPBACK, self.port), timeout=10)
+        self.addCleanup(sock.close)
+        block = b"\x82\x86\x84\x00\x7f" + b"x" * 100  # ...then a literal name of 100+ bytes
+        flood = [frame(9, 0, 1, block[i:i + 1]) for i in range(4, 40)]
+        sock.sendall(PREFACE + frame(1, 0, 1, block[:4]) + b"".join(flood))
+        frames = frames_until_close(sock)
+        goaways = [payload for kind, payload in frames if kind == 7]
+        self.assertEqual(len(goaways), 1, frames)
+        self.assertEqual(int.from_bytes(goaways[0][4:8], "big"), 11)  # ENHANCE_YOUR_CALM
+        self.sluice.wait_log(r"HTTP/2 connection ended with GOAWAY ENHANCE_YOUR_CALM: continuation_flood")
+        self.assertEqual(self.abuse_counted(), {"rapid_reset": 0, "continuation_flood": 1, "control_flood": 0})
+        self.assertEqual(self.upstream.requests, [])
+        self.assertTrue(self.curl("/ok").startswith("HTTP/2 200"))
+
+    def test_a_header_list_past_max_header_list_bytes_is_431(self):
+        self.start(server={"http2": {"max_header_list_bytes": 4096}})
+        c = self.client()
+        status, head, body = c.request("GET", "/big", headers=[("x-big", "v" * 5000)])
+        self.assertEqual(status, 431)
+        self.assertIn("max_header_list_bytes", body.decode())
+        # The connection goes on; a request within the bound is forwarded.
+        self.assertEqual(c.request("GET", "/small", headers=[("x-small", "v" * 1000)])[0], 200)
+        self.assertEqual([r.target for r in self.upstream.requests], ["/small"])
+
     def test_ping_flood_ends_the_connection_and_is_counted(self):
         self.start(server={"http2": {"max_control_frames_per_second": 50}}, admin=True)
         c = self.client()
@@ -284,26 +340,13 @@ class Http2Test(SluiceTestCase):
         self.start(server={"header_timeout": "1s", "idle_timeout": "60s"})
         sock = socket.create_connection((LOOPBACK, self.port), timeout=10)
         self.addCleanup(sock.close)
-        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # SETTINGS
-        block = b"\x82\x86\x84"  # :method GET, :scheme http, :path / (HPACK static table)
-        headers = len(block).to_bytes(3, "big") + b"\x01\x00" + (1).to_bytes(4, "big") + block  # no END_HEADERS
+        headers = frame(1, 0, 1, b"\x82\x86\x84")  # :method GET, :scheme http, :path /; no END_HEADERS
         started = time.monotonic()
-        sock.sendall(preface + headers)
-        got = bytearray()
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                break
-            got += data
+        sock.sendall(PREFACE + headers)
+        frames = frames_until_close(sock)
         elapsed = time.monotonic() - started
         self.assertGreater(elapsed, 0.8)
         self.assertLess(elapsed, 10, "held until idle_timeout")
-        # The frames sluice sent: find the GOAWAY (type 7) and read it.
-        frames, at = [], 0
-        while at + 9 <= len(got):
-            length = int.from_bytes(got[at:at + 3], "big")
-            frames.append((got[at + 3], bytes(got[at + 9:at + 9 + length])))
-            at += 9 + length
         goaways = [payload for kind, payload in frames if kind == 7]
         self.assertEqual(len(goaways), 1, frames)
         self.assertEqual(int.from_bytes(goaways[0][4:8], "big"), 0)  # NO_ERROR
@@ -414,6 +457,21 @@ class Http2Test(SluiceTestCase):
         self.upstream.behaviour = by_path({"/slow": delayed(2.0, respond(200, b"late"))}, default=echo())
         status, _, body = self.client().request("GET", "/slow")
         self.assertEqual((status, body), (200, b"late"))
+
+    def test_a_reload_keeps_the_connection_and_its_next_streams_use_the_new_limits(self):
+        self.start([limited_route("api", None)])
+        c = self.client()
+        self.assertEqual(c.request("GET", "/api/before")[0], 200)
+        self.config["routes"] = [limited_route("api", [token_bucket("per_client", 1, "1h", 1)])]
+        self.sluice.write_config(self.config)
+        self.sluice.send_signal(signal.SIGHUP)
+        self.sluice.wait_log(r"reloaded .*: 1 routes, 1 upstreams")
+        # The same connection: its next streams go through the new route's limit.
+        self.assertEqual(c.request("GET", "/api/after")[0], 200)
+        status, head, _ = c.request("GET", "/api/refused")
+        self.assertEqual(status, 429)
+        self.assertEqual(head["ratelimit-policy"], '"per_client";q=1;w=3600')
+        self.assertEqual([r.target for r in self.upstream.requests], ["/api/before", "/api/after"])
 
 
 if __name__ == "__main__":
