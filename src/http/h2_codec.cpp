@@ -42,8 +42,14 @@ struct H2Callbacks {
             // them costs the server work for free (CVE-2019-9518).
             if (hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM) && !c.count_control_frame())
                 return NGHTTP2_ERR_CALLBACK_FAILURE;
-        } else if (hd->type == NGHTTP2_SETTINGS || hd->type == NGHTTP2_PING || hd->type == NGHTTP2_PRIORITY ||
-                   hd->type == NGHTTP2_WINDOW_UPDATE) {
+        } else if (hd->type == NGHTTP2_WINDOW_UPDATE) {
+            // A client that reads what it is sent opens the windows again: those are earned
+            // (below), only the others count as control frames.
+            if (c.window_updates_earned_ > 0)
+                --c.window_updates_earned_;
+            else if (!c.count_control_frame())
+                return NGHTTP2_ERR_CALLBACK_FAILURE;
+        } else if (hd->type == NGHTTP2_SETTINGS || hd->type == NGHTTP2_PING || hd->type == NGHTTP2_PRIORITY) {
             if (!c.count_control_frame()) return NGHTTP2_ERR_CALLBACK_FAILURE;
         } else if (hd->type == NGHTTP2_RST_STREAM) {
             // Rapid reset (CVE-2023-44487): a stream opened and reset at once costs the
@@ -142,6 +148,7 @@ struct H2Callbacks {
         const std::size_t n = std::min(length, out.data.size() - out.sent);
         std::memcpy(buf, out.data.data() + out.sent, n);
         out.sent += n;
+        if (n > 0) c.earn_window_updates();
         if (out.sent == out.data.size()) {
             out.data.clear();
             out.sent = 0;
@@ -205,6 +212,13 @@ H2Codec::~H2Codec() { nghttp2_session_del(session_); }
 
 void H2Codec::fail(H2Abuse abuse) {
     if (abuse_ == H2Abuse::none) abuse_ = abuse;
+}
+
+void H2Codec::earn_window_updates() {
+    // Each DATA frame sent may be answered with two WINDOW_UPDATEs (its stream's and the
+    // connection's), as Envoy's max_inbound_window_update_frames_per_data_frame_sent
+    // allows; the credit is bounded so that a long download does not buy a later flood.
+    window_updates_earned_ = std::min<std::uint32_t>(window_updates_earned_ + 2, 4 * settings_.max_control_frames_per_second + 64);
 }
 
 bool H2Codec::count_control_frame() {

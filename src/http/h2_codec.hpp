@@ -29,7 +29,7 @@ struct H2Settings {
     std::uint32_t max_concurrent_streams = 128;
     std::uint32_t max_header_list_bytes = 16384;  // names + values + 32 per field (RFC 9113 6.5.2)
     std::uint32_t max_resets_per_second = 100;    // RST_STREAM frames from the client
-    std::uint32_t max_control_frames_per_second = 1000;  // SETTINGS, PING, PRIORITY, WINDOW_UPDATE, empty frames
+    std::uint32_t max_control_frames_per_second = 1000;  // SETTINGS, PING, PRIORITY, empty frames, unearned WINDOW_UPDATEs
     std::uint32_t max_continuations = 8;                 // CONTINUATION frames after one HEADERS
     std::uint32_t stream_window_bytes = 65535;           // request body a stream may have in flight
     std::uint32_t connection_window_bytes = 1048576;     // the same for all streams together
@@ -122,6 +122,7 @@ private:
 
     void fail(H2Abuse abuse);
     bool count_control_frame();
+    void earn_window_updates();
 
     Handler& handler_;
     H2Settings settings_;
@@ -133,6 +134,7 @@ private:
     std::chrono::steady_clock::time_point window_start_{};
     std::uint32_t resets_ = 0;
     std::uint32_t control_frames_ = 0;
+    std::uint32_t window_updates_earned_ = 0;  // WINDOW_UPDATEs the DATA sent allows (not counted)
     std::int32_t continuing_stream_ = 0;  // the HEADERS block CONTINUATION frames extend
     std::uint64_t header_blocks_ = 0;     // HEADERS blocks begun
     std::uint32_t continuations_ = 0;

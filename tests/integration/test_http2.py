@@ -15,12 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
 from admin_api import Metrics, wait_admin
 from harness import (LOOPBACK, RawClient, SluiceTestCase, by_path, delayed, echo, echo_body, free_port,
-                     leaky_bucket, limited_route, pattern_bytes, proxy_config, redis_store, respond, sha256_hex,
+                     http_response_bytes, leaky_bucket, limited_route, pattern_bytes, proxy_config, redis_store, respond, sha256_hex,
                      token_bucket, wait_until)
 
 sys.path.append("/usr/lib/python3/dist-packages")  # Debian's python3-h2 and python3-grpcio
@@ -28,6 +29,7 @@ import grpc  # noqa: E402
 import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
+from test_smuggling import rss_kib  # noqa: E402
 
 
 # The client connection preface and an empty SETTINGS frame.
@@ -472,6 +474,76 @@ class Http2Test(SluiceTestCase):
         self.assertEqual(status, 429)
         self.assertEqual(head["ratelimit-policy"], '"per_client";q=1;w=3600')
         self.assertEqual([r.target for r in self.upstream.requests], ["/api/before", "/api/after"])
+
+    def test_a_client_that_does_not_read_pins_no_memory(self):
+        # Three streams of 32 MiB answers and a client that opens no window: sluice holds at
+        # most 64 KiB per stream and stops reading its upstream, whose sends then stall.
+        upstream = CountingBody(32 << 20)
+        self.start(upstream=upstream)
+        c = self.client()
+        before = rss_kib(self.sluice.proc.pid)
+        for i in range(3):
+            sid = c.conn.get_next_available_stream_id()
+            c.conn.send_headers(sid, [(":method", "GET"), (":scheme", "http"), (":authority", "app.test"),
+                                      (":path", f"/big{i}")], end_stream=True)
+        c.flush()
+        upstream.wait_stalled()
+        self.assertLess(upstream.total(), 3 * (32 << 20) // 2, "sluice kept reading its upstream")
+        grown = rss_kib(self.sluice.proc.pid) - before
+        self.assertLess(grown, 8 * 1024, f"RSS grew by {grown} KiB")
+        # Once the client reads, each answer arrives whole.
+        c.sock.settimeout(20)
+        sizes, ended = {}, set()
+        while len(ended) < 3:
+            events = c.pump()
+            if events is None:
+                raise AssertionError("connection closed")
+            for e in events:
+                if isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    ended.add(e.stream_id)
+                    self.assertIsInstance(e, h2.events.StreamEnded)
+                if isinstance(e, h2.events.DataReceived):
+                    sizes[e.stream_id] = sizes.get(e.stream_id, 0) + len(e.data)
+                    c.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+            c.flush()
+        self.assertEqual(sorted(sizes.values()), [32 << 20] * 3)
+
+
+class CountingBody:
+    """Answers every request with `size` bytes (Content-Length) and counts what it got to send."""
+
+    def __init__(self, size):
+        self.size = size
+        self.sent = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, req, conn):
+        conn.send(http_response_bytes(200, [("Content-Length", str(self.size))], b"", add_length=False,
+                                      head_only=True))
+        piece = b"z" * 65536
+        for _ in range(self.size // len(piece)):
+            conn.send(piece)
+            with self.lock:
+                self.sent[req.target] = self.sent.get(req.target, 0) + len(piece)
+
+    def total(self):
+        with self.lock:
+            return sum(self.sent.values())
+
+    def wait_stalled(self, quiet=0.5, timeout=20):
+        """Waits until every stream's upstream has sent something and no byte more was sent
+        for `quiet` seconds."""
+        last = [self.total(), time.monotonic()]
+
+        def stalled():
+            now = self.total()
+            if now != last[0]:
+                last[:] = [now, time.monotonic()]
+                return False
+            with self.lock:
+                started = len(self.sent) == 3
+            return started and time.monotonic() - last[1] >= quiet
+        wait_until(stalled, timeout, message="the upstream's sends to stall")
 
 
 if __name__ == "__main__":

@@ -280,9 +280,9 @@ TEST_CASE("h2 codec: a CONTINUATION flood ends the connection", "[h2]") {
     CHECK(*client.goaway == NGHTTP2_ENHANCE_YOUR_CALM);
 }
 
-TEST_CASE("h2 codec: PING, SETTINGS and empty DATA floods end the connection", "[h2]") {
+TEST_CASE("h2 codec: PING, SETTINGS, empty DATA and unearned WINDOW_UPDATE floods end the connection", "[h2]") {
     const std::string block = hpack({{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/"}});
-    for (int kind = 0; kind < 3; ++kind) {
+    for (int kind = 0; kind < 4; ++kind) {
         Recorder r;
         H2Settings settings;
         settings.max_control_frames_per_second = 100;
@@ -292,11 +292,47 @@ TEST_CASE("h2 codec: PING, SETTINGS and empty DATA floods end the connection", "
             if (kind == 0) bytes += frame(NGHTTP2_PING, 0, 0, std::string(8, '\0'));
             if (kind == 1) bytes += frame(NGHTTP2_SETTINGS, 0, 0, "");
             if (kind == 2) bytes += frame(NGHTTP2_DATA, 0, 1, "");
+            if (kind == 3) bytes += frame(NGHTTP2_WINDOW_UPDATE, 0, 0, std::string("\0\0\0\1", 4));
         }
         CAPTURE(kind);
         CHECK_FALSE(codec.receive(bytes));
         CHECK(codec.abuse() == H2Abuse::control_flood);
     }
+}
+
+TEST_CASE("h2 codec: a client opening the windows after every DATA frame is no flood", "[h2]") {
+    // Python's h2 and others send WINDOW_UPDATE for the stream and the connection as each
+    // DATA frame is read: a fast download is hundreds of them a second.
+    Recorder r;
+    H2Settings settings;
+    settings.max_control_frames_per_second = 100;
+    H2Codec codec(r, settings);
+    const std::string block = hpack(get("/big"));
+    REQUIRE(codec.receive(opening() + frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1, block)));
+    const std::size_t size = 4 << 20;
+    REQUIRE(codec.respond(1, 200, {}, true));
+    codec.send_body(1, std::string(size, 'b'), true);
+    std::size_t received = 0, updates = 0;
+    for (int turn = 0; turn < 10000 && received < size; ++turn) {
+        const std::string out = drain(codec);
+        std::string answer;
+        auto byte = [&out](std::size_t i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(out[i])); };
+        for (std::size_t at = 0; at + 9 <= out.size();) {
+            const std::uint32_t n = byte(at) << 16 | byte(at + 1) << 8 | byte(at + 2);
+            if (byte(at + 3) == NGHTTP2_DATA && n > 0) {
+                received += n;
+                const std::string increment{static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                                            static_cast<char>(n)};
+                answer += frame(NGHTTP2_WINDOW_UPDATE, 0, 1, increment) + frame(NGHTTP2_WINDOW_UPDATE, 0, 0, increment);
+                updates += 2;
+            }
+            at += 9 + n;
+        }
+        REQUIRE(codec.receive(answer));
+    }
+    CHECK(received == size);
+    CHECK(updates > 4 * settings.max_control_frames_per_second);
+    CHECK(codec.abuse() == H2Abuse::none);
 }
 
 TEST_CASE("h2 codec: smuggling fields and malformed requests never reach the handler", "[h2]") {
