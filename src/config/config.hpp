@@ -191,6 +191,19 @@ struct LimitConfig {
     std::uint64_t default_cost = 1;
 };
 
+// `exempt:` (top level and per route): a request that matches any entry skips every limit
+// of its route, with no store call (decision `exempt`, no rate-limit headers).
+struct ExemptHeader {
+    std::string name;   // lower-case
+    std::string value;  // compared exactly
+};
+struct Exempt {
+    std::vector<net::Cidr> client_ips;  // the resolved client (client_ip)
+    std::vector<ExemptHeader> headers;  // only from a peer in client_ip.trusted_proxies
+    std::vector<std::string> methods;   // upper-case
+    bool empty() const { return client_ips.empty() && headers.empty() && methods.empty(); }
+};
+
 struct RouteMatch {
     std::optional<std::string> path;         // exact
     std::optional<std::string> path_prefix;  // prefix
@@ -212,6 +225,7 @@ struct RouteConfig {
     std::size_t upstream_index = 0;  // index into Config::upstreams
     std::optional<OnError> on_error;
     std::vector<LimitConfig> limits;
+    Exempt exempt;  // besides the top-level one
 };
 
 enum class HeaderStyle { ietf, legacy, both, none };
@@ -240,6 +254,7 @@ struct Config {
     StoreConfig store;
     std::vector<UpstreamConfig> upstreams;  // file order
     std::vector<RouteConfig> routes;        // file order
+    Exempt exempt;                          // for every route
     ResponsesConfig responses;
     LoggingConfig logging;
 };

@@ -32,7 +32,7 @@ namespace {
 
 using Keys = std::vector<std::string_view>;
 
-const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "responses", "logging"};
+const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "exempt", "responses", "logging"};
 const Keys listener_keys{"address", "tls", "http2"};
 const Keys listener_tls_keys{"cert", "key", "certificates", "min_version", "handshake_timeout"};
 const Keys certificate_keys{"cert", "key"};
@@ -40,7 +40,9 @@ const Keys upstream_tls_keys{"ca", "server_name", "verify", "cert", "key"};
 const Keys redis_keys{"mode",       "address",     "username",          "password",          "database",
                       "timeout",    "key_prefix",  "sentinels",         "master_name",       "sentinel_username",
                       "sentinel_password", "nodes"};
-const Keys route_keys{"name", "match", "action", "upstream", "on_error", "limited_status", "limits"};
+const Keys route_keys{"name", "match", "action", "upstream", "on_error", "limited_status", "limits", "exempt"};
+const Keys exempt_keys{"client_ips", "headers", "methods"};
+const Keys exempt_header_keys{"name", "value"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
 const Keys limit_keys{"name",      "algorithm", "rate",   "per",    "burst", "limit",        "window",
                       "time_zone", "lease",     "key",    "shadow", "cost",  "default_cost", "delay",
@@ -274,7 +276,9 @@ private:
     void read_route_upstream(const Section& section, RouteConfig& route, RouteSite& site);
     bool read_match(const Section& route_section, RouteConfig& route);
     void read_path(const Section& section, RouteMatch& match);
-    void read_methods(const Field& field, RouteMatch& match);
+    void read_methods(const Field& field, std::vector<std::string>& methods);
+    void read_exempt(const Field& field, Exempt& exempt, const std::string& where);
+    void warn_when_exempt_headers_cannot_apply();
     void read_limits(const Field& field, RouteConfig& route, RouteSite& site);
     void read_limit(const Field& field, RouteConfig& route, RouteSite& site);
     void read_token_bucket(const Section& section, LimitConfig& limit);
@@ -293,6 +297,7 @@ private:
     DiagnosticList diagnostics_;
     Config config_;
     std::vector<RouteSite> route_sites_;
+    std::optional<Position> exempt_headers_at_;  // the first exempt `headers` list
 };
 
 // ---- shapes ----------------------------------------------------------------------------------
@@ -435,10 +440,12 @@ void ConfigReader::read_document(const YAML::Node& root) {
     if (const Field* f = top.find("store")) read_store(*f);
     if (const Field* f = top.find("upstreams")) read_upstreams(*f);
     if (const Field* f = top.find("routes")) read_routes(*f);
+    if (const Field* f = top.find("exempt")) read_exempt(*f, config_.exempt, "exempt");
     if (const Field* f = top.find("responses")) read_responses(*f);
     if (const Field* f = top.find("logging")) read_logging(*f);
     check_routes(config_.routes, route_sites_, config_.upstreams, diagnostics_);
     warn_when_no_routes(top.find("routes"));
+    warn_when_exempt_headers_cannot_apply();
 }
 
 void ConfigReader::read_server(const Field& field) { read_table(field, "in server", server_table(), config_.server); }
@@ -1065,6 +1072,7 @@ void ConfigReader::read_route(const Field& field) {
     if (const Field* f = section.find("on_error"))
         route.on_error = choice<OnError>(*f, {{"allow", OnError::allow}, {"deny", OnError::deny}});
     if (const Field* f = section.find("limits")) read_limits(*f, route, site);
+    if (const Field* f = section.find("exempt")) read_exempt(*f, route.exempt, "the exempt of " + named("route", route.name));
     config_.routes.push_back(std::move(route));
     route_sites_.push_back(std::move(site));
 }
@@ -1110,7 +1118,7 @@ bool ConfigReader::read_match(const Section& route_section, RouteConfig& route) 
     read_path(section, route.match);
     if (!section.find("path") && !section.find("path_prefix"))
         diagnostics_.error(field->at, named("route", route.name) + " needs 'path' or 'path_prefix' in its match");
-    if (const Field* f = section.find("methods")) read_methods(*f, route.match);
+    if (const Field* f = section.find("methods")) read_methods(*f, route.match.methods);
     if (const Field* f = section.find("host")) {
         const auto written = text(*f);
         if (!written) return false;
@@ -1140,7 +1148,7 @@ void ConfigReader::read_path(const Section& section, RouteMatch& match) {
     (path ? match.path : match.path_prefix) = *written;
 }
 
-void ConfigReader::read_methods(const Field& field, RouteMatch& match) {
+void ConfigReader::read_methods(const Field& field, std::vector<std::string>& methods) {
     if (!expect_list(field)) return;
     if (field.empty() || field.value.size() == 0) {
         diagnostics_.error(field.at, "'methods' must not be empty (leave it out to match every method)");
@@ -1154,9 +1162,64 @@ void ConfigReader::read_methods(const Field& field, RouteMatch& match) {
             continue;
         }
         std::string method = to_upper(*written);
-        if (std::find(match.methods.begin(), match.methods.end(), method) == match.methods.end())
-            match.methods.push_back(std::move(method));
+        if (std::find(methods.begin(), methods.end(), method) == methods.end()) methods.push_back(std::move(method));
     }
+}
+
+// `exempt:` at the top level or in a route ("exempt", "the exempt of route 'api'": where, for
+// messages).
+void ConfigReader::read_exempt(const Field& field, Exempt& exempt, const std::string& where) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in " + where, exempt_keys, diagnostics_);
+    if (const Field* f = section.find("client_ips"); f && expect_list(*f)) {
+        for (const Field& item : items_of(*f)) {
+            const auto written = text(item);
+            if (!written) continue;
+            if (auto cidr = net::Cidr::parse(*written))
+                exempt.client_ips.push_back(*cidr);
+            else
+                diagnostics_.error(item.at, item.label() + ": " + cidr_error(*written));
+        }
+    }
+    if (const Field* f = section.find("headers"); f && expect_list(*f)) {
+        if (!exempt_headers_at_) exempt_headers_at_ = f->at;
+        for (const Field& item : items_of(*f)) {
+            if (!expect_map(item)) continue;
+            const Section entry(item, "in an exempt header", exempt_header_keys, diagnostics_);
+            const Field* name_field = entry.find("name");
+            const Field* value_field = entry.find("value");
+            if (!name_field || !value_field) {
+                diagnostics_.error(item.at, "an exempt header needs 'name' and 'value' (a request is exempt when it "
+                                            "carries that header with exactly that value)");
+                continue;
+            }
+            const auto header = text(*name_field);
+            const auto value = text(*value_field);
+            if (!header || !value) continue;
+            if (!is_http_token(*header)) {
+                diagnostics_.error(name_field->at, "invalid header name " + quoted(*header));
+                continue;
+            }
+            const bool printable = std::all_of(value->begin(), value->end(), [](char c) {
+                const auto byte = static_cast<unsigned char>(c);
+                return byte >= 0x20 && byte != 0x7f;
+            });
+            if (value->empty() || !printable || value->front() == ' ' || value->back() == ' ') {
+                diagnostics_.error(value_field->at, "an exempt header's 'value' must be a non-empty header value (no "
+                                                    "control characters, no spaces at either end), got " +
+                                                        quoted(*value));
+                continue;
+            }
+            exempt.headers.push_back(ExemptHeader{to_lower(*header), *value});
+        }
+    }
+    if (const Field* f = section.find("methods")) read_methods(*f, exempt.methods);
+}
+
+void ConfigReader::warn_when_exempt_headers_cannot_apply() {
+    if (!exempt_headers_at_ || !config_.client_ip.trusted_proxies.empty()) return;
+    diagnostics_.warning(*exempt_headers_at_, "exempt headers count only from a peer in client_ip.trusted_proxies, "
+                                              "and there is none: no request is exempt by a header");
 }
 
 void ConfigReader::read_limits(const Field& field, RouteConfig& route, RouteSite& site) {
@@ -1620,6 +1683,9 @@ std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys() 
             {"routes[]", route_keys},
             {"routes[].match", match_keys},
             {"routes[].limits[]", limit_keys},
+            {"routes[].exempt", exempt_keys},
+            {"exempt", exempt_keys},
+            {"exempt.headers[]", exempt_header_keys},
             {"responses", ConfigReader::responses_table().keys},
             {"logging", ConfigReader::logging_table().keys}};
 }

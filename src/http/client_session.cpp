@@ -551,7 +551,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     x.keep_alive = x.parser.get().keep_alive() && !worker_.stopping();
 
     if (auto refusal = route_request(x)) co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
-    if (!x.route->limits.empty()) {
+    if (!x.route->limits.empty() && !exempt_from_limits(x)) {
         limit::RequestKeyValues values = key_values(x);
         if (auto refusal = prepare_limits(x, values))
             co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));

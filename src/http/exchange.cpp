@@ -159,6 +159,7 @@ bool finish(Exchange& x, bool keep) {
     counters.count_status(x.rec.status);
     if (x.rec.forwarded) observe::add(counters.here().forwarded);
     if (x.rec.decision == observe::AccessDecision::delayed) observe::add(counters.here().delayed);
+    if (x.rec.decision == observe::AccessDecision::exempt) observe::add(counters.here().exempt);
     return keep;
 }
 
@@ -288,6 +289,43 @@ void SlotHold::schedule(const std::shared_ptr<State>& state) {
         state->worker.renew_slots(state->slots);
         schedule(state);
     });
+}
+
+namespace {
+
+// Equal strings, in a time that does not depend on where they differ (the value may be a
+// shared secret).
+bool same_secret(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    unsigned char diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+bool matches(const config::Exempt& exempt, const Exchange& x, const std::optional<sluice::net::IpAddress>& client) {
+    if (exempt.empty()) return false;
+    if (std::find(exempt.methods.begin(), exempt.methods.end(), x.key_method) != exempt.methods.end()) return true;
+    if (client && std::any_of(exempt.client_ips.begin(), exempt.client_ips.end(),
+                              [&](const sluice::net::Cidr& cidr) { return cidr.contains(*client); }))
+        return true;
+    if (!x.peer_trusted || exempt.headers.empty()) return false;
+    for (const auto& field : x.parser.get())
+        for (const auto& header : exempt.headers)
+            if (beast::iequals(field.name_string(), header.name) && same_secret(sv(field.value()), header.value))
+                return true;
+    return false;
+}
+
+}  // namespace
+
+bool exempt_from_limits(Exchange& x) {
+    const auto& route_exempt = x.route->exempt;
+    if (x.cfg.exempt.empty() && route_exempt.empty()) return false;
+    std::optional<sluice::net::IpAddress> client;
+    if (!x.cfg.exempt.client_ips.empty() || !route_exempt.client_ips.empty()) client = sluice::net::IpAddress::parse(x.rec.client);
+    if (!matches(x.cfg.exempt, x, client) && !matches(route_exempt, x, client)) return false;
+    x.rec.decision = observe::AccessDecision::exempt;
+    return true;
 }
 
 limit::RequestKeyValues key_values(Exchange& x) {

@@ -104,6 +104,9 @@ void identify_client(Exchange& x);
 // The route, and for a check route the original request's method and path; a refusal
 // (404, or 400 for an original request that cannot be read).
 std::optional<LocalReply> route_request(Exchange& x);
+// True (and the request logged and counted as exempt) when the top-level `exempt` or the
+// route's names the request: its limits are skipped, no store call is made.
+bool exempt_from_limits(Exchange& x);
 // What the limits' key parts read of the request (its fields through the parser).
 limit::RequestKeyValues key_values(Exchange& x);
 // The limits' phase, around the limiter's decide() (awaited by the session: the phases are

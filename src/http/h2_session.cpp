@@ -360,7 +360,7 @@ private:
         if (parsed.refusal) co_return done(*parsed.refusal);
         x.key_path = std::move(parsed.target.path);
         if (auto refusal = route_request(x)) co_return done(*refusal);
-        if (!x.route->limits.empty()) {
+        if (!x.route->limits.empty() && !exempt_from_limits(x)) {
             limit::RequestKeyValues values = key_values(x);
             if (auto refusal = prepare_limits(x, values)) co_return done(*refusal);
             const limit::RouteLimits limits{x.route->name, x.route->limits, &x.snap.key_plans[x.route_index()]};

@@ -21,6 +21,7 @@ enum class AccessDecision : std::uint8_t {
     store_error_allowed,  // the store did not answer; on_error: allow
     store_error_denied,   // ... on_error: deny (503)
     delayed,              // a leaky bucket held it back, then it was forwarded
+    exempt,               // `exempt` named it: no limit of its route was asked
 };
 std::string_view access_decision_name(AccessDecision decision);
 

@@ -121,6 +121,12 @@ std::string prometheus_text(const Metrics& m) {
                     fmt::format_to(it, "sluice_ratelimit_decisions_total{{route=\"{}\",limit=\"{}\",decision=\"{}\"}} {}\n",
                                    label(r.name), label(l.name), decision_names[d], n);
     });
+    fmt::format_to(it, "# HELP sluice_ratelimit_exempt_total Requests that skipped every limit of their route (exempt).\n"
+                       "# TYPE sluice_ratelimit_exempt_total counter\n");
+    m.for_each_route([&](const RouteMetrics& r) {
+        if (auto n = r.total(&RouteCounts::exempt))
+            fmt::format_to(it, "sluice_ratelimit_exempt_total{{route=\"{}\"}} {}\n", label(r.name), n);
+    });
     fmt::format_to(it,
                    "# HELP sluice_limit_resets_total Limits reset for a key through the admin port (/limits).\n"
                    "# TYPE sluice_limit_resets_total counter\n");
@@ -203,10 +209,11 @@ std::string stats_json(const Metrics& m, double uptime_seconds,
         first = false;
         fmt::format_to(std::back_inserter(out),
                        "{{\"route\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},\"shadow_limited\":{},"
-                       "\"store_errors\":{},\"delayed\":{},\"top_limited\":[",
+                       "\"store_errors\":{},\"delayed\":{},\"exempt\":{},\"top_limited\":[",
                        json_string(r.name), r.total(&RouteCounts::requests), r.total(&RouteCounts::forwarded),
                        r.total(&RouteCounts::limited), r.total(&RouteCounts::shadow_limited),
-                       r.total(&RouteCounts::store_errors), r.total(&RouteCounts::delayed));
+                       r.total(&RouteCounts::store_errors), r.total(&RouteCounts::delayed),
+                       r.total(&RouteCounts::exempt));
         if (auto it = top_limited.find(r.name); it != top_limited.end()) {
             for (std::size_t i = 0; i < it->second.size(); ++i)
                 fmt::format_to(std::back_inserter(out), "{}[{},{}]", i == 0 ? "" : ",", json_string(it->second[i].first),

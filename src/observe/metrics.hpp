@@ -128,6 +128,7 @@ struct RouteCounts {
     Counter shadow_limited{0};
     Counter store_errors{0};
     Counter delayed{0};  // held back by a leaky bucket before being forwarded
+    Counter exempt{0};   // skipped every limit (`exempt`)
 };
 
 struct RouteMetrics {

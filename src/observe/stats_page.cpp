@@ -52,7 +52,7 @@ const std::string_view stats_page_html = R"html(<!DOCTYPE html>
 <main>
   <div class="table"><table>
     <thead>
-      <tr><th>route</th><th>requests/s</th><th>forwarded/s</th><th>limited/s</th><th>limited %</th><th title="held back by a leaky bucket, then forwarded">delayed/s</th><th>shadow/s</th><th>store errors/s</th><th>total requests</th><th>limited % (last 2 min)</th><th title="each limit of the route, its settings, and how many requests it refused per second; the one refusing most in red">limits: refused/s</th><th title="the clients limited most in the last minute; a client links to its /limits look-up">most limited clients (last min): quota left</th></tr>
+      <tr><th>route</th><th>requests/s</th><th>forwarded/s</th><th>limited/s</th><th>limited %</th><th title="held back by a leaky bucket, then forwarded">delayed/s</th><th title="skipped every limit of the route (exempt)">exempt/s</th><th>shadow/s</th><th>store errors/s</th><th>total requests</th><th>limited % (last 2 min)</th><th title="each limit of the route, its settings, and how many requests it refused per second; the one refusing most in red">limits: refused/s</th><th title="the clients limited most in the last minute; a client links to its /limits look-up">most limited clients (last min): quota left</th></tr>
     </thead>
     <tbody id="routes"></tbody>
   </table></div>
@@ -162,6 +162,7 @@ function render(now, rates) {
     const bar = document.createElement("span"); bar.className = "bar"; bar.style.width = Math.round(r.pct * 0.6) + "px";
     pct.appendChild(bar); tr.appendChild(pct);
     tr.appendChild(cell(fmtRate(r.dps), "dps"));
+    tr.appendChild(cell(fmtRate(r.xps), "xps"));
     tr.appendChild(cell(fmtRate(r.sps), "sps"));
     tr.appendChild(cell(fmtRate(r.eps), "eps"));
     tr.appendChild(cell(String(r.total), "total"));
@@ -191,7 +192,7 @@ async function poll() {
         const was = before && (before.limits || []).find(b => b.name === l.name);
         return { name: l.name, setting: l.setting, lps: was ? Math.max(0, l.limited - was.limited) / dt : 0 };
       });
-      rates.push({ route: r.route, rps, fps: d("forwarded"), lps, pct, sps: d("shadow_limited"), eps: d("store_errors"), dps: d("delayed"),
+      rates.push({ route: r.route, rps, fps: d("forwarded"), lps, pct, sps: d("shadow_limited"), eps: d("store_errors"), dps: d("delayed"), xps: d("exempt"),
                    total: r.requests, top: r.top_limited || [], limits });
     }
     previous = now;

@@ -24,9 +24,9 @@ std::string top_text(const RouteInterval& r) {
 std::string format_summary_text(const RouteInterval& r, config::Duration interval, std::string_view time) {
     return fmt::format(
         "{} summary route={} interval={} requests={} forwarded={} limited={} limited_pct={:.1f} shadow_limited={} "
-        "store_errors={} delayed={} top_limited={}",
+        "store_errors={} delayed={} exempt={} top_limited={}",
         time, r.route, config::format_duration(interval), r.requests, r.forwarded, r.limited, r.limited_pct(),
-        r.shadow_limited, r.store_errors, r.delayed, top_text(r));
+        r.shadow_limited, r.store_errors, r.delayed, r.exempt, top_text(r));
 }
 
 std::string format_summary_json(const RouteInterval& r, config::Duration interval, std::string_view time) {
@@ -38,9 +38,10 @@ std::string format_summary_json(const RouteInterval& r, config::Duration interva
     top += ']';
     return fmt::format(
         "{{\"time\":{},\"summary\":true,\"route\":{},\"interval\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},"
-        "\"limited_pct\":{:.1f},\"shadow_limited\":{},\"store_errors\":{},\"delayed\":{},\"top_limited\":{}}}",
+        "\"limited_pct\":{:.1f},\"shadow_limited\":{},\"store_errors\":{},\"delayed\":{},\"exempt\":{},"
+        "\"top_limited\":{}}}",
         json_string(time), json_string(r.route), json_string(config::format_duration(interval)), r.requests, r.forwarded, r.limited,
-        r.limited_pct(), r.shadow_limited, r.store_errors, r.delayed, top);
+        r.limited_pct(), r.shadow_limited, r.store_errors, r.delayed, r.exempt, top);
 }
 
 bool limited_share_jumped(const RouteInterval& now) {
@@ -65,6 +66,7 @@ std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const L
         r.shadow_limited = delta(m.total(&RouteCounts::shadow_limited), last.shadow_limited);
         r.store_errors = delta(m.total(&RouteCounts::store_errors), last.store_errors);
         r.delayed = delta(m.total(&RouteCounts::delayed), last.delayed);
+        r.exempt = delta(m.total(&RouteCounts::exempt), last.exempt);
         if (r.requests == 0) {
             last.last_pct = 0;
             return;

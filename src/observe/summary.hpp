@@ -15,7 +15,7 @@ namespace sluice::observe {
 
 struct RouteInterval {
     std::string route;
-    std::uint64_t requests = 0, forwarded = 0, limited = 0, shadow_limited = 0, store_errors = 0, delayed = 0;
+    std::uint64_t requests = 0, forwarded = 0, limited = 0, shadow_limited = 0, store_errors = 0, delayed = 0, exempt = 0;
     std::vector<std::pair<std::string, std::uint64_t>> top_limited;  // client, count
     double previous_pct = 0;  // the route's limited % in the interval before (0 if it had no traffic)
     double limited_pct() const { return requests ? 100.0 * static_cast<double>(limited) / static_cast<double>(requests) : 0; }
@@ -35,7 +35,7 @@ public:
 
 private:
     struct Totals {
-        std::uint64_t requests = 0, forwarded = 0, limited = 0, shadow_limited = 0, store_errors = 0, delayed = 0;
+        std::uint64_t requests = 0, forwarded = 0, limited = 0, shadow_limited = 0, store_errors = 0, delayed = 0, exempt = 0;
         double last_pct = 0;
     };
     std::unordered_map<std::string, Totals> last_;

@@ -153,19 +153,19 @@ class H2Client:
 
 
 class Http2Test(SluiceTestCase):
-    def start(self, routes=None, upstream=None, server=None, admin=False, store=None, store_up=True):
+    def start(self, routes=None, upstream=None, server=None, admin=False, store=None, store_up=True, extra=None):
         self.upstream = self.start_upstream(upstream or echo())
-        self.port = port = self.start_instance(routes, server, admin, store, store_up)
+        self.port = port = self.start_instance(routes, server, admin, store, store_up, extra)
         self.sluice = self.instances[-1]
         return port
 
-    def start_instance(self, routes=None, server=None, admin=False, store=None, store_up=True):
+    def start_instance(self, routes=None, server=None, admin=False, store=None, store_up=True, extra=None):
         """One more sluice (HTTP/2 with prior knowledge) in front of self.upstream; its port."""
         port = free_port()
         srv = {"listen": [{"address": f"{LOOPBACK}:{port}", "http2": "prior_knowledge"}]}
         if server:
             srv.update(server)
-        extra = {}
+        extra = dict(extra or {})
         if admin:
             self.admin_port = free_port()
             extra["admin"] = {"listen": f"{LOOPBACK}:{self.admin_port}"}
@@ -407,6 +407,15 @@ class Http2Test(SluiceTestCase):
             self.assertEqual(c.request("GET", "/api/h1-last").status, 429)
         self.assertEqual(self.client(port=port_b).request("GET", "/api/h2-last")[0], 429)
         self.assertEqual(len(self.upstream.requests), 10)
+
+    def test_exempt_streams_skip_the_limits(self):
+        self.start([limited_route("api", [token_bucket("per_client", 1, "1h", 1)])],
+                   extra={"exempt": {"client_ips": ["127.0.0.0/8"]}})
+        answers = self.client().at_once(["/api/x"] * 5)
+        self.assertEqual([status for status, _ in answers], [200] * 5)
+        self.assertFalse(any("ratelimit" in head for _, head in answers))
+        wait_until(lambda: [e["decision"] for e in self.sluice.access_entries()] == ["exempt"] * 5, 5.0,
+                   message="5 exempt access lines")
 
     def test_concurrency_slots_and_the_leaky_bucket_hold_streams(self):
         from test_concurrency import Gauge, concurrency

@@ -18,7 +18,7 @@ _SUMMARY_RE = re.compile(
     r"summary route=(?P<route>\S+) interval=(?P<interval>\S+) requests=(?P<requests>\d+) "
     r"forwarded=(?P<forwarded>\d+) limited=(?P<limited>\d+) limited_pct=(?P<limited_pct>\d+\.\d) "
     r"shadow_limited=(?P<shadow_limited>\d+) store_errors=(?P<store_errors>\d+) delayed=(?P<delayed>\d+) "
-    r"top_limited=(?P<top_limited>\S+)$")
+    r"exempt=(?P<exempt>\d+) top_limited=(?P<top_limited>\S+)$")
 
 _TIME_RE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"  # RFC 3339, ms, UTC
 
@@ -111,7 +111,7 @@ class TextSummaryTest(LogsTestCase):
             self.assertEqual(found[0]["interval"], "1s")
         hot, mild, small = lines["hot"][0], lines["mild"][0], lines["small"][0]
         self.assertIn("summary route=hot interval=1s requests=34 forwarded=10 limited=24 "
-                      "limited_pct=70.6 shadow_limited=0 store_errors=0 delayed=0 "
+                      "limited_pct=70.6 shadow_limited=0 store_errors=0 delayed=0 exempt=0 "
                       "top_limited=203.0.113.7:20,198.51.100.2:4", hot["line"])
         self.assertEqual((mild["requests"], mild["forwarded"], mild["limited"], mild["limited_pct"],
                           mild["top_limited"]), (20, 16, 4, "20.0", "127.0.0.1:4"))
@@ -207,7 +207,7 @@ class JsonSummaryTest(LogsTestCase):
         self.assertRegex(found[0].pop("time"), _TIME_RE)
         self.assertEqual(found[0], {
             "summary": True, "route": "hot", "interval": "1s", "requests": 30, "forwarded": 20,
-            "limited": 10, "limited_pct": 33.3, "shadow_limited": 0, "store_errors": 0, "delayed": 0,
+            "limited": 10, "limited_pct": 33.3, "shadow_limited": 0, "store_errors": 0, "delayed": 0, "exempt": 0,
             "top_limited": [{"client": "127.0.0.1", "limited": 10}]})
         def tick_summaries():
             return [o for o in objects() if o.get("summary") is True and o.get("route") == "tick"]
@@ -427,7 +427,7 @@ class FinalSummaryTest(LogsTestCase):
         lines = parse_summaries(s.stdout_text(), "login")
         self.assertEqual(len(lines), 1, s.log_text())
         self.assertIn("summary route=login interval=1h requests=6 forwarded=4 limited=2 "
-                      "limited_pct=33.3 shadow_limited=0 store_errors=0 delayed=0 top_limited=127.0.0.1:2",
+                      "limited_pct=33.3 shadow_limited=0 store_errors=0 delayed=0 exempt=0 top_limited=127.0.0.1:2",
                       lines[0]["line"])
 
 

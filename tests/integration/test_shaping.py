@@ -575,7 +575,7 @@ class VisibilityTest(ShapingTestCase):
             lines = [l for l in self.sluice.stdout_text().splitlines() if "summary route=pay " in l]
             total = 0
             for line in lines:
-                self.assertRegex(line, r" store_errors=0 delayed=\d+ top_limited=")
+                self.assertRegex(line, r" store_errors=0 delayed=\d+ exempt=0 top_limited=")
                 total += int(line.split(" delayed=")[1].split()[0])
             return total == n - 1
         wait_until(delayed_in_summaries, 4, message=f"summary lines adding up to delayed={n - 1}")

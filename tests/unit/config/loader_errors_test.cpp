@@ -60,10 +60,10 @@ TEST_CASE("loader errors: YAML syntax and document shape", "[config][loader]") {
         {"\n\n  ,", {"3:3: invalid YAML: unexpected character"}},
         {"- server\n",
          {"1:1: the top level must be a map of sections (server, admin, client_ip, store, upstreams, routes, "
-          "responses, logging), got a list"}},
+          "exempt, responses, logging), got a list"}},
         {"just text\n",
          {"1:1: the top level must be a map of sections (server, admin, client_ip, store, upstreams, routes, "
-          "responses, logging), got 'just text'"}},
+          "exempt, responses, logging), got 'just text'"}},
         {"server: {}\nserver: {}\n", {"2:1: duplicate key 'server' (first at line 1)"}},
         {"? [a]\n: 1\n", {"1:3: keys must be plain names, got a list"}},
     });
@@ -74,7 +74,7 @@ TEST_CASE("loader errors: unknown keys at every level, with suggestions", "[conf
         {"rotues: []\n", {"1:1: unknown key 'rotues' at the top level (did you mean 'routes'?)"}},
         {"frobnicate: 1\n",
          {"1:1: unknown key 'frobnicate' at the top level (known keys: server, admin, client_ip, store, "
-          "upstreams, routes, responses, logging)"}},
+          "upstreams, routes, exempt, responses, logging)"}},
         {"server:\n  listne: [\"a:1\"]\n", {"2:3: unknown key 'listne' in server (did you mean 'listen'?)"}},
         {"admin:\n  address: \"\"\n", {"2:3: unknown key 'address' in admin (known keys: listen, token)"}},
         {"client_ip:\n  trusted_proxy: []\n",
@@ -322,6 +322,32 @@ TEST_CASE("loader errors: leaky buckets", "[config][loader][leaky]") {
           "13:9: 'nodelay' is a leaky_bucket parameter, but limit 't' is token_bucket",
           "14:9: 'max_wait' is a leaky_bucket parameter, but limit 't' is token_bucket"}},
         {"server:\n  max_waiting: -5\n", {"2:16: 'max_waiting' must be between 0 and 1000000000, got -5"}},
+    });
+}
+
+TEST_CASE("loader errors: exempt", "[config][loader]") {
+    check_cases({
+        {"exempt:\n  client_ip: [10.0.0.0/8]\n",
+         {"2:3: unknown key 'client_ip' in exempt (did you mean 'client_ips'?)"}},
+        {"exempt:\n  client_ips: [10.0.0.0/33, nope]\n",
+         {"2:16: 'client_ips' entry: invalid CIDR '10.0.0.0/33' (the prefix length must be 0..32 for IPv4)",
+          "2:29: 'client_ips' entry: invalid CIDR 'nope' (expected an address or address/prefix, e.g. 10.0.0.0/8)"}},
+        {"exempt:\n  headers: [{name: X-Internal}]\n",
+         {"2:13: an exempt header needs 'name' and 'value' (a request is exempt when it carries that header with "
+          "exactly that value)"}},
+        {"exempt:\n  headers: [{name: \"X Internal\", value: a}, {name: x, value: \"\"}, {name: y, value: z, v: 1}]\n",
+         {"2:20: invalid header name 'X Internal'",
+          "2:62: an exempt header's 'value' must be a non-empty header value (no control characters, no spaces at "
+          "either end), got ''",
+          "2:87: unknown key 'v' in an exempt header (known keys: name, value)"}},
+        {"exempt:\n  methods: []\n", {"2:12: 'methods' must not be empty (leave it out to match every method)"}},
+        {"exempt:\n  methods: [\"GE T\"]\n", {"2:13: invalid method 'GE T'"}},
+        {"exempt: [10.0.0.0/8]\n", {"1:9: 'exempt' must be a map, got a list"}},
+        {route_head + "    exempt: {client_ips: [300.0.0.1]}\n",
+         {"7:27: 'client_ips' entry: invalid CIDR '300.0.0.1' (expected an address or address/prefix, e.g. "
+          "10.0.0.0/8)"}},
+        {route_head + "    exempt: {ips: [10.0.0.0/8]}\n",
+         {"7:14: unknown key 'ips' in the exempt of route 'r' (known keys: client_ips, headers, methods)"}},
     });
 }
 

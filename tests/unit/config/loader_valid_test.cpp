@@ -330,6 +330,14 @@ TEST_CASE("loader: warnings do not fail the load", "[config][loader]") {
                     "      - {name: b, limit: 5, window: 1m, algorithm: sliding_window, key: [\"header:x-tenant\"]}\n",
          {"w.yaml:7:7: warning: every limit of route 'api' is keyed on a header (x-api-key, x-tenant): a request without "
           "it is not limited at all; add a limit keyed on client_ip alone to cover such requests"}},
+        // Exempt headers count only from trusted proxies: none configured, none counts.
+        {upstream + "routes:\n  - {name: a, match: {path_prefix: /}, upstream: app}\n"
+                    "exempt:\n  headers: [{name: X-Internal, value: yes}]\n",
+         {"w.yaml:5:12: warning: exempt headers count only from a peer in client_ip.trusted_proxies, and there is none: "
+          "no request is exempt by a header"}},
+        {upstream + "client_ip: {trusted_proxies: [10.0.0.0/8]}\nroutes:\n  - {name: a, match: {path_prefix: /}, upstream: app}\n"
+                    "exempt:\n  headers: [{name: X-Internal, value: yes}]\n",
+         {}},
         // One limit that every request meets: no warning.
         {upstream + "routes:\n  - name: api\n    match: {path_prefix: /}\n    upstream: app\n    limits:\n"
                     "      - {name: a, algorithm: token_bucket, rate: 1, burst: 1, key: [\"header:x-api-key\"]}\n"
@@ -342,6 +350,35 @@ TEST_CASE("loader: warnings do not fail the load", "[config][loader]") {
         CHECK(result.ok());
         CHECK(messages_of(result.diagnostics) == c.diagnostics);
     }
+}
+
+TEST_CASE("loader: exempt at the top level and per route", "[config][loader]") {
+    const auto result = load_string(R"(upstreams: {app: {servers: ["h:1"]}}
+client_ip: {trusted_proxies: [10.0.0.0/8]}
+exempt:
+  client_ips: [192.0.2.0/24, "2001:db8::/32", 198.51.100.7]
+  headers: [{name: X-Internal, value: "s3cret token"}]
+  methods: [options]
+routes:
+  - name: api
+    match: {path_prefix: /}
+    upstream: app
+    exempt: {methods: [HEAD, head, GET]}
+)", "e.yaml");
+    REQUIRE(result.ok());
+    const auto& top = result.config->exempt;
+    REQUIRE(top.client_ips.size() == 3);
+    CHECK(top.client_ips[1].contains(*sluice::net::IpAddress::parse("2001:db8::1")));
+    CHECK(top.client_ips[2].contains(*sluice::net::IpAddress::parse("198.51.100.7")));
+    CHECK_FALSE(top.client_ips[2].contains(*sluice::net::IpAddress::parse("198.51.100.8")));
+    REQUIRE(top.headers.size() == 1);
+    CHECK(top.headers[0].name == "x-internal");
+    CHECK(top.headers[0].value == "s3cret token");
+    CHECK(top.methods == std::vector<std::string>{"OPTIONS"});
+    const auto& route = result.config->routes[0].exempt;
+    CHECK(route.methods == std::vector<std::string>{"HEAD", "GET"});
+    CHECK(route.client_ips.empty());
+    CHECK(result.config->routes[0].exempt.headers.empty());
 }
 
 TEST_CASE("loader: diagnostics print as FILE:LINE:COL", "[config][loader]") {

@@ -16,10 +16,10 @@ TEST_CASE("summary line in the text form of INTERFACE.md") {
     r.top_limited = {{"203.0.113.7", 20}, {"198.51.100.2", 4}};
     CHECK(observe::format_summary_text(r, 10s, "2026-11-25T19:40:00.000Z") ==
           "2026-11-25T19:40:00.000Z summary route=login interval=10s requests=124 forwarded=100 limited=24 limited_pct=19.4 shadow_limited=0 "
-          "store_errors=0 delayed=0 top_limited=203.0.113.7:20,198.51.100.2:4");
+          "store_errors=0 delayed=0 exempt=0 top_limited=203.0.113.7:20,198.51.100.2:4");
     CHECK(observe::format_summary_json(r, 10s, "2026-11-25T19:40:00.000Z") ==
           R"({"time":"2026-11-25T19:40:00.000Z","summary":true,"route":"login","interval":"10s","requests":124,"forwarded":100,"limited":24,)"
-          R"("limited_pct":19.4,"shadow_limited":0,"store_errors":0,"delayed":0,"top_limited":[{"client":"203.0.113.7","limited":20},)"
+          R"("limited_pct":19.4,"shadow_limited":0,"store_errors":0,"delayed":0,"exempt":0,"top_limited":[{"client":"203.0.113.7","limited":20},)"
           R"({"client":"198.51.100.2","limited":4}]})");
 }
 
