@@ -153,9 +153,17 @@ inline std::string_view algorithm_name(Algorithm algorithm) {
 }
 
 struct KeyPart {
-    enum class Kind { client_ip, header, method, path };
+    // client_net: the client's network (`client_ip/24`, `client_ip/64`, `client_ip/24/64`);
+    // query, cookie: a query parameter's (decoded) or a cookie's value by name;
+    // path_segment: the Nth (1-based) segment of the normalised path. New kinds go last:
+    // the order is the canonical order of key parts, which the keys are written in.
+    enum class Kind { client_ip, header, method, path, client_net, query, cookie, path_segment };
     Kind kind = Kind::client_ip;
-    std::string header_name;  // for Kind::header, lower-case
+    std::string header_name;  // header: lower-case; query, cookie: as written (case matters)
+    unsigned v4_prefix = 32;   // client_net: prefix lengths for IPv4 and IPv6 clients
+    unsigned v6_prefix = 128;
+    unsigned segment = 0;      // path_segment: 1-based
+    bool operator==(const KeyPart&) const = default;
 };
 
 struct LimitConfig {

@@ -24,8 +24,11 @@ struct KeyPartParse {
     std::optional<KeyPart> part;
     std::string error;
 };
-// "client_ip" | "method" | "path" | "header:NAME"; the header name is stored lower-case.
+// "client_ip" | "client_ip/N" | "client_ip/V4/V6" | "method" | "path" | "header:NAME" |
+// "query:NAME" | "cookie:NAME" | "path_segment:N"; a header name is stored lower-case.
 KeyPartParse parse_key_part(std::string_view text);
+// The key part as it is written in the configuration.
+std::string key_part_text(const KeyPart& part);
 
 // match.host: "example.com" or "*.example.com" (any case); nullopt when not such a name.
 std::optional<std::string> normalized_route_host(std::string_view text);

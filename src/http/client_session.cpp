@@ -548,6 +548,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     request_length_ = parsed.length;
     request_expects_ = parsed.expects;
     x.key_path = std::move(parsed.target.path);
+    x.key_query = std::move(parsed.target.query);
     x.keep_alive = x.parser.get().keep_alive() && !worker_.stopping();
 
     if (auto refusal = route_request(x)) co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));

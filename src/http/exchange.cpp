@@ -118,7 +118,7 @@ void count_decision(const server::Snapshot& snap, std::size_t route_index, const
 // ForwardAuth), from a trusted peer; else the check request's own method and path. A
 // method that is not a token or a URI that is not a valid origin-form target is a 400.
 bool original_request(bool peer_trusted, const Request& req, std::string& method, std::string& path,
-                      std::string& uri, std::string_view& problem) {
+                      std::string& query, std::string& uri, std::string_view& problem) {
     if (!peer_trusted) return true;
     auto field = [&req](std::string_view a, std::string_view b) -> std::optional<std::string_view> {
         std::optional<std::string_view> found;
@@ -145,6 +145,7 @@ bool original_request(bool peer_trusted, const Request& req, std::string& method
             return false;
         }
         path = target.path;
+        query = target.query;
         uri = std::string(*original_uri);
     }
     return true;
@@ -194,7 +195,7 @@ std::optional<LocalReply> route_request(Exchange& x) {
         // the original request's, as that proxy names them (from a trusted peer only).
         std::string_view problem;
         std::string key_target;
-        if (!original_request(x.peer_trusted, req, x.key_method, x.key_path, key_target, problem))
+        if (!original_request(x.peer_trusted, req, x.key_method, x.key_path, x.key_query, key_target, problem))
             return local_problem(400, problem);
         // The line names the request that was decided, not the check itself.
         x.rec.method = x.key_method;
@@ -205,6 +206,10 @@ std::optional<LocalReply> route_request(Exchange& x) {
 
 std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values) {
     const auto& route = *x.route;
+    if (auto ambiguous = limit::ambiguous_key_value(route.limits, values)) {
+        spdlog::info("client {}: route {}: {}", x.rec.client, route.name, *ambiguous);
+        return local_problem(400, *ambiguous);
+    }
     // A cost header asking for more than a limit can ever hold would be refused forever:
     // the request is malformed for this route, not limited.
     if (const auto over = limit::cost_over_capacity(route.limits, values)) {
@@ -244,10 +249,10 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
     } else {
         // A limit keyed on a header the request lacks does not count it: the line says so.
         // (From the request, not from `applies`, which a remembered refusal also clears.)
-        const auto& req = x.parser.get();
+        const auto values = key_values(x);
         for (const auto& limit : route.limits)
             for (const auto& part : limit.key)
-                if (part.kind == config::KeyPart::Kind::header && req.find(part.header_name) == req.end()) {
+                if (!limit::has_key_value(part, values)) {
                     if (!x.rec.skipped.empty()) x.rec.skipped += ',';
                     x.rec.skipped += limit.name;
                     break;
@@ -329,13 +334,27 @@ bool exempt_from_limits(Exchange& x) {
 }
 
 limit::RequestKeyValues key_values(Exchange& x) {
+    // The Cookie fields, joined, when a limit of the route reads a cookie.
+    const bool reads_cookies = std::any_of(x.route->limits.begin(), x.route->limits.end(), [](const auto& limit) {
+        return std::any_of(limit.key.begin(), limit.key.end(),
+                           [](const auto& part) { return part.kind == config::KeyPart::Kind::cookie; });
+    });
+    if (reads_cookies && !x.key_cookies_read) {
+        x.key_cookies_read = true;
+        for (const auto& f : x.parser.get())
+            if (f.name() == bhttp::field::cookie) {
+                if (!x.key_cookies.empty()) x.key_cookies += "; ";
+                x.key_cookies += sv(f.value());
+            }
+    }
     return limit::RequestKeyValues{x.rec.client, x.key_method, x.key_path,
                                    [&x](std::string_view name) -> std::optional<std::string_view> {
                                        const auto& req = x.parser.get();
                                        auto it = req.find(name);
                                        if (it == req.end()) return std::nullopt;
                                        return sv(it->value());
-                                   }};
+                                   },
+                                   true, x.key_query, x.key_cookies};
 }
 
 }  // namespace sluice::http

@@ -90,6 +90,9 @@ struct Exchange {
     // check route the original request's, as the proxy in front names it.
     std::string key_method;
     std::string key_path;
+    std::string key_query;    // without '?'
+    std::string key_cookies;  // the Cookie fields, joined (key_values, when a limit reads one)
+    bool key_cookies_read = false;
     limit::HeaderList rate_headers;  // for the response: the limits' headers
     std::optional<SlotHold> slots;   // concurrency slots held until the request is done
     // A leaky bucket's wait before forwarding, and the waiting place it holds meanwhile.

@@ -359,6 +359,7 @@ private:
         if (parsed.parsed) identify_client(x);
         if (parsed.refusal) co_return done(*parsed.refusal);
         x.key_path = std::move(parsed.target.path);
+        x.key_query = std::move(parsed.target.query);
         if (auto refusal = route_request(x)) co_return done(*refusal);
         if (!x.route->limits.empty() && !exempt_from_limits(x)) {
             limit::RequestKeyValues values = key_values(x);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "config/duration.hpp"
+#include "config/value_syntax.hpp"
 
 namespace sluice::limit {
 
@@ -24,13 +25,7 @@ std::string key_text(const config::LimitConfig& limit) {
     std::string out = "per ";
     for (std::size_t i = 0; i < limit.key.size(); ++i) {
         if (i > 0) out += '+';
-        const auto& part = limit.key[i];
-        switch (part.kind) {
-        case config::KeyPart::Kind::client_ip: out += "client_ip"; break;
-        case config::KeyPart::Kind::header: out += "header:" + part.header_name; break;
-        case config::KeyPart::Kind::method: out += "method"; break;
-        case config::KeyPart::Kind::path: out += "path"; break;
-        }
+        out += config::key_part_text(limit.key[i]);
     }
     return out;
 }

@@ -4,18 +4,18 @@
 #include <tuple>
 
 #include "limit/decide_script.hpp"
+#include "net/cidr.hpp"
 
 namespace sluice::limit {
 namespace {
 
 using config::KeyPart;
 
-bool same_part(const KeyPart& a, const KeyPart& b) {
-    return a.kind == b.kind && (a.kind != KeyPart::Kind::header || a.header_name == b.header_name);
-}
+bool same_part(const KeyPart& a, const KeyPart& b) { return a == b; }
 
 bool canonical_before(const KeyPart& a, const KeyPart& b) {
-    return std::tie(a.kind, a.header_name) < std::tie(b.kind, b.header_name);
+    return std::tie(a.kind, a.header_name, a.v4_prefix, a.v6_prefix, a.segment) <
+           std::tie(b.kind, b.header_name, b.v4_prefix, b.v6_prefix, b.segment);
 }
 
 std::vector<KeyPart> canonical(const std::vector<KeyPart>& parts) {
@@ -56,30 +56,158 @@ void append_escaped(std::string& out, std::string_view text, bool keep_colons) {
     }
 }
 
-std::optional<std::string_view> value_of(const KeyPart& part, const RequestKeyValues& request) {
-    switch (part.kind) {
-    case KeyPart::Kind::client_ip: return request.client_ip;
-    case KeyPart::Kind::method: return request.method;
-    case KeyPart::Kind::path: return request.path;
-    case KeyPart::Kind::header:
-        if (!request.header) return std::nullopt;
-        return request.header(part.header_name);
-    }
-    return std::nullopt;
+int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
 }
 
-// ":<value>" for each part, or nullopt if a header is absent.
-bool append_values(std::string& out, const std::vector<KeyPart>& parts, const RequestKeyValues& request) {
-    for (const auto& part : parts) {
-        const auto value = value_of(part, request);
-        if (!value) return false;
-        out.push_back(':');
-        append_escaped(out, *value, false);
+// Form decoding: %XX (either case) and '+' as a space; a '%' not followed by two hex
+// digits stays as it is.
+std::string form_decoded(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (c == '+') {
+            out.push_back(' ');
+        } else if (c == '%' && i + 2 < text.size() && hex_digit(text[i + 1]) >= 0 && hex_digit(text[i + 2]) >= 0) {
+            out.push_back(static_cast<char>(hex_digit(text[i + 1]) * 16 + hex_digit(text[i + 2])));
+            i += 2;
+        } else {
+            out.push_back(c);
+        }
     }
+    return out;
+}
+
+std::string_view trimmed(std::string_view text) {
+    while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+    return text;
+}
+
+// Appends ":<value>" of `part` (escaped); false when the request lacks it.
+bool append_value(std::string& out, const KeyPart& part, const RequestKeyValues& request) {
+    std::optional<std::string_view> value;
+    std::optional<std::string> owned;
+    bool ambiguous = false;
+    switch (part.kind) {
+    case KeyPart::Kind::client_ip: value = request.client_ip; break;
+    case KeyPart::Kind::method: value = request.method; break;
+    case KeyPart::Kind::path: value = request.path; break;
+    case KeyPart::Kind::header:
+        if (request.header) value = request.header(part.header_name);
+        break;
+    case KeyPart::Kind::client_net:
+        owned = client_network(request.client_ip, part.v4_prefix, part.v6_prefix);
+        break;
+    case KeyPart::Kind::query: owned = query_value(request.query, part.header_name, ambiguous); break;
+    case KeyPart::Kind::cookie: value = cookie_value(request.cookies, part.header_name, ambiguous); break;
+    case KeyPart::Kind::path_segment: value = path_segment(request.path, part.segment); break;
+    }
+    if (owned) value = *owned;
+    if (!value || ambiguous) return false;
+    out.push_back(':');
+    append_escaped(out, *value, false);
+    return true;
+}
+
+// ":<value>" for each part; false if the request lacks one.
+bool append_values(std::string& out, const std::vector<KeyPart>& parts, const RequestKeyValues& request) {
+    for (const auto& part : parts)
+        if (!append_value(out, part, request)) return false;
     return true;
 }
 
 }  // namespace
+
+std::optional<std::string> query_value(std::string_view query, std::string_view name, bool& ambiguous) {
+    ambiguous = false;
+    std::optional<std::string> found;
+    while (!query.empty()) {
+        const auto amp = query.find('&');
+        const std::string_view pair = query.substr(0, amp);
+        query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+        const auto eq = pair.find('=');
+        if (form_decoded(pair.substr(0, eq)) != name) continue;
+        std::string value = eq == std::string_view::npos ? std::string() : form_decoded(pair.substr(eq + 1));
+        if (found && *found != value) {
+            ambiguous = true;
+            return std::nullopt;
+        }
+        found = std::move(value);
+    }
+    return found;
+}
+
+std::optional<std::string_view> cookie_value(std::string_view cookies, std::string_view name, bool& ambiguous) {
+    ambiguous = false;
+    std::optional<std::string_view> found;
+    while (!cookies.empty()) {
+        const auto semi = cookies.find(';');
+        const std::string_view pair = trimmed(cookies.substr(0, semi));
+        cookies = semi == std::string_view::npos ? std::string_view{} : cookies.substr(semi + 1);
+        const auto eq = pair.find('=');
+        if (eq == std::string_view::npos || trimmed(pair.substr(0, eq)) != name) continue;
+        std::string_view value = trimmed(pair.substr(eq + 1));
+        if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+        if (found && *found != value) {
+            ambiguous = true;
+            return std::nullopt;
+        }
+        found = value;
+    }
+    return found;
+}
+
+std::optional<std::string_view> path_segment(std::string_view path, unsigned n) {
+    unsigned index = 0;
+    while (!path.empty()) {
+        const auto slash = path.find('/');
+        const std::string_view segment = path.substr(0, slash);
+        path = slash == std::string_view::npos ? std::string_view{} : path.substr(slash + 1);
+        if (segment.empty()) continue;
+        if (++index == n) return segment;
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> client_network(std::string_view client_ip, unsigned v4_prefix, unsigned v6_prefix) {
+    auto ip = net::IpAddress::parse(client_ip);
+    if (!ip) return std::nullopt;
+    const net::IpAddress address = ip->unmapped();
+    net::Cidr network{address, address.v4 ? std::min(v4_prefix, 32u) : std::min(v6_prefix, 128u)};
+    // IPv4 sits in the last 4 bytes (mapped form): its prefix starts 96 bits in.
+    const unsigned keep = network.prefix + (address.v4 ? 96 : 0);
+    for (unsigned bit = keep; bit < 128; ++bit)
+        network.base.bytes[bit / 8] &= static_cast<std::uint8_t>(~(0x80u >> (bit % 8)));
+    return network.str();
+}
+
+std::optional<std::string> ambiguous_key_value(std::span<const config::LimitConfig> limits,
+                                               const RequestKeyValues& request) {
+    for (const auto& limit : limits)
+        for (const auto& part : limit.key) {
+            bool ambiguous = false;
+            if (part.kind == KeyPart::Kind::query) query_value(request.query, part.header_name, ambiguous);
+            if (part.kind == KeyPart::Kind::cookie) cookie_value(request.cookies, part.header_name, ambiguous);
+            if (ambiguous)
+                return (part.kind == KeyPart::Kind::query ? "query parameter '" : "cookie '") + part.header_name +
+                       "' is given more than once with different values; limit '" + limit.name +
+                       "' is keyed on it, so which one counts would be a guess";
+        }
+    return std::nullopt;
+}
+
+bool has_key_value(const config::KeyPart& part, const RequestKeyValues& request) {
+    using Kind = KeyPart::Kind;
+    if (part.kind == Kind::client_ip || part.kind == Kind::method || part.kind == Kind::path) return true;
+    if (part.kind == Kind::header) return request.header && request.header(part.header_name).has_value();
+    std::string ignored;
+    return append_value(ignored, part, request);
+}
 
 KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfig> limits) {
     KeyPlan plan;

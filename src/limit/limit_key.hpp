@@ -64,6 +64,8 @@ struct RequestKeyValues {
     // false: this instance already holds server.max_waiting requests back, so a leaky bucket
     // limits a request it would hold back (taking nothing) instead of admitting it to wait.
     bool may_wait = true;
+    std::string_view query;    // the target's query, as it came (without '?')
+    std::string_view cookies;  // every Cookie field's value, joined with "; "
 };
 
 // The same values, owned (a request made up by the admin port's /limits).
@@ -71,18 +73,42 @@ struct OwnedKeyValues {
     std::string client_ip;
     std::string method;
     std::string path;
+    std::string query;
+    std::string cookies;
     std::vector<std::pair<std::string, std::string>> headers;  // lower-case names
     RequestKeyValues view() const {
         return {client_ip, method, path, [this](std::string_view name) -> std::optional<std::string_view> {
                     for (const auto& [n, v] : headers)
                         if (n == name) return std::string_view(v);
                     return std::nullopt;
-                }};
+                },
+                true, query, cookies};
     }
 };
 
+// The values key parts read, each pure (fuzzed: fuzz/key_values_fuzz.cpp).
+// A query parameter's value, decoded (%XX and '+'); nullopt when absent. `ambiguous` is set
+// when it is given more than once with different values: which one a backend reads is
+// anyone's guess, so such a request is refused rather than counted under one of them.
+std::optional<std::string> query_value(std::string_view query, std::string_view name, bool& ambiguous);
+// A cookie's value (quotes around it removed) from Cookie values; nullopt when absent;
+// `ambiguous` as above.
+std::optional<std::string_view> cookie_value(std::string_view cookies, std::string_view name, bool& ambiguous);
+// The Nth (1-based) non-empty segment of a path; nullopt past the last.
+std::optional<std::string_view> path_segment(std::string_view path, unsigned n);
+// The client's network of `v4_prefix` / `v6_prefix` bits as "203.0.113.0/24",
+// "2001:db8:1:2::/64"; nullopt when `client_ip` is not an address.
+std::optional<std::string> client_network(std::string_view client_ip, unsigned v4_prefix, unsigned v6_prefix);
+// Why the request's values cannot key the route's limits (a query parameter or cookie they
+// name given twice with different values), or nullopt.
+std::optional<std::string> ambiguous_key_value(std::span<const config::LimitConfig> limits,
+                                               const RequestKeyValues& request);
+// Whether the request has what `part` reads (a header, parameter, cookie, segment, or a
+// client address): a limit whose key part is missing does not apply.
+bool has_key_value(const config::KeyPart& part, const RequestKeyValues& request);
+
 // One key per limit of the route, in order; nullopt for a limit that does not apply
-// because a header its key names is absent.
+// because a header (or other value) its key names is absent.
 std::vector<std::optional<std::string>> build_limit_keys(std::string_view key_prefix,
                                                          const RouteLimits& route,
                                                          const RequestKeyValues& request);

@@ -17,7 +17,40 @@ std::string lower(std::string text) {
 }
 
 bool uses(const config::LimitConfig& limit, config::KeyPart::Kind kind) {
-    return std::any_of(limit.key.begin(), limit.key.end(), [kind](const auto& part) { return part.kind == kind; });
+    // client_ip/N reads the client as client_ip does, path_segment:N the path.
+    auto same = [kind](config::KeyPart::Kind k) {
+        using K = config::KeyPart::Kind;
+        if (k == K::client_net) k = K::client_ip;
+        if (k == K::path_segment) k = K::path;
+        return k == kind;
+    };
+    return std::any_of(limit.key.begin(), limit.key.end(), [&](const auto& part) { return same(part.kind); });
+}
+
+// "a=b; c=d" or "a=b&c=d" from name/value pairs (query values percent-encoded).
+std::string joined(const std::vector<std::pair<std::string, std::string>>& pairs, bool query) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    std::string out;
+    for (const auto& [name, value] : pairs) {
+        if (!out.empty()) out += query ? "&" : "; ";
+        out += name;
+        out += '=';
+        if (!query) {
+            out += value;
+            continue;
+        }
+        for (const char c : value) {
+            const auto byte = static_cast<unsigned char>(c);
+            if (std::isalnum(byte) || c == '-' || c == '_' || c == '.' || c == '~') {
+                out += c;
+            } else {
+                out += '%';
+                out += hex[byte >> 4];
+                out += hex[byte & 0xf];
+            }
+        }
+    }
+    return out;
 }
 
 bool selected(const LimitsQuery& query, std::size_t index) { return !query.limit || *query.limit == index; }
@@ -42,6 +75,8 @@ void append_key(std::string& out, const config::RouteConfig& route, const Limits
     if (method) field("method", query.values.method);
     if (path) field("path", query.values.path);
     for (const auto& [name, value] : query.values.headers) field("header." + name, value);
+    for (const auto& [name, value] : query.query_params) field("query." + name, value);
+    for (const auto& [name, value] : query.cookie_values) field("cookie." + name, value);
     out += "}";
 }
 
@@ -66,7 +101,18 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
         else if (p.name == "method") ok = once(method, p);
         else if (p.name == "path") ok = once(path, p);
         else if (p.name == "limit") ok = once(limit_name, p);
-        else if (p.name.rfind("header.", 0) == 0 && p.name.size() > 7) {
+        else if ((p.name.rfind("query.", 0) == 0 && p.name.size() > 6) ||
+                 (p.name.rfind("cookie.", 0) == 0 && p.name.size() > 7)) {
+            const bool is_query = p.name[0] == 'q';
+            auto& pairs = is_query ? out.query_params : out.cookie_values;
+            const std::string name = p.name.substr(is_query ? 6 : 7);
+            for (const auto& [n, v] : pairs)
+                if (n == name) {
+                    problem = {400, "'" + p.name + "' is given twice"};
+                    return std::nullopt;
+                }
+            pairs.emplace_back(name, p.value);
+        } else if (p.name.rfind("header.", 0) == 0 && p.name.size() > 7) {
             const std::string name = lower(p.name.substr(7));
             for (const auto& [n, v] : out.values.headers)
                 if (n == name) {
@@ -75,7 +121,8 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
                 }
             out.values.headers.emplace_back(name, p.value);
         } else {
-            problem = {400, "unknown parameter '" + p.name + "' (route, client, method, path, header.NAME, limit)"};
+            problem = {400, "unknown parameter '" + p.name +
+                                "' (route, client, method, path, header.NAME, query.NAME, cookie.NAME, limit)"};
             return std::nullopt;
         }
         if (!ok) return std::nullopt;
@@ -127,6 +174,8 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
     }
     if (method) out.values.method = *method;
     if (path) out.values.path = *path;
+    out.values.query = joined(out.query_params, true);
+    out.values.cookies = joined(out.cookie_values, false);
     return out;
 }
 

@@ -25,6 +25,8 @@ struct LimitsQuery {
     std::size_t route = 0;                      // index in Config::routes
     std::optional<std::size_t> limit;           // index in the route's limits; nullopt: all
     limit::OwnedKeyValues values;
+    std::vector<std::pair<std::string, std::string>> query_params;   // query.NAME=VALUE, as given
+    std::vector<std::pair<std::string, std::string>> cookie_values;  // cookie.NAME=VALUE
 };
 
 struct LimitsProblem {

@@ -460,7 +460,7 @@ TEST_CASE("loader errors: limits", "[config][loader]") {
           "13:9: 'per' is a token_bucket and leaky_bucket parameter, but limit 'l' is sliding_window"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"
                   "        key: [client_ip, ip, \"header:x y\", \"header:\", client_ip]\n",
-         {"12:26: unknown key part 'ip' (allowed: client_ip, method, path, header:NAME)",
+         {"12:26: unknown key part 'ip' (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, query:NAME, cookie:NAME)",
           "12:30: invalid header name 'x y' in key part 'header:x y'",
           "12:44: invalid header name '' in key part 'header:'", "12:55: 'key' lists 'client_ip' twice"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"

@@ -33,9 +33,48 @@ TEST_CASE("value syntax: key parts", "[config][value_syntax]") {
         CHECK(parsed.part->header_name == c.header);
     }
     CHECK(parse_key_part("Client_IP").error ==
-          "unknown key part 'Client_IP' (allowed: client_ip, method, path, header:NAME)");
-    CHECK(parse_key_part("ip").error == "unknown key part 'ip' (allowed: client_ip, method, path, header:NAME)");
+          "unknown key part 'Client_IP' (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, query:NAME, cookie:NAME)");
+    CHECK(parse_key_part("ip").error == "unknown key part 'ip' (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, query:NAME, cookie:NAME)");
     CHECK(parse_key_part("header:").error == "invalid header name '' in key part 'header:'");
+    // The parts issue 27 adds, and the text each is written back as.
+    struct NewPart {
+        const char* input;
+        KeyPart::Kind kind;
+        std::string name;
+        unsigned v4, v6, segment;
+        const char* text;
+    };
+    for (const auto& c : std::vector<NewPart>{
+             {"client_ip/24", KeyPart::Kind::client_net, "", 24, 24, 0, "client_ip/24"},
+             {"client_ip/64", KeyPart::Kind::client_net, "", 32, 64, 0, "client_ip/64"},
+             {"client_ip/24/48", KeyPart::Kind::client_net, "", 24, 48, 0, "client_ip/24/48"},
+             {"client_ip/32/128", KeyPart::Kind::client_ip, "", 32, 128, 0, "client_ip"},
+             {"client_ip/128", KeyPart::Kind::client_ip, "", 32, 128, 0, "client_ip"},
+             {"query:api_key", KeyPart::Kind::query, "api_key", 32, 128, 0, "query:api_key"},
+             {"query:Page", KeyPart::Kind::query, "Page", 32, 128, 0, "query:Page"},
+             {"cookie:session", KeyPart::Kind::cookie, "session", 32, 128, 0, "cookie:session"},
+             {"path_segment:2", KeyPart::Kind::path_segment, "", 32, 128, 2, "path_segment:2"},
+         }) {
+        CAPTURE(c.input);
+        const auto parsed = parse_key_part(c.input);
+        REQUIRE(parsed.part);
+        CHECK(parsed.part->kind == c.kind);
+        CHECK(parsed.part->header_name == c.name);
+        CHECK(parsed.part->v4_prefix == c.v4);
+        CHECK(parsed.part->v6_prefix == c.v6);
+        CHECK(parsed.part->segment == c.segment);
+        CHECK(key_part_text(*parsed.part) == c.text);
+    }
+    for (const char* bad : {"client_ip/0", "client_ip/129", "client_ip/", "client_ip/x", "client_ip/-1", "client_ip/0024"})
+        CHECK(parse_key_part(bad).error.find("invalid prefix length in key part") == 0);
+    for (const char* bad : {"client_ip/33/64", "client_ip/24/0", "client_ip/24/", "client_ip/24/64/1"})
+        CHECK(parse_key_part(bad).error.find("invalid prefix lengths in key part") == 0);
+    CHECK(parse_key_part("query:").error ==
+          "invalid name '' in key part 'query:' (printable, without spaces, & = ; , \" % + #)");
+    CHECK(parse_key_part("cookie:a=b").error.find("invalid name 'a=b' in key part 'cookie:a=b'") == 0);
+    CHECK(parse_key_part("query:a b").error.find("invalid name 'a b'") == 0);
+    for (const char* bad : {"path_segment:0", "path_segment:65", "path_segment:", "path_segment:x"})
+        CHECK(parse_key_part(bad).error == std::string("invalid segment in key part '") + bad + "' (path_segment:N, N 1..64)");
     CHECK(parse_key_part("header:a b").error == "invalid header name 'a b' in key part 'header:a b'");
     CHECK(parse_key_part("header:a:b").error == "invalid header name 'a:b' in key part 'header:a:b'");
 }

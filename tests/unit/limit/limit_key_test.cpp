@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../support/limit_configs.hpp"
+#include "config/value_syntax.hpp"
 #include "limit/limit_key.hpp"
 
 using namespace sluice;
@@ -155,4 +156,79 @@ TEST_CASE("limit keys: one plan per route serves every request", "[limit_key]") 
         CHECK(planned == keys_for(limits, request, "log:in", "app:rl"));
         CHECK(planned == std::vector<std::optional<std::string>>{head + "burst", head + "minute"});
     }
+}
+
+TEST_CASE("limit keys: client networks, query parameters, cookies and path segments", "[limit_key]") {
+    using limit::client_network;
+    using limit::cookie_value;
+    using limit::path_segment;
+    using limit::query_value;
+    CHECK(client_network("203.0.113.77", 24, 64) == "203.0.113.0/24");
+    CHECK(client_network("203.0.113.77", 32, 64) == "203.0.113.77/32");
+    CHECK(client_network("::ffff:203.0.113.77", 16, 64) == "203.0.0.0/16");
+    CHECK(client_network("2001:db8:1:2:aaaa:bbbb:cccc:dddd", 24, 64) == "2001:db8:1:2::/64");
+    CHECK(client_network("2001:db8:1:2:aaaa:bbbb:cccc:dddd", 24, 48) == "2001:db8:1::/48");
+    CHECK(client_network("2001:db8:1:ffff:aaaa:bbbb:cccc:dddd", 24, 57) == "2001:db8:1:ff80::/57");
+    CHECK_FALSE(client_network("not-an-ip", 24, 64));
+
+    bool ambiguous = false;
+    CHECK(query_value("a=1&api_key=k%2B1&b=2", "api_key", ambiguous) == "k+1");
+    CHECK_FALSE(ambiguous);
+    CHECK(query_value("api_key=a+b", "api_key", ambiguous) == "a b");
+    CHECK(query_value("api%5Fkey=x", "api_key", ambiguous) == "x");  // the name is decoded too
+    CHECK(query_value("api_key", "api_key", ambiguous) == "");
+    CHECK(query_value("api_key=x&api_key=x", "api_key", ambiguous) == "x");
+    CHECK_FALSE(ambiguous);
+    CHECK_FALSE(query_value("api_key=x&api_key=%78%79", "api_key", ambiguous));
+    CHECK(ambiguous);
+    CHECK_FALSE(query_value("API_KEY=x", "api_key", ambiguous));
+    CHECK_FALSE(ambiguous);
+    CHECK(query_value("k=%zz%4", "k", ambiguous) == "%zz%4");  // bad escapes stay as written
+    CHECK_FALSE(query_value("", "k", ambiguous));
+
+    CHECK(cookie_value("a=1; session=s1;b=2", "session", ambiguous) == "s1");
+    CHECK(cookie_value("session=\"quoted\"", "session", ambiguous) == "quoted");
+    CHECK(cookie_value("session=s1; session=s1", "session", ambiguous) == "s1");
+    CHECK_FALSE(ambiguous);
+    CHECK_FALSE(cookie_value("session=s1; session=s2", "session", ambiguous));
+    CHECK(ambiguous);
+    CHECK_FALSE(cookie_value("sessionx=1; xsession=2; session", "session", ambiguous));
+    CHECK_FALSE(ambiguous);
+
+    CHECK(path_segment("/v1/users/42", 1) == "v1");
+    CHECK(path_segment("/v1/users/42", 3) == "42");
+    CHECK_FALSE(path_segment("/v1/users/42", 4));
+    CHECK_FALSE(path_segment("/", 1));
+
+    // Keys: the values are escaped like any other; a missing one means the limit does not apply.
+    auto part = [](const char* text) { return *config::parse_key_part(text).part; };
+    auto limit_keyed = [](const char* name, std::vector<config::KeyPart> key) {
+        return token_bucket(name, 10, 1000ms, 10, std::move(key));
+    };
+    const std::vector<config::LimitConfig> limits{limit_keyed("net", {part("client_ip/24/64")}),
+                                                  limit_keyed("key", {part("query:api_key")}),
+                                                  limit_keyed("sess", {part("cookie:sid")}),
+                                                  limit_keyed("tenant", {part("path_segment:2")})};
+    Request r;
+    r.path = "/t/acme/items";
+    auto values = r.values();
+    values.query = "api_key=a%3Ab";
+    values.cookies = "sid=xyz";
+    auto keys = build_limit_keys("sluice", RouteLimits{"api", limits}, values);
+    CHECK(keys[0] == "sluice:{api}:net:203.0.113.0/24");
+    CHECK(keys[1] == "sluice:{api}:key:a%3Ab");
+    CHECK(keys[2] == "sluice:{api}:sess:xyz");
+    CHECK(keys[3] == "sluice:{api}:tenant:acme");
+    values.query = "other=1";
+    values.cookies = "";
+    values.path = "/t";
+    keys = build_limit_keys("sluice", RouteLimits{"api", limits}, values);
+    CHECK(keys[0].has_value());
+    CHECK_FALSE(keys[1]);
+    CHECK_FALSE(keys[2]);
+    CHECK_FALSE(keys[3]);
+    values.query = "api_key=1&api_key=2";
+    CHECK(limit::ambiguous_key_value(limits, values) ==
+          "query parameter 'api_key' is given more than once with different values; limit 'key' is keyed on it, so "
+          "which one counts would be a guess");
 }
