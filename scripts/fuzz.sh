@@ -26,6 +26,7 @@ declare -A sources=(
   [query_string]="src/observe/query_string.cpp"
   [access_format]="src/config/access_format.cpp src/observe/access_log.cpp src/observe/json_text.cpp src/observe/log_time.cpp"
   [h2_codec]="src/http/h2_codec.cpp"
+  [key_values]="src/limit/key_values.cpp src/net/cidr.cpp"
 )
 declare -A libs=(
   [redis_reply]="$(pkg-config --libs hiredis)"
@@ -41,7 +42,7 @@ declare -A cflags=(
   [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
   [access_format]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec key_values"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 
