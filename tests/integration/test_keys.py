@@ -1,0 +1,87 @@
+"""Key parts beyond the client address (issue 27): client networks (`client_ip/24/64`: one
+IPv6 host has a whole /64, so a per-address limit alone does not hold), query parameters,
+cookies and path segments. Through real sluice processes on a real Redis (and the memory
+store for the networks): clients of one network share a count, another network does not;
+a value spelled two ways is one key; a request without the value is not limited by that
+limit (and the access line says `skipped=`); a parameter or cookie given twice with
+different values is a 400 that reaches nothing.
+"""
+
+import unittest
+
+from harness import (RawClient, SluiceTestCase, free_port, limited_route, proxy_config, redis_store, respond,
+                     token_bucket)
+
+
+class KeyPartsTest(SluiceTestCase):
+    def start(self, store="redis"):
+        self.up = self.start_upstream(respond(200, b"ok"))
+        routes = [
+            limited_route("net", [token_bucket("per_net", 2, "1h", 2, key=["client_ip/24/64"])]),
+            limited_route("q", [token_bucket("per_key", 1, "1h", 1, key=["query:api_key"])]),
+            limited_route("c", [token_bucket("per_session", 1, "1h", 1, key=["cookie:sid"])]),
+            limited_route("t", [token_bucket("per_tenant", 1, "1h", 1, key=["path_segment:2"])]),
+        ]
+        extra = {}
+        if store == "redis":
+            extra["store"] = redis_store(self.start_redis())
+        self.port = free_port()
+        self.sluice = self.start_sluice(proxy_config(self.port, {"app": self.up.address}, routes,
+                                                     client_ip={"trusted_proxies": ["127.0.0.1/32"]}, extra=extra))
+        if store == "redis":
+            self.sluice.wait_store_connected(2)
+
+    def status(self, target, client="192.0.2.1", headers=()):
+        with RawClient(self.port) as c:
+            return c.request("GET", target, [("X-Forwarded-For", client)] + list(headers)).status
+
+    def check_networks(self):
+        # Two hosts of one IPv6 /64 share the bucket of 2; another /64 has its own.
+        self.assertEqual(self.status("/net", "2001:db8:1:2::1"), 200)
+        self.assertEqual(self.status("/net", "2001:db8:1:2:ffff:ffff:ffff:ffff"), 200)
+        self.assertEqual(self.status("/net", "2001:db8:1:2::77"), 429)
+        self.assertEqual(self.status("/net", "2001:db8:1:3::1"), 200)
+        # IPv4 by /24, the mapped form counting as the address it maps.
+        self.assertEqual(self.status("/net", "198.51.100.1"), 200)
+        self.assertEqual(self.status("/net", "::ffff:198.51.100.200"), 200)
+        self.assertEqual(self.status("/net", "198.51.100.9"), 429)
+        self.assertEqual(self.status("/net", "198.51.101.9"), 200)
+
+    def test_client_networks_on_redis(self):
+        self.start()
+        self.check_networks()
+
+    def test_client_networks_on_the_memory_store(self):
+        self.start(store="memory")
+        self.check_networks()
+
+    def test_query_parameter_cookie_and_path_segment(self):
+        self.start()
+        # Query: %61 is "a", so both spell one key; another value is another key.
+        self.assertEqual(self.status("/q?api_key=a&x=1"), 200)
+        self.assertEqual(self.status("/q?x=2&api_key=%61"), 429)
+        self.assertEqual(self.status("/q?api_key=b"), 200)
+        # Without the parameter the limit does not apply, and the line says so.
+        for _ in range(3):
+            self.assertEqual(self.status("/q?other=1"), 200)
+        self.sluice.wait_access(target="/q?other=1", skipped="per_key")
+        # Given twice with different values: refused, nothing forwarded.
+        before = len(self.up.requests)
+        self.assertEqual(self.status("/q?api_key=c&api_key=d"), 400)
+        self.assertEqual(len(self.up.requests), before)
+        # Cookie: found among others, with or without quotes; two Cookie fields are read as one.
+        self.assertEqual(self.status("/c", headers=[("Cookie", "a=1; sid=s1")]), 200)
+        self.assertEqual(self.status("/c", headers=[("Cookie", 'sid="s1"; b=2')]), 429)
+        self.assertEqual(self.status("/c", headers=[("Cookie", "b=2"), ("Cookie", "sid=s2")]), 200)
+        self.assertEqual(self.status("/c", headers=[("Cookie", "sid=s3"), ("Cookie", "sid=s4")]), 400)
+        self.assertEqual(self.status("/c", headers=[("Cookie", "sidx=s1")]), 200)
+        # Path segment 2 of the normalised path: /t//acme/./x is /t/acme/x.
+        self.assertEqual(self.status("/t/acme/x"), 200)
+        self.assertEqual(self.status("/t//acme/./y"), 429)
+        self.assertEqual(self.status("/t/globex/x"), 200)
+        self.assertEqual(self.status("/t"), 200)
+        self.assertEqual(self.status("/t"), 200)
+
+
+if __name__ == "__main__":
+    unittest.main()
