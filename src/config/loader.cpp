@@ -1225,20 +1225,27 @@ void ConfigReader::warn_when_exempt_headers_cannot_apply() {
 void ConfigReader::read_limits(const Field& field, RouteConfig& route, RouteSite& site) {
     if (!expect_list(field)) return;
     for (const Field& item : items_of(field)) read_limit(item, route, site);
-    // A limit keyed on a header does not apply to a request without it. When every limit of
-    // the route is such a limit, a client only has to leave the header out to be unlimited.
+    // A limit keyed on a header (or a query parameter, cookie or path segment) does not apply
+    // to a request without it. When every limit of the route is such a limit, a client only
+    // has to leave it out to be unlimited.
     if (route.limits.empty()) return;
     std::vector<std::string> named;
+    bool headers_only = true;
     for (const auto& limit : route.limits) {
-        const auto header = std::find_if(limit.key.begin(), limit.key.end(),
-                                         [](const KeyPart& part) { return part.kind == KeyPart::Kind::header; });
-        if (header == limit.key.end()) return;  // this one applies to every request
-        if (std::find(named.begin(), named.end(), header->header_name) == named.end())
-            named.push_back(header->header_name);  // lower-case already
+        const auto optional = std::find_if(limit.key.begin(), limit.key.end(), [](const KeyPart& part) {
+            return part.kind == KeyPart::Kind::header || part.kind == KeyPart::Kind::query ||
+                   part.kind == KeyPart::Kind::cookie || part.kind == KeyPart::Kind::path_segment;
+        });
+        if (optional == limit.key.end()) return;  // this one applies to every request
+        headers_only &= optional->kind == KeyPart::Kind::header;
+        const std::string name =
+            optional->kind == KeyPart::Kind::header ? optional->header_name : key_part_text(*optional);
+        if (std::find(named.begin(), named.end(), name) == named.end()) named.push_back(name);
     }
-    std::string headers;
-    for (const auto& name : named) headers += (headers.empty() ? "" : ", ") + name;
-    diagnostics_.warning(field.at, "every limit of route " + quoted(route.name) + " is keyed on a header (" + headers +
+    std::string list;
+    for (const auto& name : named) list += (list.empty() ? "" : ", ") + name;
+    diagnostics_.warning(field.at, "every limit of route " + quoted(route.name) + " is keyed on " +
+                                       (headers_only ? "a header" : "something a request may leave out") + " (" + list +
                                        "): a request without it is not limited at all; add a limit keyed on "
                                        "client_ip alone to cover such requests");
 }

@@ -338,6 +338,13 @@ TEST_CASE("loader: warnings do not fail the load", "[config][loader]") {
         {upstream + "client_ip: {trusted_proxies: [10.0.0.0/8]}\nroutes:\n  - {name: a, match: {path_prefix: /}, upstream: app}\n"
                     "exempt:\n  headers: [{name: X-Internal, value: yes}]\n",
          {}},
+        {upstream + "routes:\n  - name: api\n    match: {path_prefix: /}\n    upstream: app\n    limits:\n"
+                    "      - {name: a, algorithm: token_bucket, rate: 1, burst: 1, key: [\"query:key\"]}\n"
+                    "      - {name: b, algorithm: token_bucket, rate: 1, burst: 1, key: [path_segment:2, client_ip]}\n"
+                    "      - {name: c, algorithm: token_bucket, rate: 1, burst: 1, key: [\"header:X-A\", \"cookie:s\"]}\n",
+         {"w.yaml:7:7: warning: every limit of route 'api' is keyed on something a request may leave out (query:key, "
+          "path_segment:2, x-a): a request without it is not limited at all; add a limit keyed on client_ip alone to "
+          "cover such requests"}},
         // One limit that every request meets: no warning.
         {upstream + "routes:\n  - name: api\n    match: {path_prefix: /}\n    upstream: app\n    limits:\n"
                     "      - {name: a, algorithm: token_bucket, rate: 1, burst: 1, key: [\"header:x-api-key\"]}\n"
