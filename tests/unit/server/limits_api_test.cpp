@@ -4,6 +4,7 @@
 #include <string>
 
 #include "config/loader.hpp"
+#include "limit/key_values.hpp"
 #include "server/limits_api.hpp"
 
 using namespace sluice;
@@ -55,6 +56,14 @@ TEST_CASE("limits api: queries", "[admin]") {
     q = read(*config, "route=api&limit=per_key&header.x-api-key=k1", problem);  // no client needed for it
     REQUIRE(q);
     CHECK(q->limit == 1u);
+    // Query parameters and cookies, as a request would carry them (a value percent-encoded).
+    q = read(*config, "route=api&client=1.2.3.4&query.api_key=a%20b%26c&cookie.sid=s1&cookie.t=2", problem);
+    REQUIRE(q);
+    CHECK(q->values.query == "api_key=a%20b%26c");
+    CHECK(q->values.cookies == "sid=s1; t=2");
+    bool ambiguous = false;
+    CHECK(limit::query_value(q->values.query, "api_key", ambiguous) == "a b&c");
+    CHECK(limit::cookie_value(q->values.cookies, "t", ambiguous) == "2");
 
     struct Bad {
         std::string query;
@@ -73,6 +82,8 @@ TEST_CASE("limits api: queries", "[admin]") {
               "unknown parameter 'colour' (route, client, method, path, header.NAME, query.NAME, cookie.NAME, limit)"},
              {"route=by_method&path=/m", 400, "'method' is needed: limit 'm' is keyed on method"},
              {"route=by_method&method=GET", 400, "'path' is needed: limit 'm' is keyed on path"},
+             {"route=api&client=1.2.3.4&query.k=1&query.k=2", 400, "'query.k' is given twice"},
+             {"route=api&client=1.2.3.4&cookie.s=1&cookie.s=1", 400, "'cookie.s' is given twice"},
          }) {
         INFO(bad.query);
         server::LimitsProblem p;
