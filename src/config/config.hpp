@@ -116,9 +116,14 @@ struct RedisConfig {
     std::string key_prefix = "sluice";
 };
 
+// store.memory: the in-process store's bound (least recently used keys evicted past it).
+struct MemoryStoreConfig {
+    std::uint64_t max_keys = 400'000;  // about 250 bytes each (RSS): ~100 MB
+};
 struct StoreConfig {
     StoreType type = StoreType::redis;
     RedisConfig redis;
+    MemoryStoreConfig memory;
     OnError on_error = OnError::allow;
 };
 

@@ -219,6 +219,7 @@ public:
     static const Table<AdminConfig>& admin_table();
     static const Table<ClientIpConfig>& client_ip_table();
     static const Table<StoreConfig>& store_table();
+    static const Table<MemoryStoreConfig>& memory_store_table();
     static const Table<ResponsesConfig>& responses_table();
     static const Table<LoggingConfig>& logging_table();
     static const Table<UpstreamConfig>& upstream_table();
@@ -782,10 +783,20 @@ const ConfigReader::Table<StoreConfig>& ConfigReader::store_table() {
              assign(s.type, r.choice<StoreType>(f, {{"redis", StoreType::redis}, {"memory", StoreType::memory}}));
          }},
         {"redis", [](R& r, const Field& f, S&) { r.read_redis(f); }},
+        {"memory", [](R& r, const Field& f, S& s) { r.read_table(f, "in store.memory", memory_store_table(), s.memory); }},
         {"on_error",
          [](R& r, const Field& f, S& s) {
              assign(s.on_error, r.choice<OnError>(f, {{"allow", OnError::allow}, {"deny", OnError::deny}}));
          }},
+    });
+    return table;
+}
+
+const ConfigReader::Table<MemoryStoreConfig>& ConfigReader::memory_store_table() {
+    using R = ConfigReader;
+    using S = MemoryStoreConfig;
+    static const Table<S> table({
+        {"max_keys", [](R& r, const Field& f, S& s) { assign(s.max_keys, r.integer(f, 4096, 1'000'000'000)); }},
     });
     return table;
 }
@@ -1685,6 +1696,7 @@ std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys() 
             {"client_ip", ConfigReader::client_ip_table().keys},
             {"store", ConfigReader::store_table().keys},
             {"store.redis", redis_keys},
+            {"store.memory", ConfigReader::memory_store_table().keys},
             {"upstreams.NAME", ConfigReader::upstream_table().keys},
             {"upstreams.NAME.tls", upstream_tls_keys},
             {"routes[]", route_keys},

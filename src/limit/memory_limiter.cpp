@@ -4,6 +4,8 @@
 #include <chrono>
 #include <optional>
 
+#include <spdlog/spdlog.h>
+
 #include "limit/cost.hpp"
 #include "limit/limit_params.hpp"
 
@@ -42,8 +44,62 @@ std::int64_t MemoryLimiter::wall_microseconds() {
         .count();
 }
 
-MemoryLimiter::MemoryLimiter(std::string key_prefix, Clock clock)
-    : key_prefix_(std::move(key_prefix)), clock_(std::move(clock)) {}
+MemoryLimiter::MemoryLimiter(std::string key_prefix, Clock clock, std::uint64_t max_keys)
+    : key_prefix_(std::move(key_prefix)), clock_(std::move(clock)) {
+    set_max_keys(max_keys);
+}
+
+void MemoryLimiter::set_max_keys(std::uint64_t max_keys) {
+    max_keys_ = max_keys;
+    per_shard_ = std::max<std::size_t>(static_cast<std::size_t>((max_keys + shard_count - 1) / shard_count), min_per_shard);
+}
+
+void MemoryLimiter::link_newest(Shard& shard, Entry& entry) {
+    entry.newer = nullptr;
+    entry.older = shard.newest;
+    if (shard.newest) shard.newest->newer = &entry;
+    shard.newest = &entry;
+    if (!shard.oldest) shard.oldest = &entry;
+}
+
+void MemoryLimiter::unlink(Shard& shard, Entry& entry) {
+    (entry.newer ? entry.newer->older : shard.newest) = entry.older;
+    (entry.older ? entry.older->newer : shard.oldest) = entry.newer;
+    entry.newer = entry.older = nullptr;
+}
+
+void MemoryLimiter::touch(Shard& shard, Entry& entry) {
+    if (shard.newest == &entry) return;
+    unlink(shard, entry);
+    link_newest(shard, entry);
+}
+
+void MemoryLimiter::erase(Shard& shard, Map::iterator it) {
+    unlink(shard, it->second);
+    shard.states.erase(it);
+}
+
+MemoryLimiter::Entry& MemoryLimiter::insert(Shard& shard, const std::string& key) {
+    auto [it, inserted] = shard.states.try_emplace(key);
+    if (inserted) {
+        it->second.key = &it->first;
+        link_newest(shard, it->second);
+    } else {
+        touch(shard, it->second);
+    }
+    return it->second;
+}
+
+std::uint64_t MemoryLimiter::evict(Shard& shard, std::int64_t now) {
+    std::uint64_t evicted = 0;
+    const std::size_t limit = per_shard_.load(std::memory_order_relaxed);
+    while (shard.states.size() > limit && shard.oldest) {
+        Entry& victim = *shard.oldest;
+        if (!is_empty(victim.state, now)) ++evicted;  // an empty one was only waiting for the sweep
+        erase(shard, shard.states.find(*victim.key));
+    }
+    return evicted;
+}
 
 MemoryLimiter::Shard& MemoryLimiter::shard_of(const std::string& key) {
     return shards_[std::hash<std::string>{}(key) % shard_count];
@@ -63,9 +119,11 @@ std::int64_t MemoryLimiter::reset(const std::vector<std::string>& keys) {
     for (const auto& key : keys) {
         auto& shard = shard_of(key);
         std::lock_guard lock(shard.mutex);
-        const auto erased = shard.states.erase(key);
-        keys_ -= erased;
-        deleted += static_cast<std::int64_t>(erased);
+        const auto found = shard.states.find(key);
+        if (found == shard.states.end()) continue;
+        erase(shard, found);
+        keys_ -= 1;
+        deleted += 1;
     }
     return deleted;
 }
@@ -79,7 +137,16 @@ void MemoryLimiter::count_decision(std::int64_t now) {
     if (d % step != 0) return;
     auto& shard = shards_[(d / step) % shard_count];
     std::lock_guard lock(shard.mutex);
-    keys_ -= std::erase_if(shard.states, [now](const auto& entry) { return is_empty(entry.second, now); });
+    std::size_t swept = 0;
+    for (auto it = shard.states.begin(); it != shard.states.end();) {
+        const auto next = std::next(it);
+        if (is_empty(it->second.state, now)) {
+            erase(shard, it);
+            ++swept;
+        }
+        it = next;
+    }
+    keys_ -= swept;
 }
 
 Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, bool inspect) {
@@ -130,16 +197,22 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         Check& c = checks[i];
         c.cost = inspect ? 0 : static_cast<std::int64_t>(bounded_cost(limit, request));
         auto& states = shard[i]->states;
-        const auto found = states.find(*keys[i]);
-        if (found != states.end()) existing[i] = &found->second;
+        const auto found_entry = states.find(*keys[i]);
+        const State* found = nullptr;
+        if (found_entry != states.end()) {
+            // Read is use: a client being refused keeps its (exhausted) state longest.
+            touch(*shard[i], found_entry->second);
+            existing[i] = &found_entry->second.state;
+            found = existing[i];
+        }
         if (limit.algorithm == config::Algorithm::token_bucket || limit.algorithm == config::Algorithm::leaky_bucket) {
             // A leaky bucket is the token bucket's tat with a wait (lua/token_bucket.lua).
             const auto params = leaky_bucket_params(limit, request.may_wait);
             c.interval = params.interval_us;
             c.tolerance = params.interval_us * params.burst;
             c.tat = now;
-            if (found != states.end())
-                if (const auto* bucket = std::get_if<TokenBucket>(&found->second))
+            if (found)
+                if (const auto* bucket = std::get_if<TokenBucket>(found))
                     c.tat = std::max(bucket->tat, now);
             c.next_tat = c.tat + c.interval * c.cost;
             const std::int64_t allow_at = c.next_tat - c.tolerance;
@@ -155,8 +228,8 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             }
         } else if (limit.algorithm == config::Algorithm::concurrency) {
             c.cost = inspect ? 0 : 1;
-            if (found != states.end())
-                if (const auto* held = std::get_if<Concurrency>(&found->second))
+            if (found)
+                if (const auto* held = std::get_if<Concurrency>(found))
                     for (const auto& [token, end] : held->slots) {
                         if (end <= now) continue;
                         if (c.count == 0 || end < c.first_end) c.first_end = end;
@@ -169,15 +242,15 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             const auto window = fixed_window_at(limit, now);
             c.start = window.start_us;
             c.end = window.end_us;
-            if (found != states.end())
-                if (const auto* fixed = std::get_if<FixedWindow>(&found->second))
+            if (found)
+                if (const auto* fixed = std::get_if<FixedWindow>(found))
                     if (fixed->start == c.start) c.count = fixed->count;
             c.allowed = c.count + c.cost <= static_cast<std::int64_t>(limit.limit);
             c.retry_us = c.end - now;
         } else {
             const auto params = sliding_window_params(limit);
             const SlidingWindow* window = nullptr;
-            if (found != states.end()) window = std::get_if<SlidingWindow>(&found->second);
+            if (found) window = std::get_if<SlidingWindow>(found);
             std::int64_t first_counted = 0;  // index of the oldest request still in the window
             if (window) {
                 const auto& times = window->times;
@@ -213,7 +286,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             std::int64_t count = c.count;
             std::int64_t last_end = c.last_end;
             if (consumed) {
-                State& state = existing[i] ? *existing[i] : shard[i]->states[*keys[i]];
+                State& state = existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state;
                 if (!std::holds_alternative<Concurrency>(state)) state = Concurrency{};
                 auto& held = std::get<Concurrency>(state).slots;
                 std::erase_if(held, [now](const auto& slot) { return slot.second <= now; });
@@ -228,20 +301,20 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             r.reset = ceil_to_ms(count == 0 ? 0 : std::max<std::int64_t>(last_end - now, 0));
         } else if (limit.algorithm == config::Algorithm::fixed_window) {
             const std::int64_t count = consumed ? c.count + c.cost : c.count;
-            if (consumed) (existing[i] ? *existing[i] : shard[i]->states[*keys[i]]) = FixedWindow{c.start, c.end, count};
+            if (consumed) (existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state) = FixedWindow{c.start, c.end, count};
             r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(static_cast<std::int64_t>(limit.limit) - count, 0));
             r.reset = ceil_to_ms(c.end - now);
         } else if (limit.algorithm == config::Algorithm::token_bucket ||
                    limit.algorithm == config::Algorithm::leaky_bucket) {
             if (consumed) r.wait = std::chrono::microseconds(c.wait_us);
             const std::int64_t tat = consumed ? c.next_tat : c.tat;
-            if (consumed) (existing[i] ? *existing[i] : shard[i]->states[*keys[i]]) = TokenBucket{c.next_tat};
+            if (consumed) (existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state) = TokenBucket{c.next_tat};
             r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));
             r.reset = ceil_to_ms(tat - now);
         } else {
             const auto params = sliding_window_params(limit);
             if (consumed) {
-                State& state = existing[i] ? *existing[i] : shard[i]->states[*keys[i]];
+                State& state = existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state;
                 if (!std::holds_alternative<SlidingWindow>(state)) state = SlidingWindow{};
                 auto& window = std::get<SlidingWindow>(state);
                 window.window_us = params.window_us;
@@ -257,10 +330,21 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         }
     }
 
+    std::uint64_t evicted = 0;
+    for (auto* s : locked) evicted += evict(*s, now);
     std::size_t held_after = 0;
     for (auto* s : locked) held_after += s->states.size();
     if (held_after != held_before) keys_ += held_after - held_before;  // (a shared line: written only when it changes)
     locks.unlock();
+    if (evicted > 0) {
+        const auto total = evictions_.fetch_add(evicted, std::memory_order_relaxed) + evicted;
+        const std::int64_t wall = wall_microseconds();
+        auto last = evictions_logged_at_.load(std::memory_order_relaxed);
+        if (wall - last >= 10'000'000 && evictions_logged_at_.compare_exchange_strong(last, wall))
+            spdlog::warn("memory store full (store.memory.max_keys {}): evicting the least recently used keys, "
+                         "which start again from empty; {} evicted since start",
+                         max_keys_.load(std::memory_order_relaxed), total);
+    }
     count_decision(now);
     auto decision = Decision::from_results(std::move(results), now);
     slots.token = std::move(token);
@@ -274,7 +358,7 @@ void MemoryLimiter::release(const Slots& slots) {
         std::lock_guard lock(shard.mutex);
         auto found = shard.states.find(key);
         if (found == shard.states.end()) continue;
-        if (auto* held = std::get_if<Concurrency>(&found->second))
+        if (auto* held = std::get_if<Concurrency>(&found->second.state))
             std::erase_if(held->slots, [&](const auto& slot) { return slot.first == slots.token; });
     }
 }
@@ -286,7 +370,7 @@ void MemoryLimiter::renew(const Slots& slots) {
         const std::int64_t now = clock_();
         auto found = shard.states.find(key);
         if (found == shard.states.end()) continue;
-        if (auto* held = std::get_if<Concurrency>(&found->second))
+        if (auto* held = std::get_if<Concurrency>(&found->second.state))
             for (auto& slot : held->slots)
                 if (slot.first == slots.token && slot.second > now) slot.second = now + lease;
     }

@@ -7,6 +7,13 @@
 // Keys whose state is empty again are swept one shard at a time, the shards in turn, a
 // whole round of them every max(1024, keys held) decisions of a worker: amortised O(1) per
 // decision, and a sweep holds one shard, a small part of the keys, for a short time.
+//
+// Bounded: each shard holds at most max_keys / shard_count keys (store.memory.max_keys). A
+// shard past its share evicts its least recently used keys (a decision that reads or
+// writes a key makes it the most recent), as nginx's limit_req zone does when full: an
+// evicted key starts again from empty, so a full store trades exactness for bounded memory,
+// and the keys it gives up first are those of clients idle the longest. Evictions are
+// counted (evictions()) and logged, at most once every 10 s.
 #pragma once
 
 #include <array>
@@ -32,7 +39,13 @@ public:
     using Clock = std::function<std::int64_t()>;
     static std::int64_t wall_microseconds();
 
-    explicit MemoryLimiter(std::string key_prefix, Clock clock = &wall_microseconds);
+    static constexpr std::uint64_t default_max_keys = 400'000;
+    explicit MemoryLimiter(std::string key_prefix, Clock clock = &wall_microseconds,
+                           std::uint64_t max_keys = default_max_keys);
+    // A reload may change the bound: a store over it evicts as keys are added.
+    void set_max_keys(std::uint64_t max_keys);
+    // Keys evicted (not expired) to stay within max_keys since start.
+    std::uint64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
 
     // Thread-safe. Decision::time_us is the clock's value. `inspect`: the state for this
     // key, taking nothing (every cost 0, no slot).
@@ -51,7 +64,10 @@ public:
 
 private:
     struct TokenBucket {
-        std::int64_t tat = 0;  // when the bucket is full again
+        // When the bucket is full again. No initialiser here: State, which holds this type
+        // first, must be default-constructible inside this class already (Entry); a variant
+        // value-initialises it, so it starts at 0.
+        std::int64_t tat;
     };
     struct SlidingWindow {
         std::deque<std::int64_t> times;  // admitted requests, ascending
@@ -66,12 +82,31 @@ private:
         std::vector<std::pair<std::string, std::int64_t>> slots;  // owner token, lease end
     };
     using State = std::variant<TokenBucket, SlidingWindow, FixedWindow, Concurrency>;
+    // A key's state and its place in the shard's recency list (elements of an unordered_map
+    // stay where they are, so the links are plain pointers).
+    struct Entry {
+        State state;
+        Entry* newer = nullptr;
+        Entry* older = nullptr;
+        const std::string* key = nullptr;
+    };
+    using Map = std::unordered_map<std::string, Entry>;
 
     struct alignas(64) Shard {
         mutable std::mutex mutex;
-        std::unordered_map<std::string, State> states;
+        Map states;
+        Entry* newest = nullptr;
+        Entry* oldest = nullptr;
     };
     Shard& shard_of(const std::string& key);
+    // With the shard locked: the recency list kept with the map.
+    static void link_newest(Shard& shard, Entry& entry);
+    static void unlink(Shard& shard, Entry& entry);
+    static void touch(Shard& shard, Entry& entry);
+    static void erase(Shard& shard, Map::iterator it);
+    static Entry& insert(Shard& shard, const std::string& key);
+    // Evicts the shard's least recently used keys past its share; returns how many held state.
+    std::uint64_t evict(Shard& shard, std::int64_t now);
     // Whether a key's state is back to empty at `now` (as if Redis had expired the key).
     static bool is_empty(const State& state, std::int64_t now);
     // Counts a decision; every so often sweeps the next shard (see above).
@@ -82,6 +117,13 @@ private:
     std::array<Shard, shard_count> shards_;
     std::atomic<std::size_t> keys_{0};  // held, in all shards (as of their last change)
     std::atomic<std::uint64_t> tokens_made_{0};
+    std::atomic<std::size_t> per_shard_;  // max_keys / shard_count, at least min_per_shard
+    std::atomic<std::uint64_t> max_keys_;
+    std::atomic<std::uint64_t> evictions_{0};
+    std::atomic<std::int64_t> evictions_logged_at_{0};  // wall µs of the last eviction log line
+    // A decision touches at most a few keys of one shard (one per limit of a route), which
+    // are then the shard's most recent: a share of at least this many never evicts them.
+    static constexpr std::size_t min_per_shard = 64;
 };
 
 }  // namespace sluice::limit

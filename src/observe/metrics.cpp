@@ -177,6 +177,14 @@ std::string prometheus_text(const Metrics& m) {
     for (std::size_t i = 0; i < http2_abuse_names.size(); ++i)
         fmt::format_to(it, "sluice_http2_abuse_total{{reason=\"{}\"}} {}\n", http2_abuse_names[i],
                        read(m.http2_abuse[i]));
+    if (m.memory_store_keys && m.memory_store_evictions)
+        fmt::format_to(it,
+                       "# HELP sluice_memory_store_keys Keys the memory store holds (store.memory.max_keys bounds it).\n"
+                       "# TYPE sluice_memory_store_keys gauge\nsluice_memory_store_keys {}\n"
+                       "# HELP sluice_memory_store_evictions_total Keys the memory store evicted (least recently used) "
+                       "to stay within store.memory.max_keys.\n"
+                       "# TYPE sluice_memory_store_evictions_total counter\nsluice_memory_store_evictions_total {}\n",
+                       m.memory_store_keys(), m.memory_store_evictions());
     const auto nodes = m.store_nodes();
     if (!nodes.empty()) {
         std::size_t up = 0;

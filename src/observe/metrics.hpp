@@ -195,6 +195,9 @@ public:
     Histogram upstream_latency;
     std::function<std::uint64_t()> connections_active = [] { return std::uint64_t{0}; };
     std::function<std::uint64_t()> log_dropped = [] { return std::uint64_t{0}; };
+    // store.type memory only (unset: not exported).
+    std::function<std::uint64_t()> memory_store_keys;
+    std::function<std::uint64_t()> memory_store_evictions;
     std::function<bool()> store_ready = [] { return true; };
     // The store's servers (Redis nodes, sentinels); `up` when every worker talks to it.
     struct StoreNode {

@@ -266,12 +266,17 @@ bool Server::start() {
     }
     // store.type memory: one in-process limiter shared by the workers; redis: one connection per worker.
     if (config_->store.type == config::StoreType::memory)
-        memory_limiter_ = std::make_unique<limit::MemoryLimiter>(config_->store.redis.key_prefix);
+        memory_limiter_ = std::make_unique<limit::MemoryLimiter>(
+            config_->store.redis.key_prefix, &limit::MemoryLimiter::wall_microseconds, config_->store.memory.max_keys);
     const unsigned count = worker_count(config_->server);
     for (unsigned i = 0; i < count; ++i)
         workers_.push_back(std::make_unique<Worker>(i, snapshot_, connections_, memory_limiter_.get()));
 
     metrics_.connections_active = [this] { return static_cast<std::uint64_t>(connections_.load()); };
+    if (memory_limiter_) {
+        metrics_.memory_store_keys = [this] { return static_cast<std::uint64_t>(memory_limiter_->size()); };
+        metrics_.memory_store_evictions = [this] { return memory_limiter_->evictions(); };
+    }
     metrics_.log_dropped = [] { return observe::dropped_log_lines(); };
     metrics_.workers_alive = [this] {
         for (const auto& w : workers_)
@@ -442,6 +447,7 @@ void Server::reload() {
     spdlog::default_logger()->set_level(spdlog::level::from_str(next->config->logging.level));
     const bool summary_changed = next->config->logging.summary_interval != snapshot_->config->logging.summary_interval;
     snapshot_ = next;
+    if (memory_limiter_) memory_limiter_->set_max_keys(next->config->store.memory.max_keys);
     for (auto& w : workers_) w->publish(next);
     if (admin_) admin_->set_token(next->config->admin.token);
     observe::add(metrics_.reloads_ok);

@@ -144,6 +144,8 @@ TEST_CASE("loader errors: store", "[config][loader]") {
         {"store:\n  redis:\n    timeout: 0\n", {"3:14: 'timeout' must be greater than 0, got 0"}},
         {"store:\n  redis:\n    password:\n", {"3:5: 'password' has no value"}},
         {"store:\n  redis: \"127.0.0.1:6379\"\n", {"2:10: 'redis' must be a map, got '127.0.0.1:6379'"}},
+        {"store:\n  memory:\n    max_keys: 100\n", {"3:15: 'max_keys' must be between 4096 and 1000000000, got 100"}},
+        {"store:\n  memory:\n    max_key: 5000\n", {"3:5: unknown key 'max_key' in store.memory (did you mean 'max_keys'?)"}},
     });
 }
 

@@ -47,6 +47,8 @@ store:
     database: 2
     timeout: 50ms
     key_prefix: rl
+  memory:
+    max_keys: 5000
   on_error: deny
 upstreams:
   web:
@@ -120,6 +122,7 @@ TEST_CASE("loader: a config with every key maps onto the structs", "[config][loa
     CHECK(config.client_ip.trusted_proxies[2].str() == "192.0.2.1/32");
 
     CHECK(config.store.type == StoreType::memory);
+    CHECK(config.store.memory.max_keys == 5000);
     REQUIRE(config.store.redis.tcp);
     CHECK(config.store.redis.tcp->str() == "redis.internal:6380");
     CHECK(config.store.redis.unix_path.empty());
@@ -213,6 +216,7 @@ TEST_CASE("loader: missing sections take the documented defaults", "[config][loa
     CHECK(config.admin.listen->str() == "127.0.0.1:9901");
     CHECK(config.client_ip.trusted_proxies.empty());
     CHECK(config.store.type == StoreType::redis);
+    CHECK(config.store.memory.max_keys == 400000);
     REQUIRE(config.store.redis.tcp);
     CHECK(config.store.redis.tcp->str() == "127.0.0.1:6379");
     CHECK(config.store.redis.username.empty());

@@ -422,3 +422,57 @@ TEST_CASE("memory limiter: leaky bucket holds a burst back and lets it out at th
         CHECK(f.at(t0 + second / 10).wait() == 100ms);
     }
 }
+
+TEST_CASE("memory limiter: max_keys bounds the keys held, evicting the least recently used", "[memory_limiter]") {
+    std::int64_t now = 1'700'000'000 * second;
+    MemoryLimiter limiter{"sluice", [&now] { return now; }, 4096};
+    const std::vector<config::LimitConfig> limits{token_bucket("hourly", 1, 3600s, 1)};
+    auto decide = [&](const std::string& ip) {
+        return limiter.decide(RouteLimits{"api", limits}, RequestKeyValues{ip, "GET", "/", {}}).outcome;
+    };
+    // Two clients use up their bucket.
+    CHECK(decide("198.51.100.1") == Outcome::allowed);
+    CHECK(decide("198.51.100.1") == Outcome::limited);
+    CHECK(decide("198.51.100.2") == Outcome::allowed);
+    // 40,000 other clients come by once each; the first client keeps asking (and being
+    // refused) meanwhile, the second is idle.
+    std::uint64_t others = 0;
+    for (int i = 0; i < 40'000; ++i) {
+        now += 1;
+        CHECK(decide("10." + std::to_string(i / 65536) + "." + std::to_string(i / 256 % 256) + "." +
+                     std::to_string(i % 256)) == Outcome::allowed);
+        ++others;
+        if (i % 50 == 0) REQUIRE(decide("198.51.100.1") == Outcome::limited);
+        REQUIRE(limiter.size() <= 4096);
+    }
+    CHECK(limiter.size() <= 4096);
+    CHECK(limiter.size() > 4096 - MemoryLimiter::shard_count * 8);  // each shard close to its share
+    CHECK(limiter.evictions() == others + 2 - limiter.size());      // every key evicted held state
+    // The busy client is still refused; the idle one was evicted and starts again from empty.
+    CHECK(decide("198.51.100.1") == Outcome::limited);
+    CHECK(decide("198.51.100.2") == Outcome::allowed);
+    // A smaller bound (a reload) applies as keys come: no shard keeps more than its share.
+    limiter.set_max_keys(4096);  // the floor: 64 per shard
+    const auto before = limiter.evictions();
+    for (int i = 0; i < 1000; ++i) decide("192.0.2." + std::to_string(i % 256) + "." + std::to_string(i));
+    CHECK(limiter.size() <= 4096);
+    CHECK(limiter.evictions() > before);
+}
+
+TEST_CASE("memory limiter: reset and the sweep keep the recency list whole", "[memory_limiter]") {
+    std::int64_t now = 1'700'000'000 * second;
+    MemoryLimiter limiter{"sluice", [&now] { return now; }, 4096};
+    const std::vector<config::LimitConfig> limits{token_bucket("fast", 10, 1s, 1)};
+    auto decide = [&](const std::string& ip) {
+        return limiter.decide(RouteLimits{"api", limits}, RequestKeyValues{ip, "GET", "/", {}}).outcome;
+    };
+    // Keys that empty within 100 ms, swept as decisions go by, reset in between, and past
+    // the bound: the list and the map must agree throughout (ASan would see a dangling link).
+    for (int round = 0; round < 20; ++round) {
+        for (int i = 0; i < 5000; ++i) decide("10.0." + std::to_string(i / 256) + "." + std::to_string(i % 256));
+        CHECK(limiter.reset({"sluice:{api}:fast:10.0.0.1", "sluice:{api}:fast:10.0.0.2"}) <= 2);
+        now += second;
+        CHECK(limiter.size() <= 4096);
+    }
+    CHECK(decide("10.0.0.1") == Outcome::allowed);
+}
