@@ -9,8 +9,9 @@ different values is a 400 that reaches nothing.
 
 import unittest
 
-from harness import (RawClient, SluiceTestCase, free_port, limited_route, proxy_config, redis_store, respond,
-                     token_bucket)
+from admin_api import Metrics, wait_admin
+from harness import (LOOPBACK, RawClient, SluiceTestCase, free_port, limited_route, proxy_config, redis_store,
+                     respond, token_bucket)
 
 
 class KeyPartsTest(SluiceTestCase):
@@ -81,6 +82,33 @@ class KeyPartsTest(SluiceTestCase):
         self.assertEqual(self.status("/t/globex/x"), 200)
         self.assertEqual(self.status("/t"), 200)
         self.assertEqual(self.status("/t"), 200)
+
+    def test_the_memory_store_stays_within_max_keys(self):
+        # 6,000 distinct clients (a /64 each would do the same) through a bound of 4,096 keys:
+        # the store holds at most 4,096, the rest are evicted (counted and logged); a client
+        # that keeps being refused is never the one evicted.
+        self.up = self.start_upstream(respond(200, b"ok"))
+        self.port, admin = free_port(), free_port()
+        routes = [limited_route("api", [token_bucket("hourly", 1, "1h", 1)])]
+        self.sluice = self.start_sluice(proxy_config(
+            self.port, {"app": self.up.address}, routes, client_ip={"trusted_proxies": ["127.0.0.1/32"]},
+            logging={"access_log": "off"},
+            extra={"store": {"type": "memory", "memory": {"max_keys": 4096}},
+                   "admin": {"listen": f"{LOOPBACK}:{admin}"}}))
+        wait_admin(admin)
+        with RawClient(self.port) as c:
+            busy = [("X-Forwarded-For", "198.51.100.1")]
+            self.assertEqual(c.request("GET", "/api", busy).status, 200)
+            for i in range(6000):
+                client = f"10.{i // 65536}.{i // 256 % 256}.{i % 256}"
+                self.assertEqual(c.request("GET", "/api", [("X-Forwarded-For", client)]).status, 200)
+                if i % 100 == 0:
+                    self.assertEqual(c.request("GET", "/api", busy).status, 429)
+        m = Metrics.fetch(admin)
+        keys, evicted = m.get("sluice_memory_store_keys"), m.get("sluice_memory_store_evictions_total")
+        self.assertLessEqual(keys, 4096)
+        self.assertEqual(evicted, 6001 - keys)
+        self.sluice.wait_log(r"memory store full \(store.memory.max_keys 4096\): evicting the least recently used")
 
 
 if __name__ == "__main__":
