@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include "config/loader.hpp"
 #include "observe/logging.hpp"
+#include "redis/memory_policy.hpp"
 #include "server/server.hpp"
 #include "server/snapshot.hpp"
 
@@ -63,6 +65,19 @@ std::vector<sluice::config::Diagnostic> unresolved_upstreams(const sluice::confi
         }
     }
     return problems;
+}
+
+// --check: whether the Redis that would hold the keys may evict them (warnings, not errors:
+// sluice starts without Redis too, and the policy is the operator's to choose).
+void check_redis_memory_policy(const sluice::config::Config& config) {
+    if (config.store.type != sluice::config::StoreType::redis) return;
+    std::string error;
+    const auto settings = sluice::redis::read_memory_settings(config.store, std::chrono::seconds(1), error);
+    if (!settings) {
+        std::cerr << "sluice: note: Redis's maxmemory-policy was not checked (" << error << ")\n";
+        return;
+    }
+    for (const auto& warning : sluice::redis::memory_warnings(*settings)) std::cerr << "sluice: warning: " << warning << "\n";
 }
 
 // --reload: the pid in server.pid_file, when it names a running sluice, gets SIGHUP.
@@ -181,6 +196,7 @@ int main(int argc, char** argv) {
             return 1;
         }
         if (reload) return signal_reload(*loaded.config, config_path);
+        if (!no_resolve) check_redis_memory_policy(*loaded.config);
         std::cout << "configuration OK\n";
         return 0;
     }

@@ -25,6 +25,7 @@
 #include "observe/logging.hpp"
 #include "observe/log_time.hpp"
 #include "observe/summary.hpp"
+#include "redis/memory_policy.hpp"
 #include "server/snapshot.hpp"
 #include "server/worker.hpp"
 
@@ -263,6 +264,17 @@ bool Server::start() {
     } catch (const std::exception& e) {
         spdlog::error("cannot start: {}", e.what());
         return false;
+    }
+    if (config_->store.type == config::StoreType::redis) {
+        // Whether Redis may evict the keys: read once before the workers start (a blocking
+        // connection, at most 500 ms: a Redis that does not answer is the workers' business),
+        // and said in the log.
+        std::string error;
+        if (const auto settings = redis::read_memory_settings(config_->store, std::chrono::milliseconds(500), error)) {
+            for (const auto& warning : redis::memory_warnings(*settings)) spdlog::warn("{}", warning);
+        } else {
+            spdlog::debug("redis: maxmemory-policy not checked ({})", error);
+        }
     }
     // store.type memory: one in-process limiter shared by the workers; redis: one connection per worker.
     if (config_->store.type == config::StoreType::memory)

@@ -10,7 +10,8 @@ import tempfile
 import textwrap
 import unittest
 
-from harness import LOOPBACK, Sluice, SluiceTestCase, free_port, proxy_config, run_cli, wait_until
+from harness import (LOOPBACK, Sluice, SluiceTestCase, free_port, proxy_config, redis_store, run_cli, to_yaml,
+                     wait_until)
 
 
 def write_temp(test, text, name="sluice.yaml"):
@@ -233,6 +234,44 @@ class CheckResolveTest(unittest.TestCase):
         path = write_temp(self, VALID.replace('"127.0.0.1:18081"', '"localhost:18081"'))
         r = run_cli(["--check", "-c", path])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class RedisMemoryPolicyTest(SluiceTestCase):
+    """--check and the start-up log say when Redis may evict sluice's keys (a maxmemory-policy
+    other than noeviction) or has no maxmemory; neither is an error."""
+
+    def config(self, redis, port=None):
+        port = port or free_port()
+        cfg = proxy_config(port, {"app": "127.0.0.1:9"}, extra={"store": redis_store(redis)})
+        path = write_temp(self, to_yaml(cfg))
+        return path, cfg, port
+
+    def test_an_evicting_policy_and_no_maxmemory_are_warned_about(self):
+        redis = self.start_redis(["--maxmemory-policy", "allkeys-lru"])
+        path, cfg, port = self.config(redis)
+        r = run_cli(["--check", "-c", path])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("configuration OK", r.stdout)
+        self.assertIn(f"sluice: warning: Redis at {redis.address} has maxmemory-policy allkeys-lru: when it reaches "
+                      "maxmemory it may evict sluice's keys", r.stderr)
+        self.assertIn(f"sluice: warning: Redis at {redis.address} has no maxmemory", r.stderr)
+        # The same in the start-up log.
+        s = self.start_sluice(cfg, port=port)
+        s.wait_log(r"warning Redis at \S+ has maxmemory-policy allkeys-lru")
+        # noeviction with a maxmemory: nothing to say.
+        redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        redis.command("CONFIG", "SET", "maxmemory", "100mb")
+        r = run_cli(["--check", "-c", path])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn("warning", r.stderr)
+
+    def test_a_redis_that_is_down_is_a_note_not_an_error(self):
+        path, _, _ = self.config(f"127.0.0.1:{free_port()}")
+        r = run_cli(["--check", "-c", path])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("sluice: note: Redis's maxmemory-policy was not checked", r.stderr)
+        r = run_cli(["--check", "--no-resolve", "-c", path])
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
 
 
 class ReloadCommandTest(SluiceTestCase):

@@ -1,0 +1,145 @@
+#include "redis/memory_policy.hpp"
+
+#include <memory>
+
+#include <hiredis/hiredis.h>
+
+namespace sluice::redis {
+namespace {
+
+struct Free {
+    void operator()(redisContext* c) const { redisFree(c); }
+    void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using Context = std::unique_ptr<redisContext, Free>;
+using Reply = std::unique_ptr<redisReply, Free>;
+
+Context connect(const config::Endpoint* tcp, const std::string& unix_path, std::chrono::milliseconds timeout,
+                std::string& error) {
+    timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+    Context c(tcp ? redisConnectWithTimeout(tcp->host.c_str(), tcp->port, tv)
+                  : redisConnectUnixWithTimeout(unix_path.c_str(), tv));
+    if (!c || c->err) {
+        error = c ? c->errstr : "out of memory";
+        return nullptr;
+    }
+    redisSetTimeout(c.get(), tv);
+    return c;
+}
+
+Reply command(redisContext* c, const std::vector<std::string>& args, std::string& error) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lengths;
+    for (const auto& a : args) {
+        argv.push_back(a.data());
+        lengths.push_back(a.size());
+    }
+    Reply r(static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lengths.data())));
+    if (!r) {
+        error = c->errstr[0] ? c->errstr : "no reply";
+        return nullptr;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        error = std::string(r->str, r->len);
+        return nullptr;
+    }
+    return r;
+}
+
+bool authenticate(redisContext* c, const std::string& username, const std::string& password, std::string& error) {
+    if (password.empty()) return true;
+    std::vector<std::string> args{"AUTH"};
+    if (!username.empty()) args.push_back(username);
+    args.push_back(password);
+    return command(c, args, error) != nullptr;
+}
+
+// CONFIG GET NAME -> its value.
+std::optional<std::string> config_value(redisContext* c, const std::string& name, std::string& error) {
+    Reply r = command(c, {"CONFIG", "GET", name}, error);
+    if (!r) return std::nullopt;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_STRING) {
+        error = "CONFIG GET " + name + " gave no value";
+        return std::nullopt;
+    }
+    return std::string(r->element[1]->str, r->element[1]->len);
+}
+
+std::optional<MemorySettings> read_at(const config::Endpoint* tcp, const std::string& unix_path,
+                                      const config::RedisConfig& redis, std::chrono::milliseconds timeout,
+                                      std::string& error) {
+    const std::string address = tcp ? tcp->str() : "unix:" + unix_path;
+    Context c = connect(tcp, unix_path, timeout, error);
+    if (!c || !authenticate(c.get(), redis.username, redis.password, error)) {
+        error = address + ": " + error;
+        return std::nullopt;
+    }
+    const auto policy = config_value(c.get(), "maxmemory-policy", error);
+    const auto maxmemory = policy ? config_value(c.get(), "maxmemory", error) : std::nullopt;
+    if (!policy || !maxmemory) {
+        error = address + ": " + error;
+        return std::nullopt;
+    }
+    MemorySettings out{address, *policy, 0};
+    try {
+        out.maxmemory = std::stoull(*maxmemory);
+    } catch (const std::exception&) {
+        error = address + ": maxmemory is not a number: " + *maxmemory;
+        return std::nullopt;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::vector<std::string> memory_warnings(const MemorySettings& s) {
+    std::vector<std::string> out;
+    if (s.policy.rfind("allkeys-", 0) == 0 || s.policy.rfind("volatile-", 0) == 0)
+        out.push_back("Redis at " + s.address + " has maxmemory-policy " + s.policy +
+                      ": when it reaches maxmemory it may evict sluice's keys (each has a TTL), and an evicted key "
+                      "starts its client's limits again from empty; set maxmemory-policy noeviction (a full Redis then "
+                      "refuses the write and store.on_error decides) or give sluice a Redis of its own");
+    if (s.maxmemory == 0)
+        out.push_back("Redis at " + s.address + " has no maxmemory: it grows with sluice's keys (one per client and "
+                      "limit, about 100 bytes for a bucket or window count, about 120 bytes per request in a "
+                      "sliding window's log) until the machine runs out; on a Redis other programs share, set "
+                      "maxmemory with maxmemory-policy noeviction");
+    return out;
+}
+
+std::optional<MemorySettings> read_memory_settings(const config::StoreConfig& store, std::chrono::milliseconds timeout,
+                                                   std::string& error) {
+    const auto& redis = store.redis;
+    switch (redis.mode) {
+    case config::RedisMode::standalone:
+        return read_at(redis.tcp ? &*redis.tcp : nullptr, redis.unix_path, redis, timeout, error);
+    case config::RedisMode::cluster:
+        for (const auto& seed : redis.nodes)
+            if (auto s = read_at(&seed, {}, redis, timeout, error)) return s;
+        return std::nullopt;
+    case config::RedisMode::sentinel:
+        for (const auto& sentinel : redis.sentinels) {
+            Context c = connect(&sentinel, {}, timeout, error);
+            if (!c || !authenticate(c.get(), redis.sentinel_username, redis.sentinel_password, error)) continue;
+            Reply r = command(c.get(), {"SENTINEL", "get-master-addr-by-name", redis.master_name}, error);
+            if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+                r->element[1]->type != REDIS_REPLY_STRING) {
+                if (error.empty()) error = sentinel.str() + ": no master named " + redis.master_name;
+                continue;
+            }
+            config::Endpoint master{std::string(r->element[0]->str, r->element[0]->len), 0};
+            try {
+                const auto port = std::stoul(std::string(r->element[1]->str, r->element[1]->len));
+                if (port == 0 || port > 65535) continue;
+                master.port = static_cast<std::uint16_t>(port);
+            } catch (const std::exception&) {
+                continue;
+            }
+            return read_at(&master, {}, redis, timeout, error);
+        }
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+}  // namespace sluice::redis
