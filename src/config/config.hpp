@@ -160,11 +160,12 @@ inline std::string_view algorithm_name(Algorithm algorithm) {
 struct KeyPart {
     // client_net: the client's network (`client_ip/24`, `client_ip/64`, `client_ip/24/64`);
     // query, cookie: a query parameter's (decoded) or a cookie's value by name;
-    // path_segment: the Nth (1-based) segment of the normalised path. New kinds go last:
+    // path_segment: the Nth (1-based) segment of the normalised path; jwt: a claim of the
+    // verified bearer token (auth/jwt.hpp). New kinds go last:
     // the order is the canonical order of key parts, which the keys are written in.
-    enum class Kind { client_ip, header, method, path, client_net, query, cookie, path_segment };
+    enum class Kind { client_ip, header, method, path, client_net, query, cookie, path_segment, jwt };
     Kind kind = Kind::client_ip;
-    std::string header_name;  // header: lower-case; query, cookie: as written (case matters)
+    std::string header_name;  // header: lower-case; query, cookie, jwt (the claim): as written
     unsigned v4_prefix = 32;   // client_net: prefix lengths for IPv4 and IPv6 clients
     unsigned v6_prefix = 128;
     unsigned segment = 0;      // path_segment: 1-based
@@ -241,6 +242,22 @@ struct RouteConfig {
     Exempt exempt;  // besides the top-level one
 };
 
+// Top-level `jwt:` (keys that verify the tokens `jwt:CLAIM` key parts read).
+enum class JwtAlg { hs256, rs256, es256 };
+struct JwtKeyConfig {
+    std::optional<JwtAlg> alg;  // unset for a JWKS file (each key names or implies its own)
+    std::string secret;         // HS256
+    std::string pem_file;       // RS256, ES256: a PEM public key (as resolved)
+    std::string pem;
+    std::string jwks_file;      // a JWKS file (RSA and EC P-256 keys)
+    std::string jwks;
+    std::string kid;            // optional: a token naming a kid uses only keys of that kid
+};
+struct JwtConfig {
+    std::vector<JwtKeyConfig> keys;
+    Duration leeway = 30s;  // for exp and nbf
+};
+
 enum class HeaderStyle { ietf, legacy, both, none };
 
 struct ResponsesConfig {
@@ -268,6 +285,7 @@ struct Config {
     std::vector<UpstreamConfig> upstreams;  // file order
     std::vector<RouteConfig> routes;        // file order
     Exempt exempt;                          // for every route
+    JwtConfig jwt;
     ResponsesConfig responses;
     LoggingConfig logging;
 };

@@ -25,6 +25,7 @@
 #include "config/route_checks.hpp"
 #include "config/spelling_suggestion.hpp"
 #include "config/value_syntax.hpp"
+#include "auth/jwt.hpp"
 #include "tls/pem.hpp"
 
 namespace sluice::config {
@@ -32,7 +33,7 @@ namespace {
 
 using Keys = std::vector<std::string_view>;
 
-const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "exempt", "responses", "logging"};
+const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "exempt", "jwt", "responses", "logging"};
 const Keys listener_keys{"address", "tls", "http2"};
 const Keys listener_tls_keys{"cert", "key", "certificates", "min_version", "handshake_timeout"};
 const Keys certificate_keys{"cert", "key"};
@@ -42,6 +43,8 @@ const Keys redis_keys{"mode",       "address",     "username",          "passwor
                       "sentinel_password", "nodes"};
 const Keys route_keys{"name", "match", "action", "upstream", "on_error", "limited_status", "limits", "exempt"};
 const Keys exempt_keys{"client_ips", "headers", "methods"};
+const Keys jwt_keys{"keys", "leeway"};
+const Keys jwt_key_keys{"alg", "secret", "pem", "jwks", "kid"};
 const Keys exempt_header_keys{"name", "value"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
 const Keys limit_keys{"name",      "algorithm", "rate",   "per",    "burst", "limit",        "window",
@@ -280,6 +283,9 @@ private:
     void read_methods(const Field& field, std::vector<std::string>& methods);
     void read_exempt(const Field& field, Exempt& exempt, const std::string& where);
     void warn_when_exempt_headers_cannot_apply();
+    void read_jwt(const Field& field);
+    std::optional<JwtKeyConfig> read_jwt_key(const Field& item);
+    bool jwt_read_ = false;  // a jwt section with keys was read (jwt:CLAIM key parts need one)
     void read_limits(const Field& field, RouteConfig& route, RouteSite& site);
     void read_limit(const Field& field, RouteConfig& route, RouteSite& site);
     void read_token_bucket(const Section& section, LimitConfig& limit);
@@ -440,6 +446,7 @@ void ConfigReader::read_document(const YAML::Node& root) {
     if (const Field* f = top.find("client_ip")) read_client_ip(*f);
     if (const Field* f = top.find("store")) read_store(*f);
     if (const Field* f = top.find("upstreams")) read_upstreams(*f);
+    if (const Field* f = top.find("jwt")) read_jwt(*f);
     if (const Field* f = top.find("routes")) read_routes(*f);
     if (const Field* f = top.find("exempt")) read_exempt(*f, config_.exempt, "exempt");
     if (const Field* f = top.find("responses")) read_responses(*f);
@@ -1227,6 +1234,95 @@ void ConfigReader::read_exempt(const Field& field, Exempt& exempt, const std::st
     if (const Field* f = section.find("methods")) read_methods(*f, exempt.methods);
 }
 
+// ---- jwt -------------------------------------------------------------------------------------
+
+void ConfigReader::read_jwt(const Field& field) {
+    if (!expect_map(field)) return;
+    const Section section(field, "in jwt", jwt_keys, diagnostics_);
+    if (const Field* f = section.find("leeway")) assign(config_.jwt.leeway, duration(*f, true));
+    const Field* keys = section.find("keys");
+    if (!keys) {
+        diagnostics_.error(field.at, "jwt needs 'keys' (HS256 secrets, RS256/ES256 PEM public keys or JWKS files)");
+        return;
+    }
+    if (!expect_list(*keys)) return;
+    const std::size_t errors_before = diagnostics_.error_count();
+    for (const Field& item : items_of(*keys))
+        if (auto key = read_jwt_key(item)) config_.jwt.keys.push_back(std::move(*key));
+    if (diagnostics_.error_count() != errors_before) return;
+    if (config_.jwt.keys.empty()) {
+        diagnostics_.error(keys->at, "'keys' must not be empty");
+        return;
+    }
+    std::string error;
+    if (!auth::JwtVerifier::build(config_.jwt, error)) {
+        diagnostics_.error(keys->at, error);
+        return;
+    }
+    jwt_read_ = true;
+}
+
+std::optional<JwtKeyConfig> ConfigReader::read_jwt_key(const Field& item) {
+    if (!expect_map(item)) return std::nullopt;
+    const Section section(item, "in a jwt key", jwt_key_keys, diagnostics_);
+    JwtKeyConfig key;
+    const Field* alg = section.find("alg");
+    const Field* secret = section.find("secret");
+    const Field* pem = section.find("pem");
+    const Field* jwks = section.find("jwks");
+    if (jwks) {
+        if (alg || secret || pem || section.find("kid")) {
+            diagnostics_.error(item.at, "a jwt key with 'jwks' takes nothing else (each key of the file names its kid "
+                                        "and its kty)");
+            return std::nullopt;
+        }
+        const auto path = text(*jwks);
+        if (!path) return std::nullopt;
+        key.jwks_file = file_path(*path);
+        std::string error;
+        key.jwks = tls::read_small_file(key.jwks_file, 1 << 20, error);
+        if (!error.empty()) {
+            diagnostics_.error(jwks->at, "'jwks': " + error);
+            return std::nullopt;
+        }
+        return key;
+    }
+    if (!alg) {
+        diagnostics_.error(item.at, "a jwt key needs 'alg' (HS256 with 'secret', RS256 or ES256 with 'pem') or 'jwks'");
+        return std::nullopt;
+    }
+    key.alg = choice<JwtAlg>(*alg, {{"HS256", JwtAlg::hs256}, {"RS256", JwtAlg::rs256}, {"ES256", JwtAlg::es256}});
+    if (!key.alg) return std::nullopt;
+    if (const Field* kid = section.find("kid")) assign(key.kid, text(*kid));
+    if (*key.alg == JwtAlg::hs256) {
+        if (!secret || pem) {
+            diagnostics_.error(item.at, "an HS256 key takes 'secret' (and no 'pem')");
+            return std::nullopt;
+        }
+        assign(key.secret, text(*secret));
+        if (key.secret.size() < 32) {
+            diagnostics_.error(secret->at, "an HS256 secret must be at least 32 bytes (RFC 7518 3.2), got " +
+                                               std::to_string(key.secret.size()));
+            return std::nullopt;
+        }
+        return key;
+    }
+    if (!pem || secret) {
+        diagnostics_.error(item.at, "an RS256 or ES256 key takes 'pem' (a PEM public key file; no 'secret')");
+        return std::nullopt;
+    }
+    const auto path = text(*pem);
+    if (!path) return std::nullopt;
+    key.pem_file = file_path(*path);
+    std::string error;
+    key.pem = tls::read_small_file(key.pem_file, max_pem_bytes, error);
+    if (!error.empty()) {
+        diagnostics_.error(pem->at, "'pem': " + error);
+        return std::nullopt;
+    }
+    return key;
+}
+
 void ConfigReader::warn_when_exempt_headers_cannot_apply() {
     if (!exempt_headers_at_ || !config_.client_ip.trusted_proxies.empty()) return;
     diagnostics_.warning(*exempt_headers_at_, "exempt headers count only from a peer in client_ip.trusted_proxies, "
@@ -1533,7 +1629,6 @@ void ConfigReader::refuse_parameters(const Section& section, const LimitConfig& 
 void ConfigReader::read_key(const Field& field, LimitConfig& limit) {
     if (!expect_list(field)) return;
     std::vector<KeyPart> parts;
-    std::vector<std::string> seen;
     for (const Field& item : items_of(field)) {
         const auto written = text(item);
         if (!written) continue;
@@ -1542,12 +1637,15 @@ void ConfigReader::read_key(const Field& field, LimitConfig& limit) {
             diagnostics_.error(item.at, parsed.error);
             continue;
         }
-        const std::string canonical = to_lower(*written);
-        if (std::find(seen.begin(), seen.end(), canonical) != seen.end()) {
+        if (std::find(parts.begin(), parts.end(), *parsed.part) != parts.end()) {
             diagnostics_.error(item.at, "'key' lists " + quoted(*written) + " twice");
             continue;
         }
-        seen.push_back(canonical);
+        if (parsed.part->kind == KeyPart::Kind::jwt && config_.jwt.keys.empty()) {
+            diagnostics_.error(item.at, "key part " + quoted(*written) +
+                                            " reads a verified token: it needs a top-level 'jwt' with 'keys'");
+            continue;
+        }
         parts.push_back(*parsed.part);
     }
     limit.key = std::move(parts);
@@ -1705,6 +1803,8 @@ std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys() 
             {"routes[].exempt", exempt_keys},
             {"exempt", exempt_keys},
             {"exempt.headers[]", exempt_header_keys},
+            {"jwt", jwt_keys},
+            {"jwt.keys[]", jwt_key_keys},
             {"responses", ConfigReader::responses_table().keys},
             {"logging", ConfigReader::logging_table().keys}};
 }

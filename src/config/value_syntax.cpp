@@ -102,7 +102,8 @@ KeyPartParse parse_key_part(std::string_view text) {
             return {std::nullopt, "invalid header name " + quoted(header) + " in key part " + quoted(text)};
         return {KeyPart{Kind::header, to_lower(header)}, {}};
     }
-    for (const auto& [prefix, kind] : {std::pair<std::string_view, Kind>{"query:", Kind::query}, {"cookie:", Kind::cookie}}) {
+    for (const auto& [prefix, kind] : {std::pair<std::string_view, Kind>{"query:", Kind::query}, {"cookie:", Kind::cookie},
+                                       {"jwt:", Kind::jwt}}) {
         if (!text.starts_with(prefix)) continue;
         const std::string_view name = text.substr(prefix.size());
         if (!is_query_or_cookie_name(name))
@@ -119,7 +120,7 @@ KeyPartParse parse_key_part(std::string_view text) {
     }
     return {std::nullopt, "unknown key part " + quoted(text) +
                               " (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, "
-                              "query:NAME, cookie:NAME)"};
+                              "query:NAME, cookie:NAME, jwt:CLAIM)"};
 }
 
 std::string key_part_text(const KeyPart& part) {
@@ -136,6 +137,7 @@ std::string key_part_text(const KeyPart& part) {
     case Kind::query: return "query:" + part.header_name;
     case Kind::cookie: return "cookie:" + part.header_name;
     case Kind::path_segment: return "path_segment:" + std::to_string(part.segment);
+    case Kind::jwt: return "jwt:" + part.header_name;
     }
     return "?";
 }

@@ -7,6 +7,7 @@
 #include <boost/beast/http/field.hpp>
 #include <spdlog/spdlog.h>
 
+#include "auth/jwt.hpp"
 #include "config/value_syntax.hpp"
 #include "http/header_rules.hpp"
 #include "http/limit_verdict.hpp"
@@ -204,8 +205,45 @@ std::optional<LocalReply> route_request(Exchange& x) {
     return std::nullopt;
 }
 
+namespace {
+
+// The bearer token's claims, verified, into x.jwt_claims when a limit of the route reads
+// one; a refusal for a token that does not verify (401) or two Authorization fields (400).
+std::optional<LocalReply> read_bearer_token(Exchange& x) {
+    const bool reads_claims = std::any_of(x.route->limits.begin(), x.route->limits.end(), [](const auto& limit) {
+        return std::any_of(limit.key.begin(), limit.key.end(),
+                           [](const auto& part) { return part.kind == config::KeyPart::Kind::jwt; });
+    });
+    if (!reads_claims || !x.snap.jwt) return std::nullopt;
+    std::optional<std::string_view> authorization;
+    for (const auto& f : x.parser.get()) {
+        if (f.name() != bhttp::field::authorization) continue;
+        if (authorization) return local_problem(400, "more than one Authorization field");
+        authorization = sv(f.value());
+    }
+    // No bearer token: the limits keyed on its claims do not apply (as a missing header).
+    if (!authorization || authorization->size() < 7 || !beast::iequals(authorization->substr(0, 7), "bearer "))
+        return std::nullopt;
+    std::string_view token = authorization->substr(7);
+    while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+    while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+    const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
+    auto result = x.snap.jwt->verify(token, now.count());
+    if (!result.claims) {
+        spdlog::info("client {}: route {}: bearer token refused: {}", x.rec.client, x.route->name, result.problem);
+        LocalReply refusal = local_problem(401, "the bearer token is not valid: " + result.problem);
+        refusal.headers.emplace_back("WWW-Authenticate", "Bearer error=\"invalid_token\"");
+        return refusal;
+    }
+    x.jwt_claims = std::move(result.claims);
+    return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values) {
     const auto& route = *x.route;
+    if (auto refusal = read_bearer_token(x)) return refusal;
     if (auto ambiguous = limit::ambiguous_key_value(route.limits, values)) {
         spdlog::info("client {}: route {}: {}", x.rec.client, route.name, *ambiguous);
         return local_problem(400, *ambiguous);
@@ -354,7 +392,11 @@ limit::RequestKeyValues key_values(Exchange& x) {
                                        if (it == req.end()) return std::nullopt;
                                        return sv(it->value());
                                    },
-                                   true, x.key_query, x.key_cookies};
+                                   true, x.key_query, x.key_cookies,
+                                   [&x](std::string_view claim) -> std::optional<std::string_view> {
+                                       if (!x.jwt_claims) return std::nullopt;
+                                       return auth::claim_value(*x.jwt_claims, claim);
+                                   }};
 }
 
 }  // namespace sluice::http

@@ -93,6 +93,9 @@ struct Exchange {
     std::string key_query;    // without '?'
     std::string key_cookies;  // the Cookie fields, joined (key_values, when a limit reads one)
     bool key_cookies_read = false;
+    // The claims of the request's bearer token, verified (prepare_limits, when a limit of the
+    // route reads one); unset without a token.
+    std::optional<std::vector<std::pair<std::string, std::string>>> jwt_claims;
     limit::HeaderList rate_headers;  // for the response: the limits' headers
     std::optional<SlotHold> slots;   // concurrency slots held until the request is done
     // A leaky bucket's wait before forwarding, and the waiting place it holds meanwhile.

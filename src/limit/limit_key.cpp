@@ -74,6 +74,9 @@ bool append_value(std::string& out, const KeyPart& part, const RequestKeyValues&
     case KeyPart::Kind::query: owned = query_value(request.query, part.header_name, ambiguous); break;
     case KeyPart::Kind::cookie: value = cookie_value(request.cookies, part.header_name, ambiguous); break;
     case KeyPart::Kind::path_segment: value = path_segment(request.path, part.segment); break;
+    case KeyPart::Kind::jwt:
+        if (request.claim) value = request.claim(part.header_name);
+        break;
     }
     if (owned) value = *owned;
     if (!value || ambiguous) return false;

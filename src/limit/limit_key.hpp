@@ -67,6 +67,8 @@ struct RequestKeyValues {
     bool may_wait = true;
     std::string_view query;    // the target's query, as it came (without '?')
     std::string_view cookies;  // every Cookie field's value, joined with "; "
+    // A claim of the request's verified bearer token (nullopt: no token, or no such claim).
+    std::function<std::optional<std::string_view>(std::string_view)> claim;
 };
 
 // The same values, owned (a request made up by the admin port's /limits).
@@ -77,13 +79,18 @@ struct OwnedKeyValues {
     std::string query;
     std::string cookies;
     std::vector<std::pair<std::string, std::string>> headers;  // lower-case names
+    std::vector<std::pair<std::string, std::string>> claims;   // jwt:CLAIM values
     RequestKeyValues view() const {
         return {client_ip, method, path, [this](std::string_view name) -> std::optional<std::string_view> {
                     for (const auto& [n, v] : headers)
                         if (n == name) return std::string_view(v);
                     return std::nullopt;
                 },
-                true, query, cookies};
+                true, query, cookies, [this](std::string_view name) -> std::optional<std::string_view> {
+                    for (const auto& [n, v] : claims)
+                        if (n == name) return std::string_view(v);
+                    return std::nullopt;
+                }};
     }
 };
 

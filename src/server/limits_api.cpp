@@ -77,6 +77,7 @@ void append_key(std::string& out, const config::RouteConfig& route, const Limits
     for (const auto& [name, value] : query.values.headers) field("header." + name, value);
     for (const auto& [name, value] : query.query_params) field("query." + name, value);
     for (const auto& [name, value] : query.cookie_values) field("cookie." + name, value);
+    for (const auto& [name, value] : query.values.claims) field("jwt." + name, value);
     out += "}";
 }
 
@@ -102,10 +103,11 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
         else if (p.name == "path") ok = once(path, p);
         else if (p.name == "limit") ok = once(limit_name, p);
         else if ((p.name.rfind("query.", 0) == 0 && p.name.size() > 6) ||
-                 (p.name.rfind("cookie.", 0) == 0 && p.name.size() > 7)) {
-            const bool is_query = p.name[0] == 'q';
-            auto& pairs = is_query ? out.query_params : out.cookie_values;
-            const std::string name = p.name.substr(is_query ? 6 : 7);
+                 (p.name.rfind("cookie.", 0) == 0 && p.name.size() > 7) ||
+                 (p.name.rfind("jwt.", 0) == 0 && p.name.size() > 4)) {
+            const bool is_query = p.name[0] == 'q', is_jwt = p.name[0] == 'j';
+            auto& pairs = is_query ? out.query_params : is_jwt ? out.values.claims : out.cookie_values;
+            const std::string name = p.name.substr(is_query ? 6 : is_jwt ? 4 : 7);
             for (const auto& [n, v] : pairs)
                 if (n == name) {
                     problem = {400, "'" + p.name + "' is given twice"};
@@ -122,7 +124,7 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
             out.values.headers.emplace_back(name, p.value);
         } else {
             problem = {400, "unknown parameter '" + p.name +
-                                "' (route, client, method, path, header.NAME, query.NAME, cookie.NAME, limit)"};
+                                "' (route, client, method, path, header.NAME, query.NAME, cookie.NAME, jwt.CLAIM, limit)"};
             return std::nullopt;
         }
         if (!ok) return std::nullopt;

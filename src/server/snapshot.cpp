@@ -1,5 +1,7 @@
 #include "server/snapshot.hpp"
 
+#include "auth/jwt.hpp"
+
 #include <stdexcept>
 
 #include <boost/asio/io_context.hpp>
@@ -44,6 +46,11 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
                 throw std::runtime_error("upstream " + upstream.name + ": " + e.what());
             }
         }
+    }
+    if (!config->jwt.keys.empty()) {
+        std::string error;
+        snap->jwt = auth::JwtVerifier::build(config->jwt, error);
+        if (!snap->jwt) throw std::runtime_error(error);
     }
     auto contexts = tls::make_contexts(*config);
     snap->listener_tls = std::move(contexts.listeners);

@@ -12,6 +12,10 @@
 #include "limit/limit_key.hpp"
 #include "observe/metrics.hpp"
 
+namespace sluice::auth {
+class JwtVerifier;
+}
+
 namespace sluice::tls {
 class ServerContext;
 class ClientContext;
@@ -35,6 +39,7 @@ struct Snapshot {
     // Built from the certificates the config names (read again on every reload).
     std::vector<std::shared_ptr<tls::ServerContext>> listener_tls;  // per server.listen entry; null: plain
     std::vector<std::shared_ptr<tls::ClientContext>> upstream_tls;  // per upstream; null: plain
+    std::shared_ptr<const auth::JwtVerifier> jwt;  // jwt.keys, parsed; null without them
 };
 
 // Resolves every upstream server (blocking; call off the data path) and builds the TLS

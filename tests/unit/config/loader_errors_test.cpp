@@ -60,10 +60,10 @@ TEST_CASE("loader errors: YAML syntax and document shape", "[config][loader]") {
         {"\n\n  ,", {"3:3: invalid YAML: unexpected character"}},
         {"- server\n",
          {"1:1: the top level must be a map of sections (server, admin, client_ip, store, upstreams, routes, "
-          "exempt, responses, logging), got a list"}},
+          "exempt, jwt, responses, logging), got a list"}},
         {"just text\n",
          {"1:1: the top level must be a map of sections (server, admin, client_ip, store, upstreams, routes, "
-          "exempt, responses, logging), got 'just text'"}},
+          "exempt, jwt, responses, logging), got 'just text'"}},
         {"server: {}\nserver: {}\n", {"2:1: duplicate key 'server' (first at line 1)"}},
         {"? [a]\n: 1\n", {"1:3: keys must be plain names, got a list"}},
     });
@@ -74,7 +74,7 @@ TEST_CASE("loader errors: unknown keys at every level, with suggestions", "[conf
         {"rotues: []\n", {"1:1: unknown key 'rotues' at the top level (did you mean 'routes'?)"}},
         {"frobnicate: 1\n",
          {"1:1: unknown key 'frobnicate' at the top level (known keys: server, admin, client_ip, store, "
-          "upstreams, routes, exempt, responses, logging)"}},
+          "upstreams, routes, exempt, jwt, responses, logging)"}},
         {"server:\n  listne: [\"a:1\"]\n", {"2:3: unknown key 'listne' in server (did you mean 'listen'?)"}},
         {"admin:\n  address: \"\"\n", {"2:3: unknown key 'address' in admin (known keys: listen, token)"}},
         {"client_ip:\n  trusted_proxy: []\n",
@@ -462,7 +462,7 @@ TEST_CASE("loader errors: limits", "[config][loader]") {
           "13:9: 'per' is a token_bucket and leaky_bucket parameter, but limit 'l' is sliding_window"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"
                   "        key: [client_ip, ip, \"header:x y\", \"header:\", client_ip]\n",
-         {"12:26: unknown key part 'ip' (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, query:NAME, cookie:NAME)",
+         {"12:26: unknown key part 'ip' (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, query:NAME, cookie:NAME, jwt:CLAIM)",
           "12:30: invalid header name 'x y' in key part 'header:x y'",
           "12:44: invalid header name '' in key part 'header:'", "12:55: 'key' lists 'client_ip' twice"}},
         {limits + "      - name: l\n        algorithm: sliding_window\n        limit: 1\n        window: 1m\n"

@@ -33,8 +33,8 @@ TEST_CASE("value syntax: key parts", "[config][value_syntax]") {
         CHECK(parsed.part->header_name == c.header);
     }
     CHECK(parse_key_part("Client_IP").error ==
-          "unknown key part 'Client_IP' (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, query:NAME, cookie:NAME)");
-    CHECK(parse_key_part("ip").error == "unknown key part 'ip' (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, query:NAME, cookie:NAME)");
+          "unknown key part 'Client_IP' (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, query:NAME, cookie:NAME, jwt:CLAIM)");
+    CHECK(parse_key_part("ip").error == "unknown key part 'ip' (allowed: client_ip, client_ip/N, method, path, path_segment:N, header:NAME, query:NAME, cookie:NAME, jwt:CLAIM)");
     CHECK(parse_key_part("header:").error == "invalid header name '' in key part 'header:'");
     // The parts issue 27 adds, and the text each is written back as.
     struct NewPart {
