@@ -20,13 +20,15 @@ declare -A sources=(
   [request_head]="src/http/request_head.cpp src/http/head_scan.cpp src/http/header_rules.cpp src/http/request_target.cpp src/http/body_reader.cpp"
   [redis_reply]="src/redis/redis_reply.cpp"
   [topology_parse]="src/redis/topology_parse.cpp src/redis/redis_reply.cpp src/config/endpoint.cpp src/net/cidr.cpp"
-  [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp"
+  [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp src/auth/jwt.cpp src/auth/json.cpp"
   [pem]="src/tls/pem.cpp"
   [time_zone]="src/time/time_zone.cpp src/time/calendar.cpp"
   [query_string]="src/observe/query_string.cpp"
   [access_format]="src/config/access_format.cpp src/observe/access_log.cpp src/observe/json_text.cpp src/observe/log_time.cpp"
   [h2_codec]="src/http/h2_codec.cpp"
   [key_values]="src/limit/key_values.cpp src/net/cidr.cpp"
+  [json]="src/auth/json.cpp"
+  [jwt]="src/auth/jwt.cpp src/auth/json.cpp"
 )
 declare -A libs=(
   [redis_reply]="$(pkg-config --libs hiredis)"
@@ -35,6 +37,7 @@ declare -A libs=(
   [pem]="-lssl -lcrypto"
   [access_format]="-lspdlog -lfmt"
   [h2_codec]="-lnghttp2"
+  [jwt]="-lssl -lcrypto"
 )
 declare -A cflags=(
   [redis_reply]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
@@ -42,7 +45,7 @@ declare -A cflags=(
   [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
   [access_format]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec key_values"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec key_values json jwt"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 

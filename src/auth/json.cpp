@@ -262,7 +262,7 @@ private:
             ++at_;
             auto value = read(depth + 1);
             if (!value) return std::nullopt;
-            v.members.emplace_back(std::move(*name), std::move(*value));
+            v.members.push_back(JsonMember{std::move(*name), std::move(*value)});
             skip_space();
             if (at_ < text_.size() && text_[at_] == ',') {
                 ++at_;

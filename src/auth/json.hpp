@@ -5,8 +5,6 @@
 #pragma once
 
 #include <cstddef>
-#include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,17 +12,25 @@
 
 namespace sluice::auth {
 
+struct JsonMember;
+
 struct Json {
     enum class Kind { null, boolean, number, string, array, object };
     Kind kind = Kind::null;
     bool boolean = false;
     std::string text;  // string: its value (UTF-8); number: as written
     std::vector<Json> items;                      // array
-    std::vector<std::pair<std::string, Json>> members;  // object, in order (a repeated name is an error)
+    std::vector<JsonMember> members;  // object, in order (a repeated name is an error)
 
     const Json* member(std::string_view name) const;
     // A string member's value, or nullopt.
     std::optional<std::string_view> string_member(std::string_view name) const;
+};
+
+// (A struct of its own, not a std::pair: a pair needs Json complete where Json is declared.)
+struct JsonMember {
+    std::string first;  // the name
+    Json second;        // the value
 };
 
 inline constexpr std::size_t max_json_depth = 32;
