@@ -7,6 +7,14 @@ limit (and the access line says `skipped=`); a parameter or cookie given twice w
 different values is a 400 that reaches nothing.
 """
 
+import base64
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import tempfile
+import time
 import unittest
 
 from admin_api import Metrics, wait_admin
@@ -109,6 +117,84 @@ class KeyPartsTest(SluiceTestCase):
         self.assertLessEqual(keys, 4096)
         self.assertEqual(evicted, 6001 - keys)
         self.sluice.wait_log(r"memory store full \(store.memory.max_keys 4096\): evicting the least recently used")
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def jwt_token(claims, alg="HS256", secret=None, key_file=None, header=None):
+    """A compact JWS: HS256 with hmac, RS256 with the openssl command line."""
+    head = b64url(json.dumps(header or {"alg": alg, "typ": "JWT"}).encode())
+    body = b64url(json.dumps(claims).encode())
+    signing_input = f"{head}.{body}".encode()
+    if alg == "HS256":
+        sig = hmac.new(secret.encode(), signing_input, hashlib.sha256).digest()
+    else:
+        sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", key_file], input=signing_input,
+                             capture_output=True, check=True).stdout
+    return f"{head}.{body}.{b64url(sig)}"
+
+
+class JwtKeysTest(SluiceTestCase):
+    """`jwt:sub` keyed limits: HS256 and RS256 tokens accepted and counted per subject,
+    a tampered or expired token 401, a request without a token not counted by them."""
+
+    SECRET = "a shared secret of at least 32 bytes!"
+
+    def setUp(self):
+        self.dir = self.enterContext(tempfile.TemporaryDirectory())
+        self.rsa_key = os.path.join(self.dir, "rsa.pem")
+        self.rsa_pub = os.path.join(self.dir, "rsa.pub.pem")
+        subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+                        "-out", self.rsa_key], check=True, capture_output=True)
+        subprocess.run(["openssl", "pkey", "-in", self.rsa_key, "-pubout", "-out", self.rsa_pub], check=True,
+                       capture_output=True)
+        self.up = self.start_upstream(respond(200, b"ok"))
+        self.port = free_port()
+        routes = [limited_route("api", [token_bucket("per_user", 2, "1h", 2, key=["jwt:sub"])])]
+        self.sluice = self.start_sluice(proxy_config(
+            self.port, {"app": self.up.address}, routes,
+            extra={"store": redis_store(self.start_redis()),
+                   "jwt": {"keys": [{"alg": "HS256", "secret": self.SECRET},
+                                    {"alg": "RS256", "pem": self.rsa_pub}]}}))
+        self.sluice.wait_store_connected(2)
+
+    def get(self, token=None):
+        headers = [("Authorization", f"Bearer {token}")] if token else []
+        with RawClient(self.port) as c:
+            return c.request("GET", "/api", headers)
+
+    def test_verified_subjects_are_counted_and_bad_tokens_refused(self):
+        exp = int(time.time()) + 600
+        alice_hs = jwt_token({"sub": "alice", "exp": exp}, secret=self.SECRET)
+        alice_rs = jwt_token({"sub": "alice", "exp": exp}, alg="RS256", key_file=self.rsa_key)
+        bob = jwt_token({"sub": "bob"}, alg="RS256", key_file=self.rsa_key)
+        # alice's two tokens (two algorithms) share her bucket of 2.
+        self.assertEqual(self.get(alice_hs).status, 200)
+        self.assertEqual(self.get(alice_rs).status, 200)
+        self.assertEqual(self.get(alice_hs).status, 429)
+        self.assertEqual(self.get(bob).status, 200)
+        # Tampered: alice's signature on bob's claims.
+        head, _, sig = alice_hs.split(".")
+        forged = f"{head}.{b64url(json.dumps({'sub': 'mallory', 'exp': exp}).encode())}.{sig}"
+        r = self.get(forged)
+        self.assert_problem(r, 401)
+        self.assertEqual(r.header("www-authenticate"), 'Bearer error="invalid_token"')
+        self.assertIn("the signature does not verify", r.json()["detail"])
+        # Expired (past the 30 s leeway), and signed with a secret that is not ours.
+        self.assertIn("has expired", self.get(jwt_token({"sub": "carol", "exp": int(time.time()) - 120},
+                                                        secret=self.SECRET)).json()["detail"])
+        self.assertEqual(self.get(jwt_token({"sub": "carol"}, secret="x" * 40)).status, 401)
+        # alg none is never accepted.
+        none = f"{b64url(json.dumps({'alg': 'none'}).encode())}.{b64url(json.dumps({'sub': 'z'}).encode())}."
+        self.assertEqual(self.get(none).status, 401)
+        # Without a token the limit does not apply: counted by nothing, forwarded, logged skipped.
+        for _ in range(3):
+            self.assertEqual(self.get().status, 200)
+        self.sluice.wait_access(skipped="per_user")
+        # Nothing refused reached the upstream: alice 2, bob 1, three without a token.
+        self.assertEqual(len(self.up.requests), 6)
 
 
 if __name__ == "__main__":
