@@ -201,6 +201,24 @@ std::optional<double> numeric_date(const Json* v) {
 
 }  // namespace
 
+std::string base64url_encode(std::string_view data) {
+    static constexpr char table[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    std::string out;
+    out.reserve((data.size() * 4 + 2) / 3);
+    std::uint32_t acc = 0;
+    int bits = 0;
+    for (const unsigned char c : data) {
+        acc = (acc << 8) | c;
+        bits += 8;
+        while (bits >= 6) {
+            bits -= 6;
+            out += table[(acc >> bits) & 63];
+        }
+    }
+    if (bits > 0) out += table[(acc << (6 - bits)) & 63];
+    return out;
+}
+
 std::optional<std::string> base64url_decode(std::string_view text) {
     if (text.size() % 4 == 1) return std::nullopt;
     std::string out;

@@ -22,7 +22,8 @@ namespace sluice::auth {
 
 inline constexpr std::size_t max_token_bytes = 8192;
 
-// base64url without padding (RFC 7515 2); nullopt for anything else.
+// base64url without padding (RFC 7515 2); decoding gives nullopt for anything else.
+std::string base64url_encode(std::string_view data);
 std::optional<std::string> base64url_decode(std::string_view text);
 
 class JwtVerifier {

@@ -23,22 +23,7 @@ namespace {
 
 const std::string secret(32, 'k');
 
-std::string b64url(std::string_view data) {
-    static constexpr char table[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    std::string out;
-    std::uint32_t acc = 0;
-    int bits = 0;
-    for (const unsigned char c : data) {
-        acc = (acc << 8) | c;
-        bits += 8;
-        while (bits >= 6) {
-            bits -= 6;
-            out += table[(acc >> bits) & 63];
-        }
-    }
-    if (bits > 0) out += table[(acc << (6 - bits)) & 63];
-    return out;
-}
+std::string b64url(std::string_view data) { return auth::base64url_encode(data); }
 
 const auth::JwtVerifier& verifier() {
     static const auto v = [] {
