@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/ecdsa.h>
@@ -50,11 +51,25 @@ std::optional<config::JwtAlg> alg_of(std::string_view name) {
     return std::nullopt;
 }
 
-// Whether `pkey` can verify `alg` (RSA of at least 2048 bits; EC on P-256).
+// OpenSSL's own check of a public key (RSA: n and e in range, e odd; EC: the point on the
+// curve).
+bool passes_public_check(EVP_PKEY* pkey) {
+    EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_from_pkey(nullptr, pkey, nullptr);
+    const bool ok = ctx && EVP_PKEY_public_check(ctx) == 1;
+    EVP_PKEY_CTX_free(ctx);
+    return ok;
+}
+
+// Whether `pkey` can verify `alg` (RSA of at least 2048 bits with an odd e of at least
+// 65537: with e = 1 or 3 anyone could make signatures; EC on P-256).
 std::string unusable(EVP_PKEY* pkey, config::JwtAlg alg) {
     if (alg == config::JwtAlg::rs256) {
         if (EVP_PKEY_get_base_id(pkey) != EVP_PKEY_RSA) return "an RS256 key must be an RSA public key";
         if (EVP_PKEY_get_bits(pkey) < 2048) return "an RS256 key must have at least 2048 bits";
+        BIGNUM* e = nullptr;
+        bool weak = !EVP_PKEY_get_bn_param(pkey, OSSL_PKEY_PARAM_RSA_E, &e) || !BN_is_odd(e) || BN_num_bits(e) < 17;
+        BN_free(e);
+        if (weak || !passes_public_check(pkey)) return "an RS256 key must have an odd exponent of at least 65537";
         return {};
     }
     if (alg == config::JwtAlg::es256) {
@@ -64,6 +79,7 @@ std::string unusable(EVP_PKEY* pkey, config::JwtAlg alg) {
             !EVP_PKEY_get_utf8_string_param(pkey, OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof group, &len) ||
             std::string_view(group, len) != "prime256v1")
             return "an ES256 key must be an EC public key on P-256";
+        if (!passes_public_check(pkey)) return "an ES256 key's point is not on P-256";
         return {};
     }
     return "an HS256 key is a secret, not a public key";
@@ -311,21 +327,21 @@ JwtVerifier::Result JwtVerifier::verify(std::string_view token, std::int64_t now
     const auto alg = alg_text ? alg_of(*alg_text) : std::nullopt;
     if (!alg) return fail("the token's alg is not HS256, RS256 or ES256");
     if (header->member("crit")) return fail("the token names critical extensions");
+    if (header->member("kid") && !header->string_member("kid")) return fail("the token's kid is not a string");
     const auto kid = header->string_member("kid");
     // Verified first: nothing of the payload is read before.
     const std::string_view input = token.substr(0, dot2);
-    bool any_key = false, verified = false;
-    for (const auto& key : keys_) {
-        if (key->alg != *alg) continue;
-        if (kid && !key->kid.empty() && key->kid != *kid) continue;
-        any_key = true;
-        if (verify_signature(*key, input, *signature)) {
-            verified = true;
-            break;
-        }
-    }
-    if (!any_key) return fail("no configured key verifies " + std::string(alg_name(*alg)) + " tokens" +
-                              (kid ? " of that kid" : ""));
+    // A bogus token costs a signature check per key tried, before any limit counts it: at
+    // most max_keys_tried (a token naming its kid needs one).
+    std::vector<const Key*> candidates;
+    for (const auto& key : keys_)
+        if (key->alg == *alg && (!kid || key->kid.empty() || key->kid == *kid)) candidates.push_back(key.get());
+    if (candidates.empty())
+        return fail("no configured key verifies " + std::string(alg_name(*alg)) + " tokens" + (kid ? " of that kid" : ""));
+    if (candidates.size() > max_keys_tried)
+        return fail("more than 4 keys could have signed the token: it must name its kid");
+    const bool verified = std::any_of(candidates.begin(), candidates.end(),
+                                      [&](const Key* key) { return verify_signature(*key, input, *signature); });
     if (!verified) return fail("the signature does not verify");
     const auto payload = parse_json(*payload_text, error);
     if (!payload || payload->kind != Json::Kind::object) return fail("the token's claims are not a JSON object");

@@ -21,6 +21,9 @@
 namespace sluice::auth {
 
 inline constexpr std::size_t max_token_bytes = 8192;
+// Keys a token is checked against at most (those of its alg and kid): a token that more
+// keys could have signed must name its kid (a bogus one costs a signature check per key).
+inline constexpr std::size_t max_keys_tried = 4;
 
 // base64url without padding (RFC 7515 2); decoding gives nullopt for anything else.
 std::string base64url_encode(std::string_view data);

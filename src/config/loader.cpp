@@ -1332,7 +1332,7 @@ void ConfigReader::warn_when_exempt_headers_cannot_apply() {
 void ConfigReader::read_limits(const Field& field, RouteConfig& route, RouteSite& site) {
     if (!expect_list(field)) return;
     for (const Field& item : items_of(field)) read_limit(item, route, site);
-    // A limit keyed on a header (or a query parameter, cookie or path segment) does not apply
+    // A limit keyed on a header (or a query parameter, cookie, path segment or token claim) does not apply
     // to a request without it. When every limit of the route is such a limit, a client only
     // has to leave it out to be unlimited.
     if (route.limits.empty()) return;
@@ -1341,7 +1341,8 @@ void ConfigReader::read_limits(const Field& field, RouteConfig& route, RouteSite
     for (const auto& limit : route.limits) {
         const auto optional = std::find_if(limit.key.begin(), limit.key.end(), [](const KeyPart& part) {
             return part.kind == KeyPart::Kind::header || part.kind == KeyPart::Kind::query ||
-                   part.kind == KeyPart::Kind::cookie || part.kind == KeyPart::Kind::path_segment;
+                   part.kind == KeyPart::Kind::cookie || part.kind == KeyPart::Kind::path_segment ||
+                   part.kind == KeyPart::Kind::jwt;
         });
         if (optional == limit.key.end()) return;  // this one applies to every request
         headers_only &= optional->kind == KeyPart::Kind::header;

@@ -14,14 +14,14 @@ int hex_digit(char c) {
     return -1;
 }
 
-// Form decoding: %XX (either case) and '+' as a space; a '%' not followed by two hex
-// digits stays as it is.
-std::string form_decoded(std::string_view text) {
+// %XX (either case) decoded, and with `plus_is_space` (form encoding) '+' as a space; a '%'
+// not followed by two hex digits stays as it is.
+std::string decoded(std::string_view text, bool plus_is_space) {
     std::string out;
     out.reserve(text.size());
     for (std::size_t i = 0; i < text.size(); ++i) {
         const char c = text[i];
-        if (c == '+') {
+        if (c == '+' && plus_is_space) {
             out.push_back(' ');
         } else if (c == '%' && i + 2 < text.size() && hex_digit(text[i + 1]) >= 0 && hex_digit(text[i + 2]) >= 0) {
             out.push_back(static_cast<char>(hex_digit(text[i + 1]) * 16 + hex_digit(text[i + 2])));
@@ -49,8 +49,8 @@ std::optional<std::string> query_value(std::string_view query, std::string_view 
         const std::string_view pair = query.substr(0, amp);
         query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
         const auto eq = pair.find('=');
-        if (form_decoded(pair.substr(0, eq)) != name) continue;
-        std::string value = eq == std::string_view::npos ? std::string() : form_decoded(pair.substr(eq + 1));
+        if (decoded(pair.substr(0, eq), true) != name) continue;
+        std::string value = eq == std::string_view::npos ? std::string() : decoded(pair.substr(eq + 1), true);
         if (found && *found != value) {
             ambiguous = true;
             return std::nullopt;
@@ -60,22 +60,27 @@ std::optional<std::string> query_value(std::string_view query, std::string_view 
     return found;
 }
 
-std::optional<std::string_view> cookie_value(std::string_view cookies, std::string_view name, bool& ambiguous) {
+std::string percent_decoded(std::string_view text) { return decoded(text, false); }
+
+std::optional<std::string> cookie_value(std::string_view cookies, std::string_view name, bool& ambiguous) {
     ambiguous = false;
-    std::optional<std::string_view> found;
+    std::optional<std::string> found;
     while (!cookies.empty()) {
         const auto semi = cookies.find(';');
         const std::string_view pair = trimmed(cookies.substr(0, semi));
         cookies = semi == std::string_view::npos ? std::string_view{} : cookies.substr(semi + 1);
         const auto eq = pair.find('=');
         if (eq == std::string_view::npos || trimmed(pair.substr(0, eq)) != name) continue;
-        std::string_view value = trimmed(pair.substr(eq + 1));
-        if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+        std::string_view quoted_value = trimmed(pair.substr(eq + 1));
+        if (quoted_value.size() >= 2 && quoted_value.front() == '"' && quoted_value.back() == '"')
+            quoted_value = quoted_value.substr(1, quoted_value.size() - 2);
+        // Decoded as the frameworks behind read it (Express, PHP): `%61bc` is `abc`.
+        std::string value = percent_decoded(quoted_value);
         if (found && *found != value) {
             ambiguous = true;
             return std::nullopt;
         }
-        found = value;
+        found = std::move(value);
     }
     return found;
 }

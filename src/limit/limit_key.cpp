@@ -72,8 +72,12 @@ bool append_value(std::string& out, const KeyPart& part, const RequestKeyValues&
         owned = client_network(request.client_ip, part.v4_prefix, part.v6_prefix);
         break;
     case KeyPart::Kind::query: owned = query_value(request.query, part.header_name, ambiguous); break;
-    case KeyPart::Kind::cookie: value = cookie_value(request.cookies, part.header_name, ambiguous); break;
-    case KeyPart::Kind::path_segment: value = path_segment(request.path, part.segment); break;
+    case KeyPart::Kind::cookie: owned = cookie_value(request.cookies, part.header_name, ambiguous); break;
+    case KeyPart::Kind::path_segment:
+        // Decoded: the normalised path keeps escapes of reserved characters (`%21`), which a
+        // backend reads as the character itself (`!`).
+        if (const auto segment = path_segment(request.path, part.segment)) owned = percent_decoded(*segment);
+        break;
     case KeyPart::Kind::jwt:
         if (request.claim) value = request.claim(part.header_name);
         break;

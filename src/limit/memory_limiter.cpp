@@ -93,8 +93,17 @@ MemoryLimiter::Entry& MemoryLimiter::insert(Shard& shard, const std::string& key
 std::uint64_t MemoryLimiter::evict(Shard& shard, std::int64_t now) {
     std::uint64_t evicted = 0;
     const std::size_t limit = per_shard_.load(std::memory_order_relaxed);
-    while (shard.states.size() > limit && shard.oldest) {
+    // At most this many steps per decision: a reload that lowers the bound a lot is caught up
+    // with over the next decisions, not in one long hold of the shard's lock.
+    std::size_t steps = 64;
+    while (shard.states.size() > limit && shard.oldest && steps-- > 0) {
         Entry& victim = *shard.oldest;
+        // Slots held now are requests under way: forgetting them would let the concurrency
+        // limit be exceeded, so such a key goes to the recent end instead.
+        if (const auto* held = std::get_if<Concurrency>(&victim.state); held && !is_empty(victim.state, now)) {
+            touch(shard, victim);
+            continue;
+        }
         if (!is_empty(victim.state, now)) ++evicted;  // an empty one was only waiting for the sweep
         erase(shard, shard.states.find(*victim.key));
     }
@@ -183,7 +192,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     private:
         std::vector<Shard*> shards_;
     } locks(locked);
-    std::size_t held_before = 0;  // a decision adds keys, never removes one
+    std::size_t held_before = 0;  // (keys_ moves by held_after - held_before, either way)
     for (auto* s : locked) held_before += s->states.size();
     const std::int64_t now = clock_();
 

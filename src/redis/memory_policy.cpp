@@ -1,5 +1,6 @@
 #include "redis/memory_policy.hpp"
 
+#include <algorithm>
 #include <memory>
 
 #include <hiredis/hiredis.h>
@@ -81,12 +82,13 @@ std::optional<MemorySettings> read_at(const config::Endpoint* tcp, const std::st
         return std::nullopt;
     }
     MemorySettings out{address, *policy, 0};
-    try {
-        out.maxmemory = std::stoull(*maxmemory);
-    } catch (const std::exception&) {
-        error = address + ": maxmemory is not a number: " + *maxmemory;
+    const bool digits = !maxmemory->empty() && maxmemory->size() <= 19 &&
+                        std::all_of(maxmemory->begin(), maxmemory->end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits) {
+        error = address + ": maxmemory is not a number";
         return std::nullopt;
     }
+    out.maxmemory = std::stoull(*maxmemory);
     return out;
 }
 

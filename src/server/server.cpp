@@ -267,8 +267,8 @@ bool Server::start() {
     }
     if (config_->store.type == config::StoreType::redis) {
         // Whether Redis may evict the keys: read once before the workers start (a blocking
-        // connection, at most 500 ms: a Redis that does not answer is the workers' business),
-        // and said in the log.
+        // connection, 500 ms for each of its few steps: a Redis that does not answer is the
+        // workers' business), and said in the log.
         std::string error;
         if (const auto settings = redis::read_memory_settings(config_->store, std::chrono::milliseconds(500), error)) {
             for (const auto& warning : redis::memory_warnings(*settings)) spdlog::warn("{}", warning);

@@ -208,6 +208,14 @@ TEST_CASE("jwt: a JWKS file of RSA and EC keys", "[jwt]") {
     CHECK(problem(*v, token(R"({"alg":"ES256","kid":"r"})", "{}", "ES256", &ec)) ==
           "no configured key verifies ES256 tokens of that kid");
 
+    // A token more than 4 keys could have signed must name its kid.
+    std::vector<config::JwtKeyConfig> many(5, jwks);
+    auto crowded = verifier(many);
+    CHECK(problem(*crowded, token(R"({"alg":"ES256"})", "{}", "ES256", &ec)) ==
+          "more than 4 keys could have signed the token: it must name its kid");
+    CHECK(crowded->verify(token(R"({"alg":"RS256","kid":"r"})", "{}", "RS256", &rsa), now).claims.has_value() == false);
+    CHECK(problem(*v, token(R"({"alg":"RS256","kid":7})", "{}", "RS256", &rsa)) == "the token's kid is not a string");
+
     // Keys that cannot be used are configuration errors.
     config::JwtConfig bad;
     std::string error;
@@ -221,6 +229,17 @@ TEST_CASE("jwt: a JWKS file of RSA and EC keys", "[jwt]") {
     bad.keys = {pem_key(config::JwtAlg::rs256, ec)};
     CHECK_FALSE(JwtVerifier::build(bad, error));
     CHECK(error == "jwt.keys entry 1: test.pem: an RS256 key must be an RSA public key");
+    // An RSA exponent of 1 or 3 would let anyone make signatures.
+    for (const char* e : {"AQ", "Aw"}) {
+        bad.keys = {jwks};
+        bad.keys[0].jwks = R"({"keys":[{"kty":"RSA","n":")" + bn(rsa.p, OSSL_PKEY_PARAM_RSA_N) + R"(","e":")" + e + R"("}]})";
+        CHECK_FALSE(JwtVerifier::build(bad, error));
+        CHECK(error == "jwt.keys entry 1: key 1 of keys.json: an RS256 key must have an odd exponent of at least 65537");
+    }
+    // An EC point off the curve.
+    bad.keys = {jwks};
+    bad.keys[0].jwks = R"({"keys":[{"kty":"EC","crv":"P-256","x":")" + x + R"(","y":")" + x + R"("}]})";
+    CHECK_FALSE(JwtVerifier::build(bad, error));
     Pkey small(EVP_RSA_gen(1024));
     bad.keys = {pem_key(config::JwtAlg::rs256, small)};
     CHECK_FALSE(JwtVerifier::build(bad, error));

@@ -188,6 +188,9 @@ TEST_CASE("limit keys: client networks, query parameters, cookies and path segme
 
     CHECK(cookie_value("a=1; session=s1;b=2", "session", ambiguous) == "s1");
     CHECK(cookie_value("session=\"quoted\"", "session", ambiguous) == "quoted");
+    CHECK(cookie_value("session=%61bc%2x", "session", ambiguous) == "abc%2x");
+    CHECK(cookie_value("session=abc; session=%61bc", "session", ambiguous) == "abc");  // one value, two spellings
+    CHECK_FALSE(ambiguous);
     CHECK(cookie_value("session=s1; session=s1", "session", ambiguous) == "s1");
     CHECK_FALSE(ambiguous);
     CHECK_FALSE(cookie_value("session=s1; session=s2", "session", ambiguous));
@@ -210,7 +213,7 @@ TEST_CASE("limit keys: client networks, query parameters, cookies and path segme
                                                   limit_keyed("sess", {part("cookie:sid")}),
                                                   limit_keyed("tenant", {part("path_segment:2")})};
     Request r;
-    r.path = "/t/acme/items";
+    r.path = "/t/ac%21me/items";
     auto values = r.values();
     values.query = "api_key=a%3Ab";
     values.cookies = "sid=xyz";
@@ -218,7 +221,7 @@ TEST_CASE("limit keys: client networks, query parameters, cookies and path segme
     CHECK(keys[0] == "sluice:{api}:net:203.0.113.0/24");
     CHECK(keys[1] == "sluice:{api}:key:a%3Ab");
     CHECK(keys[2] == "sluice:{api}:sess:xyz");
-    CHECK(keys[3] == "sluice:{api}:tenant:acme");
+    CHECK(keys[3] == "sluice:{api}:tenant:ac!me");  // the segment decoded
     values.query = "other=1";
     values.cookies = "";
     values.path = "/t";

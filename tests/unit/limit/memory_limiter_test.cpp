@@ -476,3 +476,23 @@ TEST_CASE("memory limiter: reset and the sweep keep the recency list whole", "[m
     }
     CHECK(decide("10.0.0.1") == Outcome::allowed);
 }
+
+TEST_CASE("memory limiter: a concurrency slot held is never evicted", "[memory_limiter]") {
+    std::int64_t now = 1'700'000'000 * second;
+    MemoryLimiter limiter{"sluice", [&now] { return now; }, 4096};
+    const std::vector<config::LimitConfig> one_at_a_time{slots_limit("inflight", 1, 60s, {})};
+    const std::vector<config::LimitConfig> hourly{token_bucket("hourly", 1, 3600s, 1)};
+    auto held = limiter.decide(RouteLimits{"slow", one_at_a_time}, RequestKeyValues{"198.51.100.1", "GET", "/", {}});
+    REQUIRE(held.outcome == Outcome::allowed);
+    // 20,000 other keys: every shard is over its share of 64 many times.
+    for (int i = 0; i < 20'000; ++i)
+        limiter.decide(RouteLimits{"api", hourly},
+                       RequestKeyValues{"10.0." + std::to_string(i / 256) + "." + std::to_string(i % 256), "GET", "/", {}});
+    CHECK(limiter.evictions() > 0);
+    // The request under way still holds the only slot.
+    CHECK(limiter.decide(RouteLimits{"slow", one_at_a_time}, RequestKeyValues{"198.51.100.2", "GET", "/", {}}).outcome ==
+          Outcome::limited);
+    limiter.release(held.slots);
+    CHECK(limiter.decide(RouteLimits{"slow", one_at_a_time}, RequestKeyValues{"198.51.100.2", "GET", "/", {}}).outcome ==
+          Outcome::allowed);
+}
