@@ -273,14 +273,25 @@ std::shared_ptr<const JwtVerifier> JwtVerifier::build(const config::JwtConfig& j
                         (json_error.empty() ? "" : ": " + json_error);
                 return nullptr;
             }
+            std::size_t usable = 0;
             for (std::size_t k = 0; k < keys->items.size(); ++k) {
+                // An identity provider's set may hold encryption keys and kinds sluice does
+                // not verify with (oct, OKP): those are passed over, not refused.
+                const Json& jwk = keys->items[k];
+                const auto kty = jwk.string_member("kty");
+                if (jwk.string_member("use") == "enc" || (kty && *kty != "RSA" && *kty != "EC")) continue;
+                ++usable;
                 std::string key_error;
-                auto key = jwk_key(keys->items[k], key_error);
+                auto key = jwk_key(jwk, key_error);
                 if (!key) {
                     error = which + ": key " + std::to_string(k + 1) + " of " + spec.jwks_file + ": " + key_error;
                     return nullptr;
                 }
                 v->keys_.push_back(std::move(key));
+            }
+            if (usable == 0) {
+                error = which + ": " + spec.jwks_file + " holds no signing key sluice can use (RSA or EC P-256)";
+                return nullptr;
             }
             continue;
         }

@@ -27,7 +27,7 @@ bool uses(const config::LimitConfig& limit, config::KeyPart::Kind kind) {
     return std::any_of(limit.key.begin(), limit.key.end(), [&](const auto& part) { return same(part.kind); });
 }
 
-// "a=b; c=d" or "a=b&c=d" from name/value pairs (query values percent-encoded).
+// "a=b; c=d" or "a=b&c=d" from name/value pairs (the values percent-encoded).
 std::string joined(const std::vector<std::pair<std::string, std::string>>& pairs, bool query) {
     static constexpr char hex[] = "0123456789ABCDEF";
     std::string out;
@@ -35,11 +35,7 @@ std::string joined(const std::vector<std::pair<std::string, std::string>>& pairs
         if (!out.empty()) out += query ? "&" : "; ";
         out += name;
         out += '=';
-        if (!query) {
-            out += value;
-            continue;
-        }
-        for (const char c : value) {
+        for (const char c : value) {  // percent-encoded: a request's values are read decoded
             const auto byte = static_cast<unsigned char>(c);
             if (std::isalnum(byte) || c == '-' || c == '_' || c == '.' || c == '~') {
                 out += c;

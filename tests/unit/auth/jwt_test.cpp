@@ -223,6 +223,14 @@ TEST_CASE("jwt: a JWKS file of RSA and EC keys", "[jwt]") {
     bad.keys[0].jwks = R"({"keys":[{"kty":"EC","crv":"P-384","x":"AA","y":"AA"}]})";
     CHECK_FALSE(JwtVerifier::build(bad, error));
     CHECK(error == "jwt.keys entry 1: key 1 of keys.json: an EC key must be on P-256 (crv: P-256)");
+    // Encryption keys and other kinds are passed over; a set of nothing else is refused.
+    config::JwtKeyConfig mixed = jwks;
+    mixed.jwks = R"({"keys":[{"kty":"oct","k":"AAAA"},{"kty":"RSA","use":"enc","n":"AQ","e":"AQ"},)" +
+                 jwks.jwks.substr(std::string(R"({"keys":[)").size());
+    CHECK(verifier({mixed})->key_count() == 2);
+    bad.keys[0].jwks = R"({"keys":[{"kty":"OKP","crv":"Ed25519","x":"AA"}]})";
+    CHECK_FALSE(JwtVerifier::build(bad, error));
+    CHECK(error == "jwt.keys entry 1: keys.json holds no signing key sluice can use (RSA or EC P-256)");
     bad.keys[0].jwks = R"({"keys":[]})";
     CHECK_FALSE(JwtVerifier::build(bad, error));
     CHECK(error == "jwt.keys entry 1: keys.json is not a JWKS ({\"keys\": [...]})");

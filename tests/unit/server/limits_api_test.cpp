@@ -64,6 +64,9 @@ TEST_CASE("limits api: queries", "[admin]") {
     bool ambiguous = false;
     CHECK(limit::query_value(q->values.query, "api_key", ambiguous) == "a b&c");
     CHECK(limit::cookie_value(q->values.cookies, "t", ambiguous) == "2");
+    q = read(*config, "route=api&client=1.2.3.4&cookie.sid=a%3Bb", problem);  // a ';' in the value stays in it
+    REQUIRE(q);
+    CHECK(limit::cookie_value(q->values.cookies, "sid", ambiguous) == "a;b");
 
     struct Bad {
         std::string query;
