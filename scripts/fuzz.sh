@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) and runs them.
-#   scripts/fuzz.sh smoke      each target for FUZZ_SMOKE_SECONDS (20), from its seed corpus
+#   scripts/fuzz.sh smoke      each target for FUZZ_SMOKE_SECONDS (12), from its seed corpus
 #   scripts/fuzz.sh run        each target for FUZZ_SECONDS (600)
 #   scripts/fuzz.sh build      only build
 #   FUZZ_TARGETS="body_reader head_scan" limits the targets.
@@ -62,7 +62,7 @@ done
 [ "$mode" = build ] && exit 0
 
 seconds=${FUZZ_SECONDS:-600}
-[ "$mode" = smoke ] && seconds=${FUZZ_SMOKE_SECONDS:-20}
+[ "$mode" = smoke ] && seconds=${FUZZ_SMOKE_SECONDS:-12}
 status=0
 for t in $targets; do
   findings="$out/findings/$t"
