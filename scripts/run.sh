@@ -32,8 +32,10 @@ listening() {  # host:port answers a TCP connect
 
 if [[ $redis_addr != unix:* ]] && ! listening "$redis_addr"; then
   echo "make run: no Redis at $redis_addr; starting a throwaway redis-server there"
+  # noeviction with a maxmemory: what a limiter's Redis should have (README "Redis memory and
+  # eviction"); sluice warns at start-up about a Redis without them.
   redis-server --bind "${redis_addr%:*}" --port "${redis_addr##*:}" --save "" --appendonly no \
-    --daemonize no --loglevel warning &
+    --maxmemory 256mb --maxmemory-policy noeviction --daemonize no --loglevel warning &
   children+=($!)
 fi
 if ! listening "$backend_addr"; then
