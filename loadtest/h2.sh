@@ -48,26 +48,11 @@ measure() {  # measure TARGET SCENARIO -> "rps p99 errors cpu_us_per_req"
   local c1; c1=$(cpu_ticks $pids)
   read -r rps p99 bad < <(parse_h2load "$out" "$log")
   local reqs; reqs=$(awk '/^requests:/ { print $8 }' "$out")
-  echo "$rps $p99 $bad $(awk -v t=$((c1 - c0)) -v hz="$TICK" -v n="$reqs" 'BEGIN { printf "%.1f", n ? t / hz * 1e6 / n : 0 }')"
+  echo "$rps $p99 $bad $(cpu_per_request $((c1 - c0)) "$reqs")"
 }
 
-declare -A sum_rps sum_cpu last_p99 errors
 SCENARIOS="h2_one_stream h2_streams"
-for scenario in $SCENARIOS; do
-  say "$scenario: warm-up"
-  measure nginx "$scenario" >/dev/null; measure sluice "$scenario" >/dev/null
-  for round in $(seq "$ROUNDS"); do
-    for target in nginx sluice; do
-      read -r rps p99 bad cpu < <(measure "$target" "$scenario")
-      say "$scenario round $round $target: $rps req/s, p99 $p99 ms, $bad errors, $cpu µs CPU/req"
-      k="$scenario/$target"
-      sum_rps[$k]=$(awk -v a="${sum_rps[$k]:-0}" -v b="$rps" 'BEGIN { printf "%.0f", a + b }')
-      sum_cpu[$k]=$(awk -v a="${sum_cpu[$k]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
-      last_p99[$k]=$p99
-      errors[$k]=$(( ${errors[$k]:-0} + bad ))
-    done
-  done
-done
+run_rounds "$SCENARIOS"
 streams=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^sluice_requests_total/ { n += $2 } END { print n + 0 }')
 mkdir -p "$RESULTS"
 {
@@ -78,17 +63,7 @@ mkdir -p "$RESULTS"
   echo "h2load (2 threads); same ECDSA P-256 certificate, ALPN h2; upstream: plain nginx over HTTP/1.1 keep-alive."
   echo "$(openssl version), $("$NGINX" -v 2>&1 | sed 's/.*: //'), $(h2load --version | head -1)."
   echo
-  echo "| scenario | nginx req/s | sluice req/s | ratio | nginx p99 ms | sluice p99 ms | CPU µs/req nginx / sluice | errors nginx / sluice |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-  for scenario in $SCENARIOS; do
-    n=$(awk -v a="${sum_rps[$scenario/nginx]}" -v r="$ROUNDS" 'BEGIN { printf "%d", a / r }')
-    s=$(awk -v a="${sum_rps[$scenario/sluice]}" -v r="$ROUNDS" 'BEGIN { printf "%d", a / r }')
-    printf '| %s | %d | %d | %.2f | %s | %s | %.1f / %.1f | %d / %d |\n' "$scenario" "$n" "$s" \
-      "$(awk -v a="$s" -v b="$n" 'BEGIN { print b ? a / b : 0 }')" "${last_p99[$scenario/nginx]}" "${last_p99[$scenario/sluice]}" \
-      "$(awk -v a="${sum_cpu[$scenario/nginx]}" -v r="$ROUNDS" 'BEGIN { print a / r }')" \
-      "$(awk -v a="${sum_cpu[$scenario/sluice]}" -v r="$ROUNDS" 'BEGIN { print a / r }')" \
-      "${errors[$scenario/nginx]}" "${errors[$scenario/sluice]}"
-  done
+  results_table "$SCENARIOS"
   echo
   echo "sluice counted $streams requests (sluice_requests_total) over the whole run."
 } | tee "$RESULTS/h2.md"

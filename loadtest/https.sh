@@ -47,26 +47,11 @@ measure() {  # measure TARGET SCENARIO -> "rps p99 errors cpu_us_per_req"
   local c1; c1=$(cpu_ticks $pids)
   read -r rps p99 bad < <(parse_wrk "$out")
   local reqs; reqs=$(awk '/requests in/ { print $1 }' "$out")
-  echo "$rps $p99 $bad $(awk -v t=$((c1 - c0)) -v hz="$TICK" -v n="$reqs" 'BEGIN { printf "%.1f", n ? t / hz * 1e6 / n : 0 }')"
+  echo "$rps $p99 $bad $(cpu_per_request $((c1 - c0)) "$reqs")"
 }
 
-declare -A sum_rps sum_cpu last_p99 errors
 SCENARIOS="handshakes keepalive plain_close"
-for scenario in $SCENARIOS; do
-  say "$scenario: warm-up"
-  measure nginx "$scenario" >/dev/null; measure sluice "$scenario" >/dev/null
-  for round in $(seq "$ROUNDS"); do
-    for target in nginx sluice; do
-      read -r rps p99 bad cpu < <(measure "$target" "$scenario")
-      say "$scenario round $round $target: $rps req/s, p99 $p99 ms, $bad errors, $cpu µs CPU/req"
-      k="$scenario/$target"
-      sum_rps[$k]=$(( ${sum_rps[$k]:-0} + rps ))
-      sum_cpu[$k]=$(awk -v a="${sum_cpu[$k]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
-      last_p99[$k]=$p99
-      errors[$k]=$(( ${errors[$k]:-0} + bad ))
-    done
-  done
-done
+run_rounds "$SCENARIOS"
 handshakes=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^sluice_tls_handshakes_total/ { print $2 }')
 failures=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^sluice_tls_handshake_failures_total/ && $2 > 0 { sub(/.*reason="/, "", $1); sub(/".*/, "", $1); printf "%s%s %d", sep, $1, $2; sep = ", " } END { if (!sep) printf "none" }')
 
@@ -77,16 +62,7 @@ mkdir -p "$RESULTS"
   echo "$(nproc) cores, $WORKERS workers each, $CONNS connections, $ROUNDS x $DURATION per measurement, alternating;"
   echo "same ECDSA P-256 certificate; upstream: plain nginx. $(openssl version), $("$NGINX" -v 2>&1 | sed 's/.*: //')."
   echo
-  echo "| scenario | nginx req/s | sluice req/s | ratio | nginx p99 ms | sluice p99 ms | CPU µs/req nginx / sluice | errors nginx / sluice |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-  for scenario in $SCENARIOS; do
-    n=$(( ${sum_rps[$scenario/nginx]} / ROUNDS )); s=$(( ${sum_rps[$scenario/sluice]} / ROUNDS ))
-    printf '| %s | %d | %d | %.2f | %s | %s | %.1f / %.1f | %d / %d |\n' "$scenario" "$n" "$s" \
-      "$(awk -v a="$s" -v b="$n" 'BEGIN { print b ? a / b : 0 }')" "${last_p99[$scenario/nginx]}" "${last_p99[$scenario/sluice]}" \
-      "$(awk -v a="${sum_cpu[$scenario/nginx]}" -v r="$ROUNDS" 'BEGIN { print a / r }')" \
-      "$(awk -v a="${sum_cpu[$scenario/sluice]}" -v r="$ROUNDS" 'BEGIN { print a / r }')" \
-      "${errors[$scenario/nginx]}" "${errors[$scenario/sluice]}"
-  done
+  results_table "$SCENARIOS"
   echo
   echo "sluice counted $handshakes completed handshakes over the whole run; failed, by reason: $failures"
   echo "(wrk ends each measurement with connections in mid-handshake: they count as closed)."

@@ -8,7 +8,14 @@
 #   start_proxies NGINX_LISTEN SLUICE_LISTEN
 # which writes and starts the upstream, the nginx proxy (NGINX_LISTEN: its listen lines)
 # and sluice (SLUICE_LISTEN: the YAML items of server.listen), sets NGINX_PROXY_PID and
-# SLUICE_PID, and waits until the upstream, NGINX_PORT and TLS_PORT accept.
+# SLUICE_PID, and waits until the upstream, NGINX_PORT and TLS_PORT accept; and, for the
+# measurements (the sourcing script defines `measure TARGET SCENARIO`, which prints
+# "req/s p99_ms errors cpu_us_per_request"):
+#   cpu_per_request TICKS REQUESTS    µs of CPU per request
+#   run_rounds SCENARIOS              a warm-up, then ROUNDS rounds alternating nginx and
+#                                     sluice per scenario, summed into sum_rps, sum_cpu,
+#                                     errors (last_p99: the last round's p99)
+#   results_table SCENARIOS           the markdown table of those sums
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 SLUICE=${SLUICE:-$REPO/build/sluice}
@@ -119,4 +126,41 @@ EOF
   SLUICE_PID=$!
   PIDS+=("$SLUICE_PID")
   for p in $UP_PORT $NGINX_PORT $TLS_PORT; do wait_port "$p" || die "port $p does not accept"; done
+}
+
+cpu_per_request() { awk -v t="$1" -v hz="$TICK" -v n="$2" 'BEGIN { printf "%.1f", n ? t / hz * 1e6 / n : 0 }'; }
+
+declare -A sum_rps sum_cpu last_p99 errors
+run_rounds() {
+  local scenario round target rps p99 bad cpu k
+  for scenario in $1; do
+    say "$scenario: warm-up"
+    measure nginx "$scenario" >/dev/null; measure sluice "$scenario" >/dev/null
+    for round in $(seq "$ROUNDS"); do
+      for target in nginx sluice; do
+        read -r rps p99 bad cpu < <(measure "$target" "$scenario")
+        say "$scenario round $round $target: $rps req/s, p99 $p99 ms, $bad errors, $cpu µs CPU/req"
+        k="$scenario/$target"
+        sum_rps[$k]=$(awk -v a="${sum_rps[$k]:-0}" -v b="$rps" 'BEGIN { printf "%.0f", a + b }')
+        sum_cpu[$k]=$(awk -v a="${sum_cpu[$k]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
+        last_p99[$k]=$p99
+        errors[$k]=$(( ${errors[$k]:-0} + bad ))
+      done
+    done
+  done
+}
+
+results_table() {
+  local scenario n s
+  echo "| scenario | nginx req/s | sluice req/s | ratio | nginx p99 ms | sluice p99 ms | CPU µs/req nginx / sluice | errors nginx / sluice |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  for scenario in $1; do
+    n=$(awk -v a="${sum_rps[$scenario/nginx]}" -v r="$ROUNDS" 'BEGIN { printf "%d", a / r }')
+    s=$(awk -v a="${sum_rps[$scenario/sluice]}" -v r="$ROUNDS" 'BEGIN { printf "%d", a / r }')
+    printf '| %s | %d | %d | %.2f | %s | %s | %.1f / %.1f | %d / %d |\n' "$scenario" "$n" "$s" \
+      "$(awk -v a="$s" -v b="$n" 'BEGIN { print b ? a / b : 0 }')" "${last_p99[$scenario/nginx]}" "${last_p99[$scenario/sluice]}" \
+      "$(awk -v a="${sum_cpu[$scenario/nginx]}" -v r="$ROUNDS" 'BEGIN { print a / r }')" \
+      "$(awk -v a="${sum_cpu[$scenario/sluice]}" -v r="$ROUNDS" 'BEGIN { print a / r }')" \
+      "${errors[$scenario/nginx]}" "${errors[$scenario/sluice]}"
+  done
 }
