@@ -1192,9 +1192,12 @@ class RawClient:
         data = c.wait_closed(3)             # bytes received until EOF/RST (fails if open)
     """
 
-    def __init__(self, port, host=LOOPBACK, timeout=SOCKET_TIMEOUT):
+    def __init__(self, port, host=LOOPBACK, timeout=SOCKET_TIMEOUT, source=None):
+        """source: the local address to connect from (another loopback address, 127.0.0.2,
+        is another peer)."""
         self.timeout = timeout
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.reader = _Reader(self.sock)
 
