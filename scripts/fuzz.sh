@@ -16,8 +16,9 @@ mkdir -p "$out"
 declare -A sources=(
   [body_reader]="src/http/body_reader.cpp"
   [request_target]="src/http/request_target.cpp"
-  [head_scan]="src/http/head_scan.cpp src/http/header_rules.cpp"
-  [request_head]="src/http/request_head.cpp src/http/head_scan.cpp src/http/header_rules.cpp src/http/request_target.cpp src/http/body_reader.cpp"
+  [head_scan]="src/http/head_scan.cpp src/http/header_rules.cpp src/http/field_list.cpp"
+  [response_head]="src/http/field_list.cpp src/http/head_scan.cpp src/http/header_rules.cpp"
+  [request_head]="src/http/request_head.cpp src/http/head_scan.cpp src/http/header_rules.cpp src/http/field_list.cpp src/http/request_target.cpp src/http/body_reader.cpp"
   [redis_reply]="src/redis/redis_reply.cpp"
   [topology_parse]="src/redis/topology_parse.cpp src/redis/redis_reply.cpp src/config/endpoint.cpp src/net/cidr.cpp"
   [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp src/auth/jwt.cpp src/auth/json.cpp"
@@ -45,7 +46,7 @@ declare -A cflags=(
   [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
   [access_format]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec key_values json jwt"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head response_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec key_values json jwt"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 

@@ -190,7 +190,7 @@ private:
     // both ways until both sides are done, either fails, or nothing moved for
     // server.tunnel_idle_timeout. The connection closes after it.
     net::awaitable<bool> tunnel(const config::Config& cfg, const server::Snapshot& snap,
-                                std::unique_ptr<UpstreamConnection> conn, bhttp::response_header<>& res,
+                                std::unique_ptr<UpstreamConnection> conn, UpstreamResponse& res,
                                 const limit::HeaderList& rate_headers, observe::AccessRecord& rec);
     // Answers a request whose body failed (malformed, too large, timed out: `ec`) and ends
     // the connection; false.
@@ -625,16 +625,17 @@ namespace {
 }  // namespace
 
 net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Snapshot& snap,
-                                     std::unique_ptr<UpstreamConnection> conn, bhttp::response_header<>& res,
+                                     std::unique_ptr<UpstreamConnection> conn, UpstreamResponse& res,
                                      const limit::HeaderList& rate_headers, observe::AccessRecord& rec) {
-    strip_hop_by_hop(res);
-    strip_framing(res);
-    append_via(res, res.version());
-    res.set(bhttp::field::connection, "upgrade");
-    res.set(bhttp::field::upgrade, "websocket");
-    for (const auto& [name, value] : rate_headers) res.set(name, value);
+    auto& fields = res.fields;
+    strip_hop_by_hop(fields);
+    strip_framing(fields);
+    append_via(fields, res.version);
+    replace_field(fields, bhttp::field::connection, "upgrade");
+    replace_field(fields, bhttp::field::upgrade, "websocket");
+    for (const auto& [name, value] : rate_headers) replace_field(fields, name, value);
     head_.clear();
-    write_response_head(11, 101, sv(res.reason()), res, head_);
+    write_response_head(11, 101, res.reason, fields, head_);
     rec.status = 101;
     rec.forwarded = true;
     const auto opened = std::chrono::steady_clock::now();
@@ -697,7 +698,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         first_piece = got.n;
     }
     std::unique_ptr<UpstreamConnection> conn;
-    std::optional<ResponseParser> res_parser;
+    UpstreamResponse response;  // the upstream's latest head
     Clock::time_point upstream_started;
     bool continue_sent = false;
 
@@ -761,20 +762,17 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         const auto head_deadline = Clock::now() + upstream_cfg.timeout;
         if (!upstream_error) watch_client();
         for (int interim = 0; !upstream_error && !client_gone_; ++interim) {
-            res_parser.emplace();
-            if (is_head) res_parser->skip(true);
-            const auto got = co_await read_upstream_head(*conn, *res_parser, head_deadline, upstream_deadline_);
+            const auto got = co_await read_upstream_head(*conn, response, head_deadline, upstream_deadline_);
             if (got.ec || !got.problem.empty()) {
                 upstream_error = got.ec;
                 invalid = got.problem;
                 break;
             }
             answered = true;
-            auto status = res_parser->get().result_int();
+            const auto status = response.status;
             if (status >= 200) break;
             if (status == 101) {
-                auto& switched = res_parser->get();
-                if (websocket && switches_to_websocket(switched)) break;  // the tunnel
+                if (websocket && switches_to_websocket(response)) break;  // the tunnel
                 invalid = websocket ? "upstream switched protocols but not to websocket"
                                     : "upstream switched protocols, which sluice does not relay";
                 break;
@@ -784,13 +782,13 @@ net::awaitable<bool> Session::forward(Exchange& x) {
                 break;
             }
             if (client_version >= 11) {
-                auto& info = res_parser->get();
-                strip_hop_by_hop(info.base());
-                strip_framing(info.base());
-                append_via(info.base(), info.version());
+                auto& info = response.fields;
+                strip_hop_by_hop(info);
+                strip_framing(info);
+                append_via(info, response.version);
                 // Not in head_: that holds the request, which a retry would send again.
                 std::string interim_head;
-                write_response_head(11, status, sv(info.reason()), info.base(), interim_head);
+                write_response_head(11, status, response.reason, info, interim_head);
                 arm(cfg.server.idle_timeout);
                 auto [iec, in] = co_await net::async_write(stream_, net::buffer(interim_head), nothrow);
                 disarm();
@@ -829,13 +827,12 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     rec.upstream_ms = ms_since(upstream_started);
 
     // The response as the client gets it.
-    auto& res = res_parser->get();
-    const unsigned status = res.result_int();
+    const unsigned status = response.status;
     if (status == 101) {
         snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
-        co_return co_await tunnel(cfg, snap, std::move(conn), res.base(), rate_headers, rec);
+        co_return co_await tunnel(cfg, snap, std::move(conn), response, rate_headers, rec);
     }
-    const auto framing = check_response_framing(res.base(), res.version(), status, is_head);
+    const auto framing = check_response_framing(response.fields, response.version, status, is_head);
     if (!framing.ok()) {
         spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);
         co_return co_await reply(cfg.server, local_problem(502, framing.problem), keep_alive, rec);
@@ -844,10 +841,10 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
 
     using Body = Framing::Body;
-    const bool upstream_keeps = res_parser->keep_alive();
+    const bool upstream_keeps = response.keep_alive;
     head_.clear();
     const ResponseOnward back =
-        response_onward(res, framing, client_version, keep_alive && !worker_.stopping(), rate_headers, head_);
+        response_onward(response, framing, client_version, keep_alive && !worker_.stopping(), rate_headers, head_);
     const bool keep = back.keep_alive;
     rec.status = status;
 

@@ -416,7 +416,7 @@ private:
         const bool has_body = !s.body_end || !s.body.empty();
 
         std::unique_ptr<UpstreamConnection> conn;
-        std::optional<ResponseParser> res_parser;
+        UpstreamResponse response;  // the upstream's latest head
         const auto upstream_started = Clock::now();
         for (int attempt = 0;; ++attempt) {
             Upstream failure;
@@ -471,16 +471,14 @@ private:
             bool answered = false;
             const auto head_deadline = Clock::now() + upstream_cfg.timeout;
             for (int interim = 0; !upstream_error && !s.closed; ++interim) {
-                res_parser.emplace();
-                if (is_head) res_parser->skip(true);
-                const auto got = co_await read_upstream_head(*conn, *res_parser, head_deadline, deadline);
+                const auto got = co_await read_upstream_head(*conn, response, head_deadline, deadline);
                 if (got.ec || !got.problem.empty()) {
                     upstream_error = got.ec;
                     invalid = got.problem;
                     break;
                 }
                 answered = true;
-                const auto status = res_parser->get().result_int();
+                const auto status = response.status;
                 if (status >= 200) break;
                 if (status == 101) {
                     invalid = "upstream switched protocols, which an HTTP/2 stream cannot relay";
@@ -512,19 +510,18 @@ private:
         }
         rec.upstream_ms = ms_since(upstream_started);
 
-        auto& res = res_parser->get();
-        const unsigned status = res.result_int();
-        const auto framing = check_response_framing(res.base(), res.version(), status, is_head);
+        const unsigned status = response.status;
+        const auto framing = check_response_framing(response.fields, response.version, status, is_head);
         if (!framing.ok()) {
             spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);
             co_return answer(s, x, local_problem(502, framing.problem));
         }
         rec.forwarded = true;
         snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
-        const bool upstream_keeps = res_parser->keep_alive();
+        const bool upstream_keeps = response.keep_alive;
         using Body = Framing::Body;
         const bool with_body = framing.body != Body::none && !(framing.body == Body::length && framing.length == 0);
-        codec_.respond(s.id, status, response_onward_h2(res, framing, x.rate_headers), with_body);
+        codec_.respond(s.id, status, response_onward_h2(response, framing, x.rate_headers), with_body);
         rec.status = status;
         kick();
         if (with_body) {

@@ -38,14 +38,14 @@ void for_each_token(std::string_view list, F&& f) {
 }
 
 // Calls f(value) for every field with this name, in received order.
-template <class F>
-void for_each_value(const Fields& fields, bhttp::field name, F&& f) {
+template <class L, class F>
+void for_each_value(const L& fields, bhttp::field name, F&& f) {
     for (const auto& field : fields)
         if (field.name() == name) f(sv(field.value()));
 }
 
-template <class F>
-void for_each_value(const Fields& fields, std::string_view name, F&& f) {
+template <class L, class F>
+void for_each_value(const L& fields, std::string_view name, F&& f) {
     for (const auto& field : fields)
         if (iequals(sv(field.name_string()), name)) f(sv(field.value()));
 }
@@ -96,7 +96,8 @@ struct FieldCount {
     std::size_t hosts = 0;
 };
 
-FieldCount count_framing_fields(const Fields& fields) {
+template <class L>
+FieldCount count_framing_fields(const L& fields) {
     FieldCount n;
     for (const auto& f : fields) {
         switch (f.name()) {
@@ -156,15 +157,22 @@ Framing check_request_framing(const Fields& fields, unsigned version) {
     return f;
 }
 
-Framing check_response_framing(const Fields& fields, unsigned version, unsigned status, bool head_request) {
+namespace {
+
+template <class L>
+Framing response_framing(const L& fields, unsigned version, unsigned status, bool head_request) {
     const auto n = count_framing_fields(fields);
     // Even where no body follows, a Content-Length that is forwarded must make sense.
     if (n.content_lengths > 1) return refuse(502, "upstream sent a repeated Content-Length");
     if (!n.length_valid) return refuse(502, "upstream sent an invalid Content-Length");
+    // Ambiguous whatever follows (Beast's parser refused it in every response too).
+    if (n.transfer_encodings && n.content_lengths)
+        return refuse(502, "upstream sent Content-Length together with Transfer-Encoding");
+    if (n.chunked > 1) return refuse(502, "upstream sent a Transfer-Encoding that applies chunked more than once");
+    if (n.chunked && !n.chunked_last) return refuse(502, "upstream sent a Transfer-Encoding that does not end in chunked");
     Framing f;
     if (head_request || status < 200 || status == 204 || status == 304) return f;
     if (n.transfer_encodings) {
-        if (n.content_lengths) return refuse(502, "upstream sent Content-Length together with Transfer-Encoding");
         if (version < 11) return refuse(502, "upstream sent Transfer-Encoding in an HTTP/1.0 response");
         // As nginx: a coding sluice would pass on undecoded is refused rather than relayed.
         if (n.chunked != 1 || n.other_codings) return refuse(502, "upstream sent a Transfer-Encoding other than chunked");
@@ -178,32 +186,38 @@ Framing check_response_framing(const Fields& fields, unsigned version, unsigned 
     return f;
 }
 
-void strip_framing(Fields& fields) {
+template <class L>
+void strip_framing_of(L& fields) {
     erase_all(fields, bhttp::field::content_length);
     erase_all(fields, bhttp::field::transfer_encoding);
 }
 
-void erase_all(Fields& fields, bhttp::field name) {
+template <class L>
+void erase_all_of(L& fields, bhttp::field name) {
     if (name == bhttp::field::unknown) return;  // as Beast's erase(name), which asserts it
     for (auto it = fields.begin(); it != fields.end();) it = it->name() == name ? fields.erase(it) : std::next(it);
 }
 
-void erase_all(Fields& fields, std::string_view name) {
+template <class L>
+void erase_all_of(L& fields, std::string_view name) {
     for (auto it = fields.begin(); it != fields.end();)
         it = iequals(sv(it->name_string()), name) ? fields.erase(it) : std::next(it);
 }
 
-void replace_field(Fields& fields, bhttp::field name, std::string_view value) {
+template <class L>
+void replace_field_of(L& fields, bhttp::field name, std::string_view value) {
     erase_all(fields, name);
     fields.insert(name, value);
 }
 
-void replace_field(Fields& fields, std::string_view name, std::string_view value) {
+template <class L>
+void replace_field_of(L& fields, std::string_view name, std::string_view value) {
     erase_all(fields, name);
     fields.insert(name, value);
 }
 
-void strip_hop_by_hop(Fields& fields) {
+template <class L>
+void strip_hop_by_hop_of(L& fields) {
     // One pass over the fields. The tokens named in Connection are views into its values,
     // so Connection itself goes last.
     std::vector<std::string_view> named;
@@ -212,7 +226,8 @@ void strip_hop_by_hop(Fields& fields) {
         if (f.name() != bhttp::field::connection) continue;
         has_connection = true;
         for_each_token(sv(f.value()), [&](std::string_view t) {
-            if (!is_protected(t)) named.push_back(t);
+            // close and keep-alive (the usual ones) name no field that is not removed anyway.
+            if (!is_protected(t) && !iequals(t, "close") && !iequals(t, "keep-alive")) named.push_back(t);
         });
     }
     for (auto it = fields.begin(); it != fields.end();) {
@@ -241,7 +256,8 @@ void strip_hop_by_hop(Fields& fields) {
     if (has_connection) erase_all(fields, bhttp::field::connection);
 }
 
-void append_via(Fields& fields, unsigned version) {
+template <class L>
+void append_via_of(L& fields, unsigned version) {
     std::string_view ours = version >= 11 ? "1.1 sluice" : "1.0 sluice";
     std::string joined;
     for_each_value(fields, bhttp::field::via, [&](std::string_view v) {
@@ -251,6 +267,35 @@ void append_via(Fields& fields, unsigned version) {
     joined += ours;
     replace_field(fields, bhttp::field::via, joined);
 }
+
+}  // namespace
+
+Framing check_response_framing(const Fields& fields, unsigned version, unsigned status, bool head_request) {
+    return response_framing(fields, version, status, head_request);
+}
+Framing check_response_framing(const FieldList& fields, unsigned version, unsigned status, bool head_request) {
+    return response_framing(fields, version, status, head_request);
+}
+void strip_framing(Fields& fields) { strip_framing_of(fields); }
+void strip_framing(FieldList& fields) { strip_framing_of(fields); }
+void erase_all(Fields& fields, bhttp::field name) { erase_all_of(fields, name); }
+void erase_all(FieldList& fields, bhttp::field name) { erase_all_of(fields, name); }
+void erase_all(Fields& fields, std::string_view name) { erase_all_of(fields, name); }
+void erase_all(FieldList& fields, std::string_view name) { erase_all_of(fields, name); }
+void replace_field(Fields& fields, bhttp::field name, std::string_view value) { replace_field_of(fields, name, value); }
+void replace_field(FieldList& fields, bhttp::field name, std::string_view value) {
+    replace_field_of(fields, name, value);
+}
+void replace_field(Fields& fields, std::string_view name, std::string_view value) {
+    replace_field_of(fields, name, value);
+}
+void replace_field(FieldList& fields, std::string_view name, std::string_view value) {
+    replace_field_of(fields, name, value);
+}
+void strip_hop_by_hop(Fields& fields) { strip_hop_by_hop_of(fields); }
+void strip_hop_by_hop(FieldList& fields) { strip_hop_by_hop_of(fields); }
+void append_via(Fields& fields, unsigned version) { append_via_of(fields, version); }
+void append_via(FieldList& fields, unsigned version) { append_via_of(fields, version); }
 
 void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
     std::string xff;
@@ -280,7 +325,8 @@ void append_version(unsigned version, std::string& out) {
     out += static_cast<char>('0' + version % 10);
 }
 
-void append_fields(const Fields& fields, std::string& out) {
+template <class L>
+void append_fields(const L& fields, std::string& out) {
     for (const auto& field : fields) {
         const auto name = field.name_string();
         const auto value = field.value();
@@ -299,8 +345,10 @@ void write_request_head(std::string_view method, std::string_view target, unsign
     append_fields(fields, out);
 }
 
-void write_response_head(unsigned version, unsigned status, std::string_view reason, const Fields& fields,
-                         std::string& out) {
+namespace {
+
+template <class L>
+void response_head(unsigned version, unsigned status, std::string_view reason, const L& fields, std::string& out) {
     append_version(version, out);
     out += ' ';
     out += static_cast<char>('0' + status / 100 % 10);
@@ -315,6 +363,17 @@ void write_response_head(unsigned version, unsigned status, std::string_view rea
     }
     out.append("\r\n", 2);
     append_fields(fields, out);
+}
+
+}  // namespace
+
+void write_response_head(unsigned version, unsigned status, std::string_view reason, const Fields& fields,
+                         std::string& out) {
+    response_head(version, status, reason, fields, out);
+}
+void write_response_head(unsigned version, unsigned status, std::string_view reason, const FieldList& fields,
+                         std::string& out) {
+    response_head(version, status, reason, fields, out);
 }
 
 }  // namespace sluice::http

@@ -1,5 +1,6 @@
-// Header rules of a proxy, as pure functions over Beast's field container:
-// request framing checks, hop-by-hop removal and the forwarding headers.
+// Header rules of a proxy, as pure functions over Beast's field container (a request's
+// fields) and over FieldList (an upstream response's): request framing checks, hop-by-hop
+// removal and the forwarding headers.
 #pragma once
 
 #include <cstdint>
@@ -8,12 +9,15 @@
 
 #include <boost/beast/http/fields.hpp>
 
+#include "http/field_list.hpp"
+
 namespace sluice::http {
 
 using Fields = boost::beast::http::fields;
 
 // A Beast string view (Boost's own type in 1.81) as a std::string_view.
 inline std::string_view sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
+inline std::string_view sv(std::string_view s) { return s; }
 
 // How a message's body is delimited (RFC 9112 6.3), as read from its head. What sluice
 // forwards is always framed again by sluice from this, never relayed as it came.
@@ -37,6 +41,7 @@ Framing check_request_framing(const Fields& fields, unsigned version);
 // the same refusals as for a request, as 502, and a body until the connection closes when
 // neither Content-Length nor Transfer-Encoding is present.
 Framing check_response_framing(const Fields& fields, unsigned version, unsigned status, bool head_request);
+Framing check_response_framing(const FieldList& fields, unsigned version, unsigned status, bool head_request);
 
 // Removes Connection, every field it names, and the fixed hop-by-hop fields. A Connection
 // option naming a field that frames the message or that the proxy itself sets
@@ -45,9 +50,11 @@ Framing check_response_framing(const Fields& fields, unsigned version, unsigned 
 // the upstream reads the request (RFC 9110 7.6.1 forbids a sender to list them). Ignoring
 // rather than refusing follows nginx and HAProxy, which accept such requests.
 void strip_hop_by_hop(Fields& fields);
+void strip_hop_by_hop(FieldList& fields);
 
 // Removes Content-Length and Transfer-Encoding: done before sluice writes its own framing.
 void strip_framing(Fields& fields);
+void strip_framing(FieldList& fields);
 
 // Every field of this name removed, in one walk over the fields (Beast's erase(name) and
 // set(name, value) look the name up in its ordered index, a case-insensitive string compare
@@ -55,9 +62,13 @@ void strip_framing(Fields& fields);
 // `name` a known field (field::unknown would match every field Beast does not know).
 void erase_all(Fields& fields, boost::beast::http::field name);
 void erase_all(Fields& fields, std::string_view name);
+void erase_all(FieldList& fields, boost::beast::http::field name);
+void erase_all(FieldList& fields, std::string_view name);
 // Beast's set(name, value) (every field of the name removed, one added at the end), the same way.
 void replace_field(Fields& fields, boost::beast::http::field name, std::string_view value);
 void replace_field(Fields& fields, std::string_view name, std::string_view value);
+void replace_field(FieldList& fields, boost::beast::http::field name, std::string_view value);
+void replace_field(FieldList& fields, std::string_view name, std::string_view value);
 
 struct ForwardingInfo {
     std::string_view peer_ip;   // TCP peer, as text
@@ -72,6 +83,7 @@ void add_forwarding_headers(Fields& fields, const ForwardingInfo& info);
 
 // Appends "1.1 sluice" (or "1.0 sluice") to Via.
 void append_via(Fields& fields, unsigned version);
+void append_via(FieldList& fields, unsigned version);
 
 // A message head as it goes on the wire (start line, every field in order as
 // "name: value", blank line), appended to `out`: the bytes Beast's serializer writes for the
@@ -80,6 +92,8 @@ void append_via(Fields& fields, unsigned version);
 void write_request_head(std::string_view method, std::string_view target, unsigned version, const Fields& fields,
                         std::string& out);
 void write_response_head(unsigned version, unsigned status, std::string_view reason, const Fields& fields,
+                         std::string& out);
+void write_response_head(unsigned version, unsigned status, std::string_view reason, const FieldList& fields,
                          std::string& out);
 
 // True if `value` (a comma-separated list) contains `token`, case-insensitively.

@@ -8,7 +8,8 @@ namespace {
 namespace bhttp = boost::beast::http;
 
 
-bool connection_upgrade(const bhttp::fields& fields) {
+template <class L>
+bool connection_upgrade(const L& fields) {
     bool found = false;
     for (const auto& f : fields)
         if (f.name() == bhttp::field::connection && has_token(sv(f.value()), "upgrade")) found = true;
@@ -16,13 +17,15 @@ bool connection_upgrade(const bhttp::fields& fields) {
 }
 
 // One Upgrade field whose value is `websocket`.
-bool upgrade_is_websocket(const bhttp::fields& fields) {
+template <class L>
+bool upgrade_is_websocket(const L& fields) {
     std::size_t count = 0;
     bool websocket = false;
     for (const auto& f : fields) {
         if (f.name() != bhttp::field::upgrade) continue;
         ++count;
-        websocket = boost::beast::iequals(f.value(), "websocket");
+        const auto v = sv(f.value());
+        websocket = boost::beast::iequals(boost::beast::string_view(v.data(), v.size()), "websocket");
     }
     return count == 1 && websocket;
 }
@@ -34,8 +37,8 @@ bool is_websocket_handshake(const bhttp::request_header<>& req) {
            upgrade_is_websocket(req);
 }
 
-bool switches_to_websocket(const bhttp::response_header<>& res) {
-    return connection_upgrade(res) && upgrade_is_websocket(res);
+bool switches_to_websocket(const UpstreamResponse& res) {
+    return connection_upgrade(res.fields) && upgrade_is_websocket(res.fields);
 }
 
 RequestOnward request_onward(bhttp::request<bhttp::empty_body>& req, const BodyReader& body, std::uint64_t length,
@@ -78,12 +81,13 @@ RequestOnward request_onward(bhttp::request<bhttp::empty_body>& req, const BodyR
     return out;
 }
 
-ResponseOnward response_onward(bhttp::response<bhttp::empty_body>& res, const Framing& framing, unsigned client_version,
+ResponseOnward response_onward(UpstreamResponse& response, const Framing& framing, unsigned client_version,
                                bool keep_alive, const limit::HeaderList& rate_headers, std::string& head) {
     using Body = Framing::Body;
     ResponseOnward out;
     out.keep_alive = keep_alive;
-    const unsigned status = res.result_int();
+    const unsigned status = response.status;
+    auto& res = response.fields;
     strip_hop_by_hop(res);
     // Without a body (HEAD, 304) a valid Content-Length still describes the resource and
     // stays; every other framing field is ours to write.
@@ -91,7 +95,7 @@ ResponseOnward response_onward(bhttp::response<bhttp::empty_body>& res, const Fr
         strip_framing(res);
     else
         erase_all(res, bhttp::field::transfer_encoding);
-    append_via(res, res.version());
+    append_via(res, response.version);
     if (framing.body == Body::length) {
         replace_field(res, bhttp::field::content_length, std::to_string(framing.length));
     } else if (framing.body == Body::chunked || framing.body == Body::until_close) {
@@ -103,7 +107,6 @@ ResponseOnward response_onward(bhttp::response<bhttp::empty_body>& res, const Fr
         }
     }
     for (const auto& [name, value] : rate_headers) replace_field(res, name, value);
-    res.version(client_version);
     // What Beast's keep_alive() writes into an absent Connection (strip_hop_by_hop took it),
     // without its two look-ups of the field.
     erase_all(res, bhttp::field::connection);
@@ -111,23 +114,25 @@ ResponseOnward response_onward(bhttp::response<bhttp::empty_body>& res, const Fr
         res.insert(bhttp::field::connection, "close");
     else if (client_version < 11 && out.keep_alive)
         res.insert(bhttp::field::connection, "keep-alive");
-    write_response_head(client_version, status, sv(res.reason()), res, head);
+    write_response_head(client_version, status, response.reason, res, head);
     return out;
 }
 
-H2Fields response_onward_h2(bhttp::response<bhttp::empty_body>& res, const Framing& framing,
+H2Fields response_onward_h2(UpstreamResponse& response, const Framing& framing,
                             const limit::HeaderList& rate_headers) {
-    const unsigned status = res.result_int();
+    const unsigned status = response.status;
+    auto& res = response.fields;
     strip_hop_by_hop(res);
     if (framing.body != Framing::Body::none || status == 204)
         strip_framing(res);
     else
-        res.erase(bhttp::field::transfer_encoding);
-    res.erase(bhttp::field::keep_alive);
-    res.erase(bhttp::field::proxy_connection);
-    append_via(res, res.version());
-    if (framing.body == Framing::Body::length) res.set(bhttp::field::content_length, std::to_string(framing.length));
-    for (const auto& [name, value] : rate_headers) res.set(name, value);
+        erase_all(res, bhttp::field::transfer_encoding);
+    erase_all(res, bhttp::field::keep_alive);
+    erase_all(res, bhttp::field::proxy_connection);
+    append_via(res, response.version);
+    if (framing.body == Framing::Body::length)
+        replace_field(res, bhttp::field::content_length, std::to_string(framing.length));
+    for (const auto& [name, value] : rate_headers) replace_field(res, name, value);
     H2Fields out;
     out.reserve(16);
     for (const auto& f : res) {

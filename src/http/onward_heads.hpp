@@ -2,7 +2,7 @@
 // client gets it. The framing is chosen here, once, from the parsed message (the BodyWriter
 // mode that frames the body after the head), hop-by-hop fields go, and the fields that are
 // the proxy's own (X-Forwarded-*, Via, X-Request-Id, the framing) are written. Pure: over
-// Beast's header containers, no sockets.
+// Beast's header container (requests) and FieldList (responses), no sockets.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 
 #include "http/body_reader.hpp"
 #include "http/body_writer.hpp"
+#include "http/field_list.hpp"
 #include "http/h2_codec.hpp"
 #include "http/header_rules.hpp"
 #include "http/problem.hpp"
@@ -27,7 +28,7 @@ namespace sluice::http {
 // dropped as hop-by-hop and the request goes on as plain HTTP/1.1.
 bool is_websocket_handshake(const boost::beast::http::request_header<>& req);
 // A 101 that switches to WebSocket: Connection: upgrade and one Upgrade: websocket.
-bool switches_to_websocket(const boost::beast::http::response_header<>& res);
+bool switches_to_websocket(const UpstreamResponse& res);
 
 struct RequestOnward {
     std::optional<LocalReply> refusal;  // 417: an Expect other than 100-continue
@@ -51,16 +52,16 @@ struct ResponseOnward {
 
 // Rewrites `res` (an upstream's final response, `framing` as check_response_framing read it)
 // into the response a client of `client_version` gets, with `rate_headers`, and appends that
-// head to `head`. `keep_alive`: the client's connection may stay open (an HTTP/1.0 client's
+// head to `head` (its fields are edited on the way). `keep_alive`: the client's connection may stay open (an HTTP/1.0 client's
 // closes when the body's end is the connection's).
-ResponseOnward response_onward(boost::beast::http::response<boost::beast::http::empty_body>& res, const Framing& framing,
+ResponseOnward response_onward(UpstreamResponse& res, const Framing& framing,
                                unsigned client_version, bool keep_alive, const limit::HeaderList& rate_headers,
                                std::string& head);
 
 // The same for an HTTP/2 client: the fields of its HEADERS frame (after :status), names in
 // lower case, no connection-specific field (RFC 9113 8.2.2), Content-Length where the body's
 // length is known.
-H2Fields response_onward_h2(boost::beast::http::response<boost::beast::http::empty_body>& res, const Framing& framing,
+H2Fields response_onward_h2(UpstreamResponse& res, const Framing& framing,
                             const limit::HeaderList& rate_headers);
 
 // Header fields as an HTTP/2 peer gets them: names in lower case.

@@ -136,7 +136,7 @@ net::awaitable<BodyRead> read_body(BodyReader& reader, beast::flat_buffer& in, S
     co_return got;
 }
 
-net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, ResponseParser& parser,
+net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, UpstreamResponse& response,
                                                 Clock::time_point until, IoDeadline& deadline) {
     UpstreamHead result;
     std::size_t scanned = 0;
@@ -156,24 +156,10 @@ net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, Respon
             const auto raw = data.substr(0, scan.head_size);
             if (raw.size() > upstream_header_limit) {
                 result.problem = "upstream response head too large";
-            } else if (!check_request_head(raw).empty()) {
-                result.problem = "upstream sent a malformed response head";
             } else if (count_field_lines(raw) > upstream_field_lines) {
                 result.problem = "upstream response has too many header fields";
             } else {
-                beast::error_code ec;
-                parser.header_limit(static_cast<std::uint32_t>(upstream_header_limit + 4));
-                parser.body_limit(boost::none);
-                parser.put(net::buffer(raw.data(), raw.size()), ec);
-                if (ec || !parser.is_header_done()) {
-                    result.problem = "upstream sent an invalid response head";
-                } else {
-                    const auto& res = parser.get();
-                    if (res.version() / 10 != 1)
-                        result.problem = "upstream answered with an HTTP version other than 1.x";
-                    else if (res.result_int() < 100 || res.result_int() > 599)
-                        result.problem = "upstream sent an invalid status code";
-                }
+                result.problem = parse_response_head(raw, response);
             }
             conn.buffer.consume(scan.head_size);
             co_return result;

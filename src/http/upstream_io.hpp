@@ -14,11 +14,10 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/empty_body.hpp>
-#include <boost/beast/http/parser.hpp>
 
 #include "config/config.hpp"
 #include "http/body_reader.hpp"
+#include "http/field_list.hpp"
 #include "http/header_rules.hpp"
 #include "http/stream.hpp"
 #include "http/upstream_connection.hpp"
@@ -29,8 +28,6 @@ struct Snapshot;
 }  // namespace sluice::server
 
 namespace sluice::http {
-
-using ResponseParser = boost::beast::http::response_parser<boost::beast::http::empty_body>;
 
 inline constexpr std::size_t upstream_header_limit = 64 * 1024;
 inline constexpr std::size_t upstream_field_lines = 256;  // Set-Cookie lines add up
@@ -72,8 +69,9 @@ struct UpstreamHead {
     boost::system::error_code ec;  // the connection failed
     std::string_view problem;      // else: the response is invalid (502)
 };
-// Reads one response head before `until` (a trickling upstream does not extend it).
-boost::asio::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, ResponseParser& parser,
+// Reads one response head into `response` before `until` (a trickling upstream does not
+// extend it).
+boost::asio::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, UpstreamResponse& response,
                                                         std::chrono::steady_clock::time_point until,
                                                         IoDeadline& deadline);
 

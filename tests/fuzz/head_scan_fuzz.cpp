@@ -1,5 +1,5 @@
 // libFuzzer target: the request-head scanner and the header rules.
-// Sources: src/http/head_scan.cpp src/http/header_rules.cpp (Beast header-only for the parser)
+// Sources: src/http/head_scan.cpp src/http/header_rules.cpp src/http/field_list.cpp (Beast header-only for the parser)
 //
 // Checked: scanning the input in pieces gives what one scan gives; a head the checks accept
 // and Beast parses gets a framing decision or a refusal with a status; after

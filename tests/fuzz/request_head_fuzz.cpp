@@ -1,6 +1,6 @@
 // libFuzzer target: the request head phase (read_request_head), over what scan_request_head
 // frames as a complete head.
-// Sources: src/http/request_head.cpp src/http/head_scan.cpp src/http/header_rules.cpp
+// Sources: src/http/request_head.cpp src/http/head_scan.cpp src/http/header_rules.cpp src/http/field_list.cpp
 //          src/http/request_target.cpp src/http/body_reader.cpp (Beast header-only)
 //
 // Checked: a refusal has a status sluice answers heads with (400, 413, 431, 501, 505) and a

@@ -38,13 +38,9 @@ struct Back {
 
 Back response(std::string raw, unsigned client_version, bool keep_alive = true, bool head_request = false,
               const limit::HeaderList& rate = {}) {
-    bhttp::response_parser<bhttp::empty_body> parser;
-    parser.skip(head_request);
-    boost::beast::error_code ec;
-    parser.put(boost::asio::buffer(raw.data(), raw.size()), ec);
-    REQUIRE(parser.is_header_done());
-    auto& res = parser.get();
-    const auto framing = http::check_response_framing(res.base(), res.version(), res.result_int(), head_request);
+    http::UpstreamResponse res;
+    REQUIRE(http::parse_response_head(raw, res).empty());
+    const auto framing = http::check_response_framing(res.fields, res.version, res.status, head_request);
     REQUIRE(framing.ok());
     Back out;
     out.result = http::response_onward(res, framing, client_version, keep_alive, rate, out.head);

@@ -1,0 +1,147 @@
+#include "http/field_list.hpp"
+
+#include "http/head_scan.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+namespace sluice::http {
+namespace bhttp = boost::beast::http;
+
+void FieldList::insert(bhttp::field name, std::string_view value) {
+    const auto spelled = bhttp::to_string(name);  // static storage
+    lines_.emplace_back(name, std::string_view(spelled.data(), spelled.size()), keep(value));
+}
+
+void FieldList::insert(std::string_view name, std::string_view value) {
+    const auto id = bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()));
+    lines_.emplace_back(id, keep(name), keep(value));
+}
+
+void FieldList::clear() {
+    lines_.clear();
+    if (blocks_.size() > 1) blocks_.resize(1);
+    next_ = blocks_.empty() ? nullptr : blocks_.front().get();
+    room_ = blocks_.empty() ? 0 : first_block_size_;
+}
+
+std::string_view FieldList::keep(std::string_view s) {
+    if (s.empty()) return {};
+    if (s.size() > room_) {
+        // A head and the few fields added to it usually fit the first block.
+        const std::size_t size = std::max<std::size_t>(s.size() + 256, 1024);
+        blocks_.push_back(std::unique_ptr<char[]>(new char[size]));
+        if (blocks_.size() == 1) first_block_size_ = size;
+        next_ = blocks_.back().get();
+        room_ = size;
+    }
+    std::memcpy(next_, s.data(), s.size());
+    const std::string_view kept(next_, s.size());
+    next_ += s.size();
+    room_ -= s.size();
+    return kept;
+}
+
+namespace {
+
+// tchar (RFC 9110 5.6.2): the bytes of a field name.
+constexpr std::array<bool, 256> token_bytes = [] {
+    std::array<bool, 256> t{};
+    for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
+    for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = true;
+    for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<std::size_t>(c)] = true;
+    for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+    return t;
+}();
+
+bool digit(char c) { return c >= '0' && c <= '9'; }
+
+std::string_view trim_ows(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+constexpr char fold(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return fold(x) == fold(y); });
+}
+
+// `token` among the comma-separated elements of `list`, case-insensitively.
+bool lists(std::string_view list, std::string_view token) {
+    while (!list.empty()) {
+        const auto comma = list.find(',');
+        if (iequals(trim_ows(list.substr(0, comma)), token)) return true;
+        if (comma == std::string_view::npos) break;
+        list.remove_prefix(comma + 1);
+    }
+    return false;
+}
+
+constexpr std::string_view invalid_head = "upstream sent an invalid response head";
+
+}  // namespace
+
+std::string_view parse_response_head(std::string_view head, UpstreamResponse& out) {
+    out.fields.clear();
+    out.reason = {};
+    out.status = 0;
+    out.version = 11;
+    out.keep_alive = false;
+    if (head.size() < 4 || head.substr(head.size() - 4) != "\r\n\r\n") return invalid_head;
+    // Control bytes, bare CR or LF, obs-fold, whitespace before a colon.
+    if (!check_request_head(head).empty()) return "upstream sent a malformed response head";
+    const std::string_view data = out.fields.keep(head);
+    out.fields.reserve(16);
+
+    // status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF
+    auto eol = data.find("\r\n");
+    const std::string_view line = data.substr(0, eol);
+    if (line.size() < 13 || !line.starts_with("HTTP/") || !digit(line[5]) || line[6] != '.' || !digit(line[7]) ||
+        line[8] != ' ' || !digit(line[9]) || !digit(line[10]) || !digit(line[11]) || line[12] != ' ')
+        return invalid_head;
+    if (line[5] != '1') return "upstream answered with an HTTP version other than 1.x";
+    out.version = line[7] == '0' ? 10 : 11;
+    out.status = static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
+    if (out.status < 100 || out.status > 599) return "upstream sent an invalid status code";
+    out.reason = line.substr(13);
+
+    bool close = false;
+    bool keep_alive = false;
+    std::size_t pos = eol + 2;
+    while (true) {
+        // Lines end in CRLF: the LF found, the CR checked (any bytes may come here).
+        const auto* lf = static_cast<const char*>(std::memchr(data.data() + pos, '\n', data.size() - pos));
+        if (lf == nullptr) return invalid_head;  // (the head ends in CRLF CRLF)
+        eol = static_cast<std::size_t>(lf - data.data());
+        if (eol == pos || data[eol - 1] != '\r') return invalid_head;  // a bare LF
+        --eol;
+        if (eol == pos) {  // the blank line
+            pos += 2;
+            break;
+        }
+        const std::string_view field = data.substr(pos, eol - pos);
+        pos = eol + 2;
+        std::size_t colon = 0;
+        while (colon < field.size() && token_bytes[static_cast<unsigned char>(field[colon])]) ++colon;
+        if (colon == 0 || colon == field.size() || field[colon] != ':') return invalid_head;
+        const std::string_view name = field.substr(0, colon);
+        const std::string_view value = trim_ows(field.substr(colon + 1));
+        const auto id = bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()));
+        if (id == bhttp::field::connection) {
+            close = close || lists(value, "close");
+            keep_alive = keep_alive || lists(value, "keep-alive");
+        }
+        out.fields.insert_kept(id, name, value);
+    }
+    if (pos != data.size()) return invalid_head;  // bytes after the blank line: not one head
+    // As Beast's keep_alive(): HTTP/1.1 unless Connection says close; HTTP/1.0 only when it
+    // says keep-alive.
+    out.keep_alive = out.version >= 11 ? !close : keep_alive && !close;
+    return {};
+}
+
+}  // namespace sluice::http
