@@ -1,7 +1,5 @@
 #include "http/field_list.hpp"
 
-#include "http/head_scan.hpp"
-
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -55,6 +53,23 @@ constexpr std::array<bool, 256> token_bytes = [] {
     return t;
 }();
 
+// Bytes of a reason phrase or a field value: visible ASCII, space, tab and obs-text; not the
+// other control bytes (a CR that is not part of the line's end among them) nor DEL.
+constexpr std::array<bool, 256> value_bytes = [] {
+    std::array<bool, 256> t{};
+    for (int c = 0x20; c < 256; ++c) t[static_cast<std::size_t>(c)] = c != 0x7f;
+    t['\t'] = true;
+    return t;
+}();
+
+bool plain(std::string_view s) {
+    for (unsigned char c : s)
+        if (!value_bytes[c]) return false;
+    return true;
+}
+
+constexpr std::string_view malformed_head = "upstream sent a malformed response head";
+
 bool digit(char c) { return c >= '0' && c <= '9'; }
 
 std::string_view trim_ows(std::string_view s) {
@@ -92,8 +107,6 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
     out.version = 11;
     out.keep_alive = false;
     if (head.size() < 4 || head.substr(head.size() - 4) != "\r\n\r\n") return invalid_head;
-    // Control bytes, bare CR or LF, obs-fold, whitespace before a colon.
-    if (!check_request_head(head).empty()) return "upstream sent a malformed response head";
     const std::string_view data = out.fields.keep(head);
     out.fields.reserve(16);
 
@@ -108,6 +121,7 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
     out.status = static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
     if (out.status < 100 || out.status > 599) return "upstream sent an invalid status code";
     out.reason = line.substr(13);
+    if (!plain(out.reason)) return malformed_head;
 
     bool close = false;
     bool keep_alive = false;
@@ -129,7 +143,9 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
         while (colon < field.size() && token_bytes[static_cast<unsigned char>(field[colon])]) ++colon;
         if (colon == 0 || colon == field.size() || field[colon] != ':') return invalid_head;
         const std::string_view name = field.substr(0, colon);
-        const std::string_view value = trim_ows(field.substr(colon + 1));
+        const std::string_view raw_value = field.substr(colon + 1);
+        if (!plain(raw_value)) return malformed_head;
+        const std::string_view value = trim_ows(raw_value);
         const auto id = bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()));
         if (id == bhttp::field::connection) {
             close = close || lists(value, "close");

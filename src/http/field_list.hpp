@@ -84,9 +84,10 @@ struct UpstreamResponse {
 };
 
 // Parses a complete response head (status line, field lines, blank line: what
-// scan_request_head delimits) into `out`, whose storage gets a copy of it: the bytes as
-// check_request_head wants them (no control bytes, bare CR or LF, obs-fold, whitespace
-// before a colon), a status line "HTTP/1.x NNN reason", field names that are tokens.
+// scan_request_head delimits) into `out`, whose storage gets a copy of it, in one pass: a
+// status line "HTTP/1.x NNN reason", field names that are tokens followed by the colon (no
+// obs-fold, no whitespace before the colon), lines that end in CRLF, no control byte but
+// tab in a reason or value (the same bytes check_request_head refuses in a request head).
 // Returns an empty view on success, else the problem, worded for the 502 that follows.
 // Any bytes are safe to give it.
 std::string_view parse_response_head(std::string_view head, UpstreamResponse& out);

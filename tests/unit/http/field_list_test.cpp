@@ -89,7 +89,7 @@ TEST_CASE("parse_response_head refuses what is not one valid response head") {
         {"", "invalid response head"},
         {"HTTP/1.1 200 OK\r\n", "invalid response head"},
         {"HTTP/1.1 200 OK\r\nX: 1\r\n", "invalid response head"},
-        {"HTTP/1.1 200 OK\r\n\r\nHTTP/1.1 200 OK\r\n\r\n", "malformed response head"},  // two heads
+        {"HTTP/1.1 200 OK\r\n\r\nHTTP/1.1 200 OK\r\n\r\n", "invalid response head"},  // two heads
         {"HTTP/1.1 200 OK\r\n\r\nX: 1\r\n\r\n", "invalid response head"},
         {"HTTP/1.1 200\r\n\r\n", "invalid response head"},  // no space after the code (as Beast)
         {"HTTP/1.1  200 OK\r\n\r\n", "invalid response head"},
@@ -107,10 +107,10 @@ TEST_CASE("parse_response_head refuses what is not one valid response head") {
         {"HTTP/1.1 200 OK\r\n: empty name\r\n\r\n", "invalid response head"},
         {"HTTP/1.1 200 OK\r\nX@Y: 1\r\n\r\n", "invalid response head"},
         {"HTTP/1.1 200 OK\r\nX(Y): 1\r\n\r\n", "invalid response head"},
-        {"HTTP/1.1 200 OK\r\nX Y: 1\r\n\r\n", "malformed response head"},
+        {"HTTP/1.1 200 OK\r\nX Y: 1\r\n\r\n", "invalid response head"},
         {"HTTP/1.1 200 OK\r\nX-\xc3\xa9: 1\r\n\r\n", "invalid response head"},
-        {"HTTP/1.1 200 OK\r\n X: folded\r\n\r\n", "malformed response head"},
-        {"HTTP/1.1 200 OK\r\nX : 1\r\n\r\n", "malformed response head"},
+        {"HTTP/1.1 200 OK\r\n X: folded\r\n\r\n", "invalid response head"},
+        {"HTTP/1.1 200 OK\r\nX : 1\r\n\r\n", "invalid response head"},
         {"HTTP/1.1 200 OK\r\nX: a\rb\r\n\r\n", "malformed response head"},
         {"HTTP/1.1 200 OK\r\nX: a\nb\r\n\r\n", "invalid response head"},  // a bare LF
         {"HTTP/1.1 200 O\x01K\r\n\r\n", "malformed response head"},
@@ -125,8 +125,8 @@ TEST_CASE("parse_response_head refuses what is not one valid response head") {
     }
 }
 
-// Every head the byte checks let through, read by Beast's parser and by ours: the same
-// verdict, status, version, reason, fields and keep-alive (where Beast read a valid 1.x).
+// Generated heads, read as before (check_request_head, then Beast's parser) and by ours: the
+// same verdict, status, version, reason, fields and keep-alive (where Beast read a valid 1.x).
 TEST_CASE("parse_response_head agrees with Beast's parser over generated heads") {
     const std::vector<std::string> starts = {
         "HTTP/1.1 200 OK",        "HTTP/1.0 404 Not Found", "HTTP/1.1 204 ",       "HTTP/1.1 200",
@@ -151,7 +151,6 @@ TEST_CASE("parse_response_head agrees with Beast's parser over generated heads")
         const std::size_t n = rng() % 7;
         for (std::size_t i = 0; i < n; ++i) head += fields[rng() % fields.size()] + "\r\n";
         head += "\r\n";
-        if (!http::check_request_head(head).empty()) continue;  // read_upstream_head refuses it first
         INFO(head);
 
         bhttp::response_parser<bhttp::empty_body> parser;
@@ -160,7 +159,8 @@ TEST_CASE("parse_response_head agrees with Beast's parser over generated heads")
         const auto& b = parser.get();
         // What the response's reading ends in: accepted, framing checked (a Content-Length
         // Beast's parser refused is refused by check_response_framing now: 502 either way).
-        const bool beast_ok = !ec && parser.is_header_done() && b.version() / 10 == 1 && b.result_int() >= 100 &&
+        // Before, read_upstream_head refused what check_request_head refuses, then asked Beast.
+        const bool beast_ok = http::check_request_head(head).empty() && !ec && parser.is_header_done() && b.version() / 10 == 1 && b.result_int() >= 100 &&
                               b.result_int() <= 599 &&
                               http::check_response_framing(b.base(), b.version(), b.result_int(), false).ok();
 
