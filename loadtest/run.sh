@@ -612,7 +612,7 @@ read -r REDIS_PORT UP_PORT NGINX_PORT SLUICE_PORT ADMIN_PORT NGINX_LR_PORT <<<"$
 say "ports: redis $REDIS_PORT, upstream $UP_PORT, nginx proxy $NGINX_PORT, sluice $SLUICE_PORT (admin $ADMIN_PORT)"
 
 $(pin redis) redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
-  --dir "$W" --logfile "$W/redis.log" --maxclients 1000 &
+  --dir "$W" --logfile "$W/redis.log" --maxclients 1000 --maxmemory 4gb --maxmemory-policy noeviction &
 REDIS_PID=$!
 PIDS+=("$REDIS_PID")
 for _ in $(seq 50); do [ "$(redis-cli -p "$REDIS_PORT" PING 2>/dev/null)" = PONG ] && break; sleep 0.1; done
