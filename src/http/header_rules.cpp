@@ -63,6 +63,39 @@ bool is_protected(std::string_view name) {
 
 }  // namespace
 
+template <class L>
+void HopByHop::read(const L& fields) {
+    for (const auto& f : fields) {
+        if (f.name() != bhttp::field::connection) continue;
+        for_each_token(sv(f.value()), [&](std::string_view t) {
+            // close and keep-alive (the usual ones) name no field that is not removed anyway.
+            if (!is_protected(t) && !iequals(t, "close") && !iequals(t, "keep-alive")) named_.push_back(t);
+        });
+    }
+}
+
+HopByHop::HopByHop(const Fields& fields) { read(fields); }
+HopByHop::HopByHop(const FieldList& fields) { read(fields); }
+
+bool HopByHop::operator()(bhttp::field id, std::string_view name) const {
+    switch (id) {
+    case bhttp::field::connection:
+    case bhttp::field::keep_alive:
+    case bhttp::field::proxy_connection:
+    case bhttp::field::te:
+    case bhttp::field::trailer:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::upgrade:
+    case bhttp::field::proxy_authenticate:
+    case bhttp::field::proxy_authorization:
+        return true;
+    default:
+        for (auto token : named_)
+            if (iequals(name, token)) return true;
+        return false;
+    }
+}
+
 bool has_token(std::string_view value, std::string_view token) {
     bool found = false;
     for_each_token(value, [&](std::string_view t) { found = found || iequals(t, token); });
@@ -218,40 +251,16 @@ void replace_field_of(L& fields, std::string_view name, std::string_view value) 
 
 template <class L>
 void strip_hop_by_hop_of(L& fields) {
-    // One pass over the fields. The tokens named in Connection are views into its values,
-    // so Connection itself goes last.
-    std::vector<std::string_view> named;
+    const HopByHop hop(fields);
     bool has_connection = false;
-    for (const auto& f : fields) {
-        if (f.name() != bhttp::field::connection) continue;
-        has_connection = true;
-        for_each_token(sv(f.value()), [&](std::string_view t) {
-            // close and keep-alive (the usual ones) name no field that is not removed anyway.
-            if (!is_protected(t) && !iequals(t, "close") && !iequals(t, "keep-alive")) named.push_back(t);
-        });
-    }
     for (auto it = fields.begin(); it != fields.end();) {
-        bool hop = false;
-        switch (it->name()) {
-        case bhttp::field::keep_alive:
-        case bhttp::field::proxy_connection:
-        case bhttp::field::te:
-        case bhttp::field::trailer:
-        case bhttp::field::transfer_encoding:
-        case bhttp::field::upgrade:
-        case bhttp::field::proxy_authenticate:
-        case bhttp::field::proxy_authorization:
-            hop = true;
-            break;
-        case bhttp::field::connection:
-            break;  // below
-        default:
-            if (!named.empty()) {
-                auto name = sv(it->name_string());
-                for (auto token : named) hop = hop || iequals(name, token);
-            }
+        // Connection itself goes last: the tokens the test holds are views into its values.
+        if (it->name() == bhttp::field::connection) {
+            has_connection = true;
+            ++it;
+            continue;
         }
-        it = hop ? fields.erase(it) : std::next(it);
+        it = hop(it->name(), sv(it->name_string())) ? fields.erase(it) : std::next(it);
     }
     if (has_connection) erase_all(fields, bhttp::field::connection);
 }

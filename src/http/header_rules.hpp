@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/beast/http/fields.hpp>
 
@@ -50,6 +51,20 @@ Framing check_response_framing(const FieldList& fields, unsigned version, unsign
 // the upstream reads the request (RFC 9110 7.6.1 forbids a sender to list them). Ignoring
 // rather than refusing follows nginx and HAProxy, which accept such requests.
 void strip_hop_by_hop(Fields& fields);
+// The same rule as a test per field, for a writer that leaves such fields out rather than
+// erasing them: Connection, the fixed hop-by-hop fields and those Connection names (views
+// into `fields`, which must outlive it).
+class HopByHop {
+public:
+    explicit HopByHop(const Fields& fields);
+    explicit HopByHop(const FieldList& fields);
+    bool operator()(boost::beast::http::field id, std::string_view name) const;
+
+private:
+    template <class L>
+    void read(const L& fields);
+    std::vector<std::string_view> named_;
+};
 void strip_hop_by_hop(FieldList& fields);
 
 // Removes Content-Length and Transfer-Encoding: done before sluice writes its own framing.

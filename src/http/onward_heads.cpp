@@ -1,5 +1,7 @@
 #include "http/onward_heads.hpp"
 
+#include <charconv>
+
 #include <boost/beast/core/string.hpp>
 
 namespace sluice::http {
@@ -41,43 +43,113 @@ bool switches_to_websocket(const UpstreamResponse& res) {
     return connection_upgrade(res.fields) && upgrade_is_websocket(res.fields);
 }
 
-RequestOnward request_onward(bhttp::request<bhttp::empty_body>& req, const BodyReader& body, std::uint64_t length,
+namespace {
+
+constexpr char fold(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
+
+bool same_name(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (fold(a[i]) != fold(b[i])) return false;
+    return true;
+}
+
+std::string_view trim_ows(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+void append_field(std::string& out, std::string_view name, std::string_view value) {
+    out.append(name).append(": ", 2).append(value).append("\r\n", 2);
+}
+
+}  // namespace
+
+// Written in one walk over the client's fields, leaving out what goes and adding ours at the
+// end: the bytes the field edits wrote (strip_hop_by_hop, strip_framing, the Upgrade of a
+// WebSocket handshake, Host, add_forwarding_headers, X-Request-Id, our framing, then
+// write_request_head), without an allocation and an ordered-index insertion per edit.
+RequestOnward request_onward(const bhttp::request<bhttp::empty_body>& req, const BodyReader& body, std::uint64_t length,
                              std::string_view upstream_name, const ForwardingInfo& forwarding,
                              std::string_view request_id, std::string& head) {
     RequestOnward out;
     const unsigned client_version = req.version();
-    if (auto it = req.find(bhttp::field::expect); it != req.end()) {
-        if (!boost::beast::iequals(it->value(), "100-continue")) {
+    for (const auto& f : req) {
+        if (f.name() != bhttp::field::expect) continue;
+        // The first Expect decides, as Beast's find() returned it.
+        if (!boost::beast::iequals(f.value(), "100-continue")) {
             out.refusal = local_problem(417, "only Expect: 100-continue is supported");
             return out;
         }
         out.expect_continue = client_version >= 11 && !body.done();
-        erase_all(req, bhttp::field::expect);
+        break;
     }
     // Our own framing, never the client's.
     const bool has_body = !body.done();
     if (body.mode() == BodyReader::Mode::chunked) out.body = BodyWriter::Mode::chunked;
     // A WebSocket handshake keeps its upgrade (RFC 6455 handshakes carry no body).
     out.websocket = !has_body && is_websocket_handshake(req);
-    strip_hop_by_hop(req);
-    strip_framing(req);
-    if (out.websocket) {  // both were removed as hop-by-hop
-        req.insert(bhttp::field::connection, "upgrade");
-        req.insert(bhttp::field::upgrade, "websocket");
+
+    const HopByHop hop(req);
+    const bool trusted = forwarding.peer_trusted;
+    std::string xff;  // a trusted peer's chain, then the peer
+    std::string via;  // what came, then ours
+    bool has_host = false;
+    bool kept_proto = false;  // a trusted peer's X-Forwarded-Proto stays where it was
+
+    head.append(sv(req.method_string())).append(" ", 1).append(sv(req.target())).append(" HTTP/1.1\r\n");
+    for (const auto& f : req) {
+        const auto id = f.name();
+        const auto name = sv(f.name_string());
+        const auto value = sv(f.value());
+        switch (id) {
+        case bhttp::field::expect:
+        case bhttp::field::content_length:
+        case bhttp::field::transfer_encoding:
+            continue;
+        case bhttp::field::via:
+            via.append(value).append(", ", 2);
+            continue;
+        case bhttp::field::host:
+            has_host = true;
+            break;
+        default:
+            break;
+        }
+        if (hop(id, name)) continue;
+        if (same_name(name, "X-Forwarded-For")) {
+            if (trusted && !trim_ows(value).empty()) xff.append(trim_ows(value)).append(", ", 2);
+            continue;
+        }
+        if (same_name(name, "X-Forwarded-Proto")) {
+            if (!trusted) continue;
+            kept_proto = true;
+        }
+        if (same_name(name, "X-Request-Id")) continue;
+        append_field(head, name, value);
+    }
+    if (out.websocket) {  // both were left out as hop-by-hop
+        append_field(head, "Connection", "upgrade");
+        append_field(head, "Upgrade", "websocket");
     }
     // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
     // upstream's name, as nginx sends its proxy_host.
-    bool has_host = false;
-    for (const auto& f : req) has_host = has_host || f.name() == bhttp::field::host;
-    if (!has_host) req.insert(bhttp::field::host, upstream_name);
-    add_forwarding_headers(req, forwarding);
-    replace_field(req, "X-Request-Id", request_id);
-    // strip_framing removed both
-    if (body.mode() == BodyReader::Mode::length)
-        req.insert(bhttp::field::content_length, std::to_string(length));
-    else if (out.body == BodyWriter::Mode::chunked)
-        req.insert(bhttp::field::transfer_encoding, "chunked");
-    write_request_head(sv(req.method_string()), sv(req.target()), 11, req, head);
+    if (!has_host) append_field(head, "Host", upstream_name);
+    xff.append(forwarding.peer_ip);
+    append_field(head, "X-Forwarded-For", xff);
+    if (!kept_proto) append_field(head, "X-Forwarded-Proto", forwarding.tls ? "https" : "http");
+    via.append(forwarding.client_version >= 11 ? "1.1 sluice" : "1.0 sluice");
+    append_field(head, "Via", via);
+    append_field(head, "X-Request-Id", request_id);
+    if (body.mode() == BodyReader::Mode::length) {
+        char digits[24];
+        const auto end = std::to_chars(digits, digits + sizeof digits, length).ptr;
+        append_field(head, "Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
+    } else if (out.body == BodyWriter::Mode::chunked) {
+        append_field(head, "Transfer-Encoding", "chunked");
+    }
+    head.append("\r\n", 2);
     return out;
 }
 

@@ -37,11 +37,11 @@ struct RequestOnward {
     BodyWriter::Mode body = BodyWriter::Mode::as_is;
 };
 
-// Rewrites `req` (its head was accepted by read_request_head; `body` frames its body, of
-// `length` bytes when it has a Content-Length) into the request its upstream gets, always
-// HTTP/1.1, and appends that head to `head`. `upstream_name` is the Host of an HTTP/1.0
+// Writes the request its upstream gets for `req` (its head was accepted by
+// read_request_head; `body` frames its body, of `length` bytes when it has a Content-Length),
+// always HTTP/1.1, appending that head to `head`; `req` itself stays as it came. `upstream_name` is the Host of an HTTP/1.0
 // request without one (nginx sends its proxy_host); `request_id` replaces any X-Request-Id.
-RequestOnward request_onward(boost::beast::http::request<boost::beast::http::empty_body>& req, const BodyReader& body,
+RequestOnward request_onward(const boost::beast::http::request<boost::beast::http::empty_body>& req, const BodyReader& body,
                              std::uint64_t length, std::string_view upstream_name, const ForwardingInfo& forwarding,
                              std::string_view request_id, std::string& head);
 
