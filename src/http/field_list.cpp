@@ -147,15 +147,17 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
         if (!plain(raw_value)) return malformed_head;
         const std::string_view value = trim_ows(raw_value);
         const auto id = bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()));
-        if (id == bhttp::field::connection) {
+        // Beast's parser read Proxy-Connection as Connection for this (a server that says
+        // close there is not kept either).
+        if (id == bhttp::field::connection || id == bhttp::field::proxy_connection) {
             close = close || lists(value, "close");
             keep_alive = keep_alive || lists(value, "keep-alive");
         }
         out.fields.insert_kept(id, name, value);
     }
     if (pos != data.size()) return invalid_head;  // bytes after the blank line: not one head
-    // As Beast's keep_alive(): HTTP/1.1 unless Connection says close; HTTP/1.0 only when it
-    // says keep-alive.
+    // As Beast's parser: HTTP/1.1 unless Connection says close; HTTP/1.0 only when it says
+    // keep-alive (and not close too).
     out.keep_alive = out.version >= 11 ? !close : keep_alive && !close;
     return {};
 }

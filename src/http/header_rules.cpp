@@ -68,8 +68,13 @@ void HopByHop::read(const L& fields) {
     for (const auto& f : fields) {
         if (f.name() != bhttp::field::connection) continue;
         for_each_token(sv(f.value()), [&](std::string_view t) {
-            // close and keep-alive (the usual ones) name no field that is not removed anyway.
-            if (!is_protected(t) && !iequals(t, "close") && !iequals(t, "keep-alive")) named_.push_back(t);
+            // The usual options without an allocation: keep-alive names a field removed
+            // anyway, close one that is rare (RFC 9110 reserves the name) but goes too.
+            if (is_protected(t) || iequals(t, "keep-alive")) return;
+            if (iequals(t, "close"))
+                names_close_ = true;
+            else
+                named_.push_back(t);
         });
     }
 }
@@ -90,6 +95,7 @@ bool HopByHop::operator()(bhttp::field id, std::string_view name) const {
     case bhttp::field::proxy_authorization:
         return true;
     default:
+        if (names_close_ && iequals(name, "close")) return true;
         for (auto token : named_)
             if (iequals(name, token)) return true;
         return false;

@@ -64,6 +64,7 @@ private:
     template <class L>
     void read(const L& fields);
     std::vector<std::string_view> named_;
+    bool names_close_ = false;
 };
 void strip_hop_by_hop(FieldList& fields);
 

@@ -160,6 +160,12 @@ net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, Upstre
                 result.problem = "upstream response has too many header fields";
             } else {
                 result.problem = parse_response_head(raw, response);
+                // An interim head is relayed without its framing, never framed: what would
+                // make a final one ambiguous is refused here (as Beast's parser did).
+                if (result.problem.empty() && response.status < 200) {
+                    const auto framing = check_response_framing(response.fields, response.version, response.status, false);
+                    if (!framing.ok()) result.problem = framing.problem;
+                }
             }
             conn.buffer.consume(scan.head_size);
             co_return result;

@@ -7,10 +7,11 @@
 // Checked: an accepted head has a status of 100-599, version 1.0 or 1.1, token field names
 // and values without CR, LF or surrounding whitespace; Beast's parser gives the same verdict
 // once the framing is checked (but for HTTP/1.2 and later minors, which Beast refuses and
-// sluice reads as 1.1, and a Connection that is not a token list, which Beast refuses and
-// sluice removes as any other), with the same status and fields of each name in the same
-// order; the head sluice writes from it (hop-by-hop fields gone, Via added) reads back the
-// same.
+// sluice reads as 1.1, a Connection that is not a token list, which Beast refuses and
+// sluice removes as any other, and Transfer-Encoding lists Beast misread where no body
+// follows), with the same status, fields of each name in the same order and keep-alive
+// (where the body does not run to the connection's end); the head sluice writes from it
+// (hop-by-hop fields gone, Via added) reads back the same.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -91,6 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // Beast's verdict, as read_upstream_head reached it before.
     bhttp::response_parser<bhttp::empty_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(head.size() + 4));
+    parser.body_limit(boost::none);  // as read_upstream_head set it
     boost::beast::error_code ec;
     parser.put(boost::asio::buffer(head.data(), head.size()), ec);
     const auto& b = parser.get();
@@ -112,6 +114,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (!odd_connection) __builtin_trap();
         return 0;
     }
+    // Beast read Transfer-Encoding lists of its own way even where no body follows (1xx,
+    // 204, 304), and refused some that sluice accepts and removes there (no framing is
+    // written for them): "chunked\xff" read as chunked, then a later coding as a duplicate.
+    const bool no_body = res.status < 200 || res.status == 204 || res.status == 304;
+    if (ours_ok && !beast_ok && no_body && ec == bhttp::error::bad_transfer_encoding) return 0;
     if (ours_ok != beast_ok) __builtin_trap();
     if (!ours_ok) return 0;
     if (res.status != b.result_int()) __builtin_trap();
@@ -119,6 +126,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const auto& f : res.fields) mine.emplace_back(std::string(f.name_string()), std::string(f.value()));
     for (const auto& f : b) theirs.emplace_back(std::string(http::sv(f.name_string())), std::string(http::sv(f.value())));
     if (by_name(mine) != by_name(theirs)) __builtin_trap();
+    // The upstream connection's reuse: Beast's parser said false also for a body read to
+    // the connection's end, which sluice checks from the framing; a 1.0 response naming both
+    // keep-alive and close closes in sluice.
+    bool says_close = false;
+    for (const auto& f : res.fields)
+        if (f.name() == bhttp::field::connection || f.name() == bhttp::field::proxy_connection)
+            says_close = says_close || http::has_token(f.value(), "close");
+    const bool both = res.version == 10 && says_close;
+    if (framing.body != http::Framing::Body::until_close && !both && res.keep_alive != parser.keep_alive())
+        __builtin_trap();
 
     // What sluice writes from it reads back the same.
     http::strip_hop_by_hop(res.fields);

@@ -153,6 +153,15 @@ class BodiesTest(SluiceTestCase):
         self.assertEqual(r.informational, [])
         self.assertEqual((r.status, r.body), (200, b"final body"))
 
+    def test_an_interim_response_with_ambiguous_framing_is_refused(self):
+        # Content-Length with Transfer-Encoding makes no sense on a 1xx: 502, nothing relayed.
+        self.up.behaviour = informational([(103, [("Content-Length", "5"), ("Transfer-Encoding", "chunked")])],
+                                          then=respond(200, b"final body"))
+        r = self.client(self.port).request("GET", "/hints")
+        self.assertEqual(r.informational, [])
+        self.assertEqual(r.status, 502)
+        self.assertIn(b"Content-Length together with Transfer-Encoding", r.body)
+
     # Expect: 100-continue ---------------------------------------------------------
     def test_expect_100_continue(self):
         body = b"the body after 100"

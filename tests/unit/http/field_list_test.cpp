@@ -72,6 +72,12 @@ TEST_CASE("parse_response_head reads the status line and the fields in order") {
         REQUIRE(http::parse_response_head("HTTP/1.0 200 OK\r\nConnection: keep-alive, close\r\n\r\n", res).empty());
         CHECK_FALSE(res.keep_alive);
     }
+    SECTION("Proxy-Connection counts as Connection for the upstream connection's reuse, as in Beast's parser") {
+        REQUIRE(http::parse_response_head("HTTP/1.1 200 OK\r\nProxy-Connection: close\r\n\r\n", res).empty());
+        CHECK_FALSE(res.keep_alive);
+        REQUIRE(http::parse_response_head("HTTP/1.0 200 OK\r\nProxy-Connection: keep-alive\r\n\r\n", res).empty());
+        CHECK(res.keep_alive);
+    }
     SECTION("HTTP/1.x above 1 is read as HTTP/1.1") {
         REQUIRE(http::parse_response_head("HTTP/1.7 200 OK\r\n\r\n", res).empty());
         CHECK(res.version == 11);
@@ -198,6 +204,16 @@ TEST_CASE("parse_response_head agrees with Beast's parser over generated heads")
             CHECK((ours.keep_alive && framing.body != http::Framing::Body::until_close) == parser.keep_alive());
     }
     CHECK(accepted > 2000);
+}
+
+TEST_CASE("Connection: close also removes a field named Close, as any field Connection names") {
+    http::UpstreamResponse res;
+    REQUIRE(http::parse_response_head("HTTP/1.1 200 OK\r\nConnection: close\r\nClose: x\r\nX-Keep: 1\r\n"
+                                      "Connection: Keep-Alive, X-Hop\r\nX-Hop: 2\r\nKeep-Alive: timeout=5\r\n\r\n",
+                                      res)
+                .empty());
+    http::strip_hop_by_hop(res.fields);
+    CHECK(lines_of(res.fields) == Lines{{"X-Keep", "1"}});
 }
 
 TEST_CASE("FieldList keeps every name and value in place while fields come and go") {
