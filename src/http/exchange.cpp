@@ -173,12 +173,12 @@ void identify_client(Exchange& x) {
     if (!cfg.client_ip.trusted_proxies.empty()) {
         const auto peer = sluice::net::IpAddress::parse(x.peer_ip);
         x.peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
-    }
-    if (x.peer_trusted) {
-        std::vector<std::string_view> xff;
-        for (const auto& f : req)
-            if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
-        x.rec.client = limit::client_ip(x.peer_ip, xff, cfg.client_ip.trusted_proxies);
+        if (x.peer_trusted) {
+            std::vector<std::string_view> xff;
+            for (const auto& f : req)
+                if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
+            x.rec.client = limit::forwarded_client(*peer, xff, cfg.client_ip.trusted_proxies);
+        }
     }
     x.rec.request_id = request_id(req, x.peer_trusted);
     if (auto it = req.find(bhttp::field::user_agent); it != req.end()) x.rec.user_agent = std::string(sv(it->value()));

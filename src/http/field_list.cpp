@@ -85,15 +85,17 @@ bool iequals(std::string_view a, std::string_view b) {
            std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return fold(x) == fold(y); });
 }
 
-// `token` among the comma-separated elements of `list`, case-insensitively.
-bool lists(std::string_view list, std::string_view token) {
+// Whether the comma-separated elements of a Connection value include close and keep-alive
+// (case-insensitively), in one walk.
+void connection_options(std::string_view list, bool& close, bool& keep_alive) {
     while (!list.empty()) {
         const auto comma = list.find(',');
-        if (iequals(trim_ows(list.substr(0, comma)), token)) return true;
+        const auto element = trim_ows(list.substr(0, comma));
+        close = close || iequals(element, "close");
+        keep_alive = keep_alive || iequals(element, "keep-alive");
         if (comma == std::string_view::npos) break;
         list.remove_prefix(comma + 1);
     }
-    return false;
 }
 
 constexpr std::string_view invalid_head = "upstream sent an invalid response head";
@@ -150,8 +152,7 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
         // Beast's parser read Proxy-Connection as Connection for this (a server that says
         // close there is not kept either).
         if (id == bhttp::field::connection || id == bhttp::field::proxy_connection) {
-            close = close || lists(value, "close");
-            keep_alive = keep_alive || lists(value, "keep-alive");
+            connection_options(value, close, keep_alive);
         }
         out.fields.insert_kept(id, name, value);
     }

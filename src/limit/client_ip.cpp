@@ -25,9 +25,13 @@ std::string client_ip(std::string_view peer, const std::vector<std::string_view>
     if (trusted.empty()) return std::string(peer);
     auto peer_ip = net::IpAddress::parse(peer);
     if (!peer_ip || !is_trusted(trusted, *peer_ip)) return std::string(peer);
+    return forwarded_client(*peer_ip, xff, trusted);
+}
 
+std::string forwarded_client(const net::IpAddress& peer, const std::vector<std::string_view>& xff,
+                             const std::vector<net::Cidr>& trusted) {
     // The address reached so far, written out once at the end.
-    net::IpAddress current = *peer_ip;
+    net::IpAddress current = peer;
     // Walk the fields right to left, and each field's list right to left.
     for (auto field = xff.rbegin(); field != xff.rend(); ++field) {
         std::string_view list = *field;

@@ -19,5 +19,8 @@ bool is_trusted(const std::vector<net::Cidr>& trusted, const net::IpAddress& ip)
 // sent it (the address to its right) is the client. Returns the address as text.
 std::string client_ip(std::string_view peer, const std::vector<std::string_view>& xff,
                       const std::vector<net::Cidr>& trusted);
+// The same walk from a peer already parsed and found trusted (no second parse of it).
+std::string forwarded_client(const net::IpAddress& peer, const std::vector<std::string_view>& xff,
+                             const std::vector<net::Cidr>& trusted);
 
 }  // namespace sluice::limit
