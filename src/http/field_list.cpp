@@ -1,5 +1,7 @@
 #include "http/field_list.hpp"
 
+#include "http/field_text.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -72,27 +74,14 @@ constexpr std::string_view malformed_head = "upstream sent a malformed response 
 
 bool digit(char c) { return c >= '0' && c <= '9'; }
 
-std::string_view trim_ows(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-}
-
-constexpr char fold(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() &&
-           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return fold(x) == fold(y); });
-}
-
 // Whether the comma-separated elements of a Connection value include close and keep-alive
 // (case-insensitively), in one walk.
 void connection_options(std::string_view list, bool& close, bool& keep_alive) {
     while (!list.empty()) {
         const auto comma = list.find(',');
         const auto element = trim_ows(list.substr(0, comma));
-        close = close || iequals(element, "close");
-        keep_alive = keep_alive || iequals(element, "keep-alive");
+        close = close || iequals_ascii(element, "close");
+        keep_alive = keep_alive || iequals_ascii(element, "keep-alive");
         if (comma == std::string_view::npos) break;
         list.remove_prefix(comma + 1);
     }

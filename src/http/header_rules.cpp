@@ -1,5 +1,7 @@
 #include "http/header_rules.hpp"
 
+#include "http/field_text.hpp"
+
 #include <algorithm>
 #include <iterator>
 #include <vector>
@@ -11,26 +13,11 @@ namespace bhttp = boost::beast::http;
 
 namespace {
 
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-}
-
-// ASCII case folding: field names and tokens are ASCII, and std::tolower is a call into the
-// C library (and its locale) per character.
-constexpr char fold(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() &&
-           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return fold(x) == fold(y); });
-}
-
 template <class F>
 void for_each_token(std::string_view list, F&& f) {
     while (!list.empty()) {
         auto comma = list.find(',');
-        auto item = trim(list.substr(0, comma));
+        auto item = trim_ows(list.substr(0, comma));
         if (!item.empty()) f(item);
         if (comma == std::string_view::npos) break;
         list.remove_prefix(comma + 1);
@@ -47,7 +34,7 @@ void for_each_value(const L& fields, bhttp::field name, F&& f) {
 template <class L, class F>
 void for_each_value(const L& fields, std::string_view name, F&& f) {
     for (const auto& field : fields)
-        if (iequals(sv(field.name_string()), name)) f(sv(field.value()));
+        if (iequals_ascii(sv(field.name_string()), name)) f(sv(field.value()));
 }
 
 constexpr std::string_view x_forwarded_for = "X-Forwarded-For";
@@ -57,7 +44,7 @@ constexpr std::string_view x_forwarded_proto = "X-Forwarded-Proto";
 bool is_protected(std::string_view name) {
     for (std::string_view p : {"content-length", "transfer-encoding", "host", "x-forwarded-for", "x-forwarded-proto",
                                "via"})
-        if (iequals(name, p)) return true;
+        if (iequals_ascii(name, p)) return true;
     return false;
 }
 
@@ -70,8 +57,8 @@ void HopByHop::read(const L& fields) {
         for_each_token(sv(f.value()), [&](std::string_view t) {
             // The usual options without an allocation: keep-alive names a field removed
             // anyway, close one that is rare (RFC 9110 reserves the name) but goes too.
-            if (is_protected(t) || iequals(t, "keep-alive")) return;
-            if (iequals(t, "close"))
+            if (is_protected(t) || iequals_ascii(t, "keep-alive")) return;
+            if (iequals_ascii(t, "close"))
                 names_close_ = true;
             else
                 named_.push_back(t);
@@ -95,16 +82,16 @@ bool HopByHop::operator()(bhttp::field id, std::string_view name) const {
     case bhttp::field::proxy_authorization:
         return true;
     default:
-        if (names_close_ && iequals(name, "close")) return true;
+        if (names_close_ && iequals_ascii(name, "close")) return true;
         for (auto token : named_)
-            if (iequals(name, token)) return true;
+            if (iequals_ascii(name, token)) return true;
         return false;
     }
 }
 
 bool has_token(std::string_view value, std::string_view token) {
     bool found = false;
-    for_each_token(value, [&](std::string_view t) { found = found || iequals(t, token); });
+    for_each_token(value, [&](std::string_view t) { found = found || iequals_ascii(t, token); });
     return found;
 }
 
@@ -112,7 +99,7 @@ namespace {
 
 // A Content-Length value: 1 to 19 digits (no sign, no list, no whitespace inside).
 bool parse_length(std::string_view v, std::uint64_t& out) {
-    v = trim(v);
+    v = trim_ows(v);
     if (v.empty() || v.size() > 19) return false;
     std::uint64_t n = 0;
     for (char c : v) {
@@ -148,7 +135,7 @@ FieldCount count_framing_fields(const L& fields) {
             ++n.transfer_encodings;
             // Empty list elements (",chunked") are allowed by the list syntax and skipped.
             for_each_token(sv(f.value()), [&](std::string_view t) {
-                const bool chunked = iequals(t, "chunked");
+                const bool chunked = iequals_ascii(t, "chunked");
                 (chunked ? n.chunked : n.other_codings) += 1;
                 n.chunked_last = chunked;
             });
@@ -240,7 +227,7 @@ void erase_all_of(L& fields, bhttp::field name) {
 template <class L>
 void erase_all_of(L& fields, std::string_view name) {
     for (auto it = fields.begin(); it != fields.end();)
-        it = iequals(sv(it->name_string()), name) ? fields.erase(it) : std::next(it);
+        it = iequals_ascii(sv(it->name_string()), name) ? fields.erase(it) : std::next(it);
 }
 
 template <class L>
@@ -316,7 +303,7 @@ void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
     std::string xff;
     if (info.peer_trusted) {
         for_each_value(fields, x_forwarded_for, [&](std::string_view v) {
-            v = trim(v);
+            v = trim_ows(v);
             if (v.empty()) return;
             xff += v;
             xff += ", ";

@@ -1,5 +1,7 @@
 #include "http/onward_heads.hpp"
 
+#include "http/field_text.hpp"
+
 #include <charconv>
 
 #include <boost/beast/core/string.hpp>
@@ -26,8 +28,7 @@ bool upgrade_is_websocket(const L& fields) {
     for (const auto& f : fields) {
         if (f.name() != bhttp::field::upgrade) continue;
         ++count;
-        const auto v = sv(f.value());
-        websocket = boost::beast::iequals(boost::beast::string_view(v.data(), v.size()), "websocket");
+        websocket = iequals_ascii(sv(f.value()), "websocket");
     }
     return count == 1 && websocket;
 }
@@ -44,21 +45,6 @@ bool switches_to_websocket(const UpstreamResponse& res) {
 }
 
 namespace {
-
-constexpr char fold(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
-
-bool same_name(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        if (fold(a[i]) != fold(b[i])) return false;
-    return true;
-}
-
-std::string_view trim_ows(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-}
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
     out.append(name).append(": ", 2).append(value).append("\r\n", 2);
@@ -118,15 +104,15 @@ RequestOnward request_onward(const bhttp::request<bhttp::empty_body>& req, const
             break;
         }
         if (hop(id, name)) continue;
-        if (same_name(name, "X-Forwarded-For")) {
+        if (iequals_ascii(name, "X-Forwarded-For")) {
             if (trusted && !trim_ows(value).empty()) xff.append(trim_ows(value)).append(", ", 2);
             continue;
         }
-        if (same_name(name, "X-Forwarded-Proto")) {
+        if (iequals_ascii(name, "X-Forwarded-Proto")) {
             if (!trusted) continue;
             kept_proto = true;
         }
-        if (same_name(name, "X-Request-Id")) continue;
+        if (iequals_ascii(name, "X-Request-Id")) continue;
         append_field(head, name, value);
     }
     if (out.websocket) {  // both were left out as hop-by-hop
