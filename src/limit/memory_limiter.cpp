@@ -111,7 +111,7 @@ std::uint64_t MemoryLimiter::evict(Shard& shard, std::int64_t now) {
 }
 
 MemoryLimiter::Shard& MemoryLimiter::shard_of(const std::string& key) {
-    return shards_[std::hash<std::string>{}(key) % shard_count];
+    return shards_[KeyedHash{}(key) % shard_count];
 }
 
 std::size_t MemoryLimiter::size() const {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "limit/decision.hpp"
+#include "limit/keyed_hash.hpp"
 #include "limit/limit_key.hpp"
 
 namespace sluice::limit {
@@ -90,7 +91,7 @@ private:
         Entry* older = nullptr;
         const std::string* key = nullptr;
     };
-    using Map = std::unordered_map<std::string, Entry>;
+    using Map = std::unordered_map<std::string, Entry, KeyedHash>;  // keys hold what clients send
 
     struct alignas(64) Shard {
         mutable std::mutex mutex;

@@ -22,6 +22,7 @@
 
 #include "limit/decide_script.hpp"
 #include "limit/decision.hpp"
+#include "limit/keyed_hash.hpp"
 #include "limit/limit_key.hpp"
 #include "redis/redis_connection.hpp"
 
@@ -144,7 +145,7 @@ private:
     std::string key_prefix_;
     std::chrono::milliseconds timeout_;
     bool remember_rejections_;
-    std::unordered_map<std::string, Rejection> rejections_;
+    std::unordered_map<std::string, Rejection, KeyedHash> rejections_;  // keyed by what clients send
     std::deque<std::pair<std::chrono::steady_clock::time_point, std::weak_ptr<Pending>>> deadlines_;
     std::unique_ptr<DeadlineTimer> deadline_timer_;
     bool deadline_timer_waiting_ = false;
