@@ -1,5 +1,6 @@
 #include "limit/keyed_hash.hpp"
 
+#include <bit>
 #include <cstring>
 #include <random>
 
@@ -34,10 +35,17 @@ struct State {
     }
 };
 
+// The first n (at most 8) bytes at p as a little-endian number.
 std::uint64_t little_endian(const unsigned char* p, std::size_t n) {
-    std::uint64_t x = 0;
-    for (std::size_t i = 0; i < n; ++i) x |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-    return x;
+    if constexpr (std::endian::native == std::endian::little) {
+        std::uint64_t x = 0;
+        std::memcpy(&x, p, n);  // one load for a whole word
+        return x;
+    } else {
+        std::uint64_t x = 0;
+        for (std::size_t i = 0; i < n; ++i) x |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+        return x;
+    }
 }
 
 struct ProcessKey {
@@ -64,7 +72,7 @@ std::uint64_t siphash24(std::uint64_t k0, std::uint64_t k1, std::string_view dat
     return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
 }
 
-std::size_t KeyedHash::operator()(std::string_view text) const noexcept {
+std::size_t KeyedHash::operator()(std::string_view text) const {
     static const ProcessKey key;
     return static_cast<std::size_t>(siphash24(key.k0, key.k1, text));
 }

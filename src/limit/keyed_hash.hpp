@@ -14,9 +14,12 @@ namespace sluice::limit {
 // SipHash-2-4 of `data` under the 128-bit key (k0, k1), as its authors define it.
 std::uint64_t siphash24(std::uint64_t k0, std::uint64_t k1, std::string_view data);
 
-// For unordered containers and shard choice: SipHash-2-4 under this process's key.
+// For unordered containers and shard choice: SipHash-2-4 under this process's key. Not
+// declared noexcept on purpose: libstdc++ then keeps each element's hash in its node (as it
+// does for std::hash of strings) instead of computing it again on every bucket walk and
+// rehash, which for a hash this strong costs more than it saves.
 struct KeyedHash {
-    std::size_t operator()(std::string_view text) const noexcept;
+    std::size_t operator()(std::string_view text) const;
 };
 
 }  // namespace sluice::limit

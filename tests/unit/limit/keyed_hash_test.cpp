@@ -3,9 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <type_traits>
 #include <string>
 
 #include "limit/keyed_hash.hpp"
+#include "limit/memory_limiter.hpp"
 
 using namespace sluice;
 
@@ -47,3 +49,7 @@ TEST_CASE("KeyedHash is stable within the process and spreads keys over shards")
         CHECK(c < 1200);
     }
 }
+
+// The maps keep each element's hash (libstdc++ does for a hash that may throw): a walk over a
+// bucket or a rehash does not compute SipHash again per element.
+static_assert(!std::is_nothrow_invocable_v<limit::KeyedHash, const std::string&>);
