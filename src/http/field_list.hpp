@@ -2,9 +2,8 @@
 // received order, over one copy of the head's bytes. Beast's parser built a basic_fields for
 // every response (an allocation and an ordered-index insertion per field, then the edits of
 // response_onward walked and erased through it): about a sixth of sluice's instructions per
-// proxied request. The head is already delimited by scan_request_head and its bytes checked
-// by check_request_head; what is left is splitting lines, which needs no general parser.
-// Pure: no sockets.
+// proxied request. The head is already delimited by scan_request_head; one pass checks its
+// bytes and splits its lines, which needs no general parser. Pure: no sockets.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,9 @@
 // Header rules of a proxy, as pure functions over Beast's field container (a request's
 // fields) and over FieldList (an upstream response's): request framing checks, hop-by-hop
-// removal and the forwarding headers.
+// removal and the forwarding headers. request_onward writes a request's onward head in one
+// walk instead of through these edits; the edits on Beast's container (strip_hop_by_hop,
+// add_forwarding_headers, write_request_head, ...) stay as the reference its differential
+// test and the head_scan fuzz target check it against.
 #pragma once
 
 #include <cstdint>
