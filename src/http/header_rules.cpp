@@ -119,6 +119,7 @@ struct FieldCount {
     std::size_t chunked = 0;        // "chunked" codings, over all Transfer-Encoding fields
     std::size_t other_codings = 0;  // any other coding
     bool chunked_last = false;
+    std::size_t empty_transfer_encodings = 0;  // Transfer-Encoding fields naming no coding
     std::size_t hosts = 0;
 };
 
@@ -131,15 +132,19 @@ FieldCount count_framing_fields(const L& fields) {
             ++n.content_lengths;
             n.length_valid = n.length_valid && parse_length(sv(f.value()), n.length);
             break;
-        case bhttp::field::transfer_encoding:
+        case bhttp::field::transfer_encoding: {
             ++n.transfer_encodings;
             // Empty list elements (",chunked") are allowed by the list syntax and skipped.
+            bool named = false;
             for_each_token(sv(f.value()), [&](std::string_view t) {
                 const bool chunked = iequals_ascii(t, "chunked");
                 (chunked ? n.chunked : n.other_codings) += 1;
                 n.chunked_last = chunked;
+                named = true;
             });
+            if (!named) ++n.empty_transfer_encodings;
             break;
+        }
         case bhttp::field::host:
             ++n.hosts;
             break;
@@ -196,6 +201,7 @@ Framing response_framing(const L& fields, unsigned version, unsigned status, boo
         return refuse(502, "upstream sent Content-Length together with Transfer-Encoding");
     if (n.chunked > 1) return refuse(502, "upstream sent a Transfer-Encoding that applies chunked more than once");
     if (n.chunked && !n.chunked_last) return refuse(502, "upstream sent a Transfer-Encoding that does not end in chunked");
+    if (n.empty_transfer_encodings) return refuse(502, "upstream sent an empty Transfer-Encoding");
     Framing f;
     if (head_request || status < 200 || status == 204 || status == 304) return f;
     if (n.transfer_encodings) {

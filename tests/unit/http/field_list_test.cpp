@@ -78,6 +78,13 @@ TEST_CASE("parse_response_head reads the status line and the fields in order") {
         REQUIRE(http::parse_response_head("HTTP/1.0 200 OK\r\nProxy-Connection: keep-alive\r\n\r\n", res).empty());
         CHECK(res.keep_alive);
     }
+    SECTION("an empty Transfer-Encoding beside chunked is refused as Beast's parser refused it") {
+        REQUIRE(http::parse_response_head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding:\r\n\r\n", res)
+                    .empty());
+        const auto framing = http::check_response_framing(res.fields, res.version, res.status, false);
+        CHECK(framing.status == 502);
+        CHECK(framing.problem == "upstream sent an empty Transfer-Encoding");
+    }
     SECTION("HTTP/1.x above 1 is read as HTTP/1.1") {
         REQUIRE(http::parse_response_head("HTTP/1.7 200 OK\r\n\r\n", res).empty());
         CHECK(res.version == 11);
