@@ -175,8 +175,10 @@ void identify_client(Exchange& x) {
         x.peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
         if (x.peer_trusted) {
             std::vector<std::string_view> xff;
-            for (const auto& f : req)
-                if (beast::iequals(f.name_string(), "x-forwarded-for")) xff.push_back(sv(f.value()));
+            for (const auto& f : req)  // (Beast has no code for X-Forwarded-For: every field is compared)
+                if (f.name() == bhttp::field::unknown && f.name_string().size() == 15 &&
+                    beast::iequals(f.name_string(), "x-forwarded-for"))
+                    xff.push_back(sv(f.value()));
             x.rec.client = limit::forwarded_client(*peer, xff, cfg.client_ip.trusted_proxies);
         }
     }

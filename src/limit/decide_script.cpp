@@ -108,6 +108,11 @@ void DecideArgs::end_request() {
     // Batches hold few distinct plans (one per route and set of applying limits): a linear
     // search over them is cheaper than building a key to look them up by.
     std::size_t number = 0;
+    // Mostly the request's limits are its route's, known by their ids: the same ids as a
+    // plan's are that plan.
+    if (current_kept_ && !current_ids_.empty())
+        for (std::size_t p = 0; p < plan_ids_.size() && number == 0; ++p)
+            if (plan_ids_[p] == current_ids_) number = p + 1;
     for (std::size_t p = 0; p < plan_args_.size() && number == 0; ++p) {
         const auto& known = plan_args_[p];
         if (known.size() != decide_args_per_limit * current_.size()) continue;
@@ -131,10 +136,13 @@ void DecideArgs::end_request() {
             }
         }
         plans_.push_back(std::move(text));
+        plan_ids_.push_back(current_kept_ ? current_ids_ : std::vector<std::uint64_t>{});
         number = plans_.size();
     }
     requests_.push_back(std::to_string(number));
     current_.clear();
+    current_ids_.clear();
+    current_kept_ = true;
     owned_.clear();
 }
 
@@ -151,8 +159,11 @@ std::vector<std::string> DecideArgs::take() {
     std::move(requests_.begin(), requests_.end(), std::back_inserter(argv));
     plans_.clear();
     plan_args_.clear();
+    plan_ids_.clear();
     requests_.clear();
     current_.clear();
+    current_ids_.clear();
+    current_kept_ = true;
     owned_.clear();
     return argv;
 }

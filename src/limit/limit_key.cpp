@@ -1,6 +1,8 @@
 #include "limit/limit_key.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <tuple>
 
 #include "limit/decide_script.hpp"
@@ -40,20 +42,29 @@ std::vector<KeyPart> shared_parts(std::span<const config::LimitConfig> limits) {
     return shared;
 }
 
+// Bytes a key part writes as %XX: the key's own punctuation, spaces and control bytes (a
+// colon only where the part's colons are not kept).
+constexpr std::array<bool, 256> escaped_bytes = [] {
+    std::array<bool, 256> t{};
+    for (int c = 0; c <= 0x20; ++c) t[static_cast<std::size_t>(c)] = true;
+    for (char c : std::string_view("%{}:")) t[static_cast<unsigned char>(c)] = true;
+    t[0x7f] = true;
+    return t;
+}();
+
+// Runs of bytes that stay as they are are appended whole (most values have no byte to escape).
 void append_escaped(std::string& out, std::string_view text, bool keep_colons) {
     static constexpr char hex[] = "0123456789ABCDEF";
-    for (const char c : text) {
-        const auto byte = static_cast<unsigned char>(c);
-        const bool escape = c == '%' || c == '{' || c == '}' || (c == ':' && !keep_colons) || byte <= 0x20 ||
-                            byte == 0x7f;
-        if (!escape) {
-            out.push_back(c);
-            continue;
-        }
-        out.push_back('%');
-        out.push_back(hex[byte >> 4]);
-        out.push_back(hex[byte & 0xf]);
+    std::size_t run = 0;  // where the bytes not yet appended start
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const auto byte = static_cast<unsigned char>(text[i]);
+        if (!escaped_bytes[byte] || (byte == ':' && keep_colons)) continue;
+        out.append(text.data() + run, i - run);
+        const char escape[3] = {'%', hex[byte >> 4], hex[byte & 0xf]};
+        out.append(escape, 3);
+        run = i + 1;
     }
+    out.append(text.data() + run, text.size() - run);
 }
 
 // Appends ":<value>" of `part` (escaped); false when the request lacks it.
@@ -135,6 +146,8 @@ KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfi
             if (!in_tag) entry.own.push_back(part);
         }
         append_decide_args(limit, entry.args);
+        static std::atomic<std::uint64_t> made{0};
+        entry.id = ++made;
         plan.limits.push_back(std::move(entry));
     }
     return plan;
@@ -151,8 +164,11 @@ std::vector<std::optional<std::string>> build_limit_keys(std::string_view key_pr
     std::vector<std::optional<std::string>> keys(plan.limits.size());
 
     // "<prefix>:{<route>:<shared values>}:"; a shared header that is absent means no limit applies.
+    // Room for a limit's name and values too: the last limit's key is the head itself, grown.
+    std::size_t longest_name = 0;
+    for (const auto& limit : plan.limits) longest_name = std::max(longest_name, limit.name.size());
     std::string head;
-    head.reserve(key_prefix.size() + plan.route.size() + 48);
+    head.reserve(key_prefix.size() + plan.route.size() + longest_name + 80);
     append_escaped(head, key_prefix, true);
     head += ":{";
     head += plan.route;
@@ -161,9 +177,7 @@ std::vector<std::optional<std::string>> build_limit_keys(std::string_view key_pr
 
     for (std::size_t i = 0; i < plan.limits.size(); ++i) {
         const auto& limit = plan.limits[i];
-        std::string key;
-        key.reserve(head.size() + limit.name.size() + 32);
-        key += head;
+        std::string key = i + 1 == plan.limits.size() ? std::move(head) : head;
         key += limit.name;
         if (append_values(key, limit.own, request)) keys[i] = std::move(key);
     }

@@ -110,10 +110,6 @@ std::uint64_t MemoryLimiter::evict(Shard& shard, std::int64_t now) {
     return evicted;
 }
 
-MemoryLimiter::Shard& MemoryLimiter::shard_of(const std::string& key) {
-    return shards_[KeyedHash{}(key) % shard_count];
-}
-
 std::size_t MemoryLimiter::size() const {
     std::size_t total = 0;
     for (const auto& shard : shards_) {
@@ -170,10 +166,12 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     // Each key's state where it exists: written through this pointer (an element of an
     // unordered_map stays where it is when the map grows), not looked up a second time.
     std::vector<State*> existing(n, nullptr);
+    std::vector<std::size_t> hashes(n, 0);
     std::vector<Shard*> locked;
     for (std::size_t i = 0; i < n; ++i) {
         if (!keys[i]) continue;
-        shard[i] = &shard_of(*keys[i]);
+        hashes[i] = KeyedHash{}(*keys[i]);
+        shard[i] = &shard_of_hash(hashes[i]);
         if (std::find(locked.begin(), locked.end(), shard[i]) == locked.end()) locked.push_back(shard[i]);
     }
     std::sort(locked.begin(), locked.end());
@@ -206,7 +204,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         Check& c = checks[i];
         c.cost = inspect ? 0 : static_cast<std::int64_t>(bounded_cost(limit, request));
         auto& states = shard[i]->states;
-        const auto found_entry = states.find(*keys[i]);
+        const auto found_entry = states.find(HashedKey{*keys[i], hashes[i]});
         const State* found = nullptr;
         if (found_entry != states.end()) {
             // Read is use: a client being refused keeps its (exhausted) state longest.

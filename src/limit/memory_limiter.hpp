@@ -91,7 +91,24 @@ private:
         Entry* older = nullptr;
         const std::string* key = nullptr;
     };
-    using Map = std::unordered_map<std::string, Entry, KeyedHash>;  // keys hold what clients send
+    // A key with its hash worked out once: a decision picks the shard and finds the key in its
+    // map with the same hash (the map looks it up by this, without hashing the text again).
+    struct HashedKey {
+        std::string_view text;
+        std::size_t hash;
+    };
+    struct MapHash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view text) const { return KeyedHash{}(text); }
+        std::size_t operator()(const HashedKey& key) const { return key.hash; }
+    };
+    struct MapEqual {
+        using is_transparent = void;
+        bool operator()(std::string_view a, std::string_view b) const { return a == b; }
+        bool operator()(const HashedKey& a, std::string_view b) const { return a.text == b; }
+        bool operator()(std::string_view a, const HashedKey& b) const { return a == b.text; }
+    };
+    using Map = std::unordered_map<std::string, Entry, MapHash, MapEqual>;  // keys hold what clients send
 
     struct alignas(64) Shard {
         mutable std::mutex mutex;
@@ -99,7 +116,8 @@ private:
         Entry* newest = nullptr;
         Entry* oldest = nullptr;
     };
-    Shard& shard_of(const std::string& key);
+    Shard& shard_of(const std::string& key) { return shard_of_hash(KeyedHash{}(key)); }
+    Shard& shard_of_hash(std::size_t hash) { return shards_[hash % shard_count]; }
     // With the shard locked: the recency list kept with the map.
     static void link_newest(Shard& shard, Entry& entry);
     static void unlink(Shard& shard, Entry& entry);

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstring>
 
 namespace sluice::limit {
 
@@ -53,23 +54,29 @@ std::pair<std::uint64_t, std::uint64_t> quota_and_window(const config::LimitConf
 
 namespace {
 
-// "\"<name>\";<a>=<x>;<b>=<y>", built in place (no temporaries).
+// "\"<name>\";<a>=<x>;<b>=<y>", written into a string of its final length (every response
+// of a limited route carries two of these).
 std::string structured(std::string_view name, char a, std::uint64_t x, char b, std::uint64_t y) {
     char digits[2][24];
-    auto end_x = std::to_chars(digits[0], digits[0] + 24, x).ptr;
-    auto end_y = std::to_chars(digits[1], digits[1] + 24, y).ptr;
-    std::string out;
-    out.reserve(name.size() + 8 + static_cast<std::size_t>(end_x - digits[0]) + static_cast<std::size_t>(end_y - digits[1]));
-    out += '"';
-    out += name;
-    out += "\";";
-    out += a;
-    out += '=';
-    out.append(digits[0], end_x);
-    out += ';';
-    out += b;
-    out += '=';
-    out.append(digits[1], end_y);
+    const auto end_x = std::to_chars(digits[0], digits[0] + 24, x).ptr;
+    const auto end_y = std::to_chars(digits[1], digits[1] + 24, y).ptr;
+    const auto size_x = static_cast<std::size_t>(end_x - digits[0]);
+    const auto size_y = static_cast<std::size_t>(end_y - digits[1]);
+    std::string out(name.size() + 8 + size_x + size_y, '\0');
+    char* p = out.data();
+    *p++ = '"';
+    std::memcpy(p, name.data(), name.size());
+    p += name.size();
+    *p++ = '"';
+    *p++ = ';';
+    *p++ = a;
+    *p++ = '=';
+    std::memcpy(p, digits[0], size_x);
+    p += size_x;
+    *p++ = ';';
+    *p++ = b;
+    *p++ = '=';
+    std::memcpy(p, digits[1], size_y);
     return out;
 }
 

@@ -309,7 +309,8 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
     auto& batch = batch_for(connection);
     pending->first_key = batch.keys.size();
     pending->sent.reserve(applying);
-    DecideArgs single;
+    std::optional<DecideArgs> single;  // on a cluster: the request's own call, should it be sent alone
+    if (sharded_) single.emplace();
     for (std::size_t i = 0; i < route.limits.size(); ++i) {
         if (!keys[i]) continue;
         pending->results[i].applies = true;
@@ -335,20 +336,20 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
             args.reserve(decide_args_per_limit);
             append_decide_args(limit, inspect ? 0 : bounded_cost(limit, request),
                                limit.calendar ? calendar_text(limit) : "", args, request.may_wait);
-            if (sharded_) single.limit(std::vector<std::string>(args));
+            if (sharded_) single->limit(std::vector<std::string>(args));
             batch.args.limit(std::move(args));
         } else {
-            if (sharded_) single.limit(plan.limits[i].args);
-            batch.args.limit(plan.limits[i].args);
+            if (sharded_) single->limit(plan.limits[i].args);
+            batch.args.limit(plan.limits[i].args, plan.limits[i].id);
         }
     }
     if (pending->token.empty()) batch.args.end_request();
     else batch.args.end_request(pending->token);
     batch.pending.push_back(pending);
     if (sharded_) {
-        if (pending->token.empty()) single.end_request();
-        else single.end_request(pending->token);
-        pending->single_args = single.take();
+        if (pending->token.empty()) single->end_request();
+        else single->end_request(pending->token);
+        pending->single_args = single->take();
         pending->slot = slot;
     }
 

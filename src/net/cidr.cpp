@@ -15,15 +15,31 @@ std::string_view without_brackets(std::string_view text, bool& bracketed) {
     return bracketed ? text.substr(1, text.size() - 2) : text;
 }
 
-std::optional<IpAddress> parse_v4(const std::string& text) {
-    in_addr raw{};
-    if (inet_pton(AF_INET, text.c_str(), &raw) != 1) return std::nullopt;
+// Dotted decimal as inet_pton reads it: four parts of 1 to 3 digits, each at most 255, no
+// leading zero (inet_aton's octal and short forms are not addresses here). Read in place:
+// every request of a trusted proxy's client parses its peer and its X-Forwarded-For entries.
+std::optional<IpAddress> parse_v4(std::string_view text) {
     IpAddress address;
     address.v4 = true;
     address.bytes[10] = 0xff;
     address.bytes[11] = 0xff;
-    const auto* octets = reinterpret_cast<const std::uint8_t*>(&raw);
-    for (std::size_t i = 0; i < 4; ++i) address.bytes[v4_offset + i] = octets[i];
+    std::size_t at = 0;
+    for (std::size_t part = 0; part < 4; ++part) {
+        if (part > 0) {
+            if (at >= text.size() || text[at] != '.') return std::nullopt;
+            ++at;
+        }
+        unsigned value = 0;
+        std::size_t digits = 0;
+        while (at < text.size() && text[at] >= '0' && text[at] <= '9' && digits < 4) {
+            value = value * 10 + static_cast<unsigned>(text[at] - '0');
+            ++at;
+            ++digits;
+        }
+        if (digits == 0 || digits > 3 || value > 255 || (digits > 1 && text[at - digits] == '0')) return std::nullopt;
+        address.bytes[v4_offset + part] = static_cast<std::uint8_t>(value);
+    }
+    if (at != text.size()) return std::nullopt;
     return address;
 }
 
@@ -154,10 +170,9 @@ std::optional<IpAddress> IpAddress::parse(std::string_view text) {
     const std::string_view inner = without_brackets(text, bracketed);
     if (inner.empty() || inner.size() > max_address_text) return std::nullopt;
     if (inner.find('\0') != std::string_view::npos) return std::nullopt;
-    const std::string copy(inner);
-    if (copy.find(':') != std::string::npos) return parse_v6(copy);
+    if (inner.find(':') != std::string_view::npos) return parse_v6(std::string(inner));
     if (bracketed) return std::nullopt;  // "[1.2.3.4]" is not a valid form
-    return parse_v4(copy);
+    return parse_v4(inner);
 }
 
 std::string IpAddress::str() const { return v4 ? dotted_quad(bytes) : v6_text(bytes); }

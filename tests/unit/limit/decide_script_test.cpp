@@ -734,6 +734,51 @@ TEST_CASE("decide script: requests with the same limits share a plan", "[lua]") 
     CHECK(args.take() == std::vector<std::string>{"1", "token_bucket 0 1 1000 6", "1"});
 }
 
+TEST_CASE("decide script: a route's limits known by their ids share a plan without comparing texts", "[lua]") {
+    // A route's argument lists come with their key plan's ids (RedisLimiter): the same ids are
+    // the same plan at once. Lists without ids, or with other ids but the same texts, still
+    // find the plan by their texts; ids never make two different texts one plan.
+    const std::vector<std::string> tb{"token_bucket", "0", "1", "1000", "5"};
+    const std::vector<std::string> sw{"sliding_window", "1", "1", "10", "60000000"};
+    const std::vector<std::string> tb_copy = tb;
+    const std::vector<std::string> tb_other{"token_bucket", "0", "1", "1000", "6"};
+    limit::DecideArgs args;
+    args.limit(tb, 7);
+    args.end_request();  // plan 1
+    args.limit(tb, 7);
+    args.limit(sw, 8);
+    args.end_request();  // plan 2
+    args.limit(tb, 7);
+    args.end_request();  // 1, by its id
+    args.limit(tb_copy);
+    args.end_request();  // 1, by its text
+    args.limit(tb_copy, 9);
+    args.end_request();  // 1, by its text (9 is new)
+    args.limit(tb_other, 10);
+    args.end_request();  // plan 3
+    args.limit(tb, 7);
+    args.limit(std::vector<std::string>(sw));
+    args.end_request();  // 2, by its texts (one list is the request's own)
+    args.limit(tb_other, 10);
+    args.end_request();  // 3, by its id
+    args.limit(std::vector<std::string>{"token_bucket", "0", "2", "1000", "5"});
+    args.end_request();  // plan 4: a cost of its own
+    const std::vector<std::string> expected{
+        "4",
+        "token_bucket 0 1 1000 5",
+        "token_bucket 0 1 1000 5;sliding_window 1 1 10 60000000",
+        "token_bucket 0 1 1000 6",
+        "token_bucket 0 2 1000 5",
+        "1", "2", "1", "1", "1", "3", "2", "3", "4"};
+    CHECK(args.take() == expected);
+    // After take() nothing of the last call is known: the same ids start plan 1 again.
+    args.limit(tb_other, 10);
+    args.end_request();
+    args.limit(tb, 7);
+    args.end_request();
+    CHECK(args.take() == std::vector<std::string>{"2", "token_bucket 0 1 1000 6", "token_bucket 0 1 1000 5", "1", "2"});
+}
+
 TEST_CASE("decide script: reading the reply", "[lua]") {
     using redis::RedisReply;
     auto array = [](std::vector<std::int64_t> values) {
