@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 
 namespace sluice::http {
@@ -64,9 +65,23 @@ constexpr std::array<bool, 256> value_bytes = [] {
     return t;
 }();
 
+// Eight bytes at a time: a word with no byte below 0x20 and none equal to 0x7f is plain as it
+// is (most words of most heads); one with such a byte (a tab, usually) is looked at byte by byte.
 bool plain(std::string_view s) {
-    for (unsigned char c : s)
-        if (!value_bytes[c]) return false;
+    constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    std::size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+        std::uint64_t x;
+        std::memcpy(&x, s.data() + i, 8);
+        const std::uint64_t below_space = (x - ones * 0x20) & ~x & highs;  // some byte < 0x20
+        const std::uint64_t del = x ^ (ones * 0x7f);
+        const std::uint64_t has_del = (del - ones) & ~del & highs;  // some byte == 0x7f
+        if ((below_space | has_del) == 0) continue;
+        for (std::size_t j = i; j < i + 8; ++j)
+            if (!value_bytes[static_cast<unsigned char>(s[j])]) return false;
+    }
+    for (; i < s.size(); ++i)
+        if (!value_bytes[static_cast<unsigned char>(s[i])]) return false;
     return true;
 }
 

@@ -3,6 +3,7 @@
 #include "http/field_text.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 #include <vector>
 
@@ -333,14 +334,31 @@ void append_version(unsigned version, std::string& out) {
     out += static_cast<char>('0' + version % 10);
 }
 
+// The fields, then the blank line, written into `out` grown once to its final size (every
+// response's head is written here).
 template <class L>
 void append_fields(const L& fields, std::string& out) {
+    std::size_t size = 2;
+    for (const auto& field : fields) size += field.name_string().size() + field.value().size() + 4;
+    const std::size_t at = out.size();
+    out.resize(at + size);
+    char* p = out.data() + at;
+    const auto put = [&p](const char* data, std::size_t n) {
+        std::memcpy(p, data, n);
+        p += n;
+    };
     for (const auto& field : fields) {
         const auto name = field.name_string();
         const auto value = field.value();
-        out.append(name.data(), name.size()).append(": ", 2).append(value.data(), value.size()).append("\r\n", 2);
+        put(name.data(), name.size());
+        *p++ = ':';
+        *p++ = ' ';
+        put(value.data(), value.size());
+        *p++ = '\r';
+        *p++ = '\n';
     }
-    out.append("\r\n", 2);
+    *p++ = '\r';
+    *p = '\n';
 }
 
 }  // namespace
@@ -357,19 +375,15 @@ namespace {
 
 template <class L>
 void response_head(unsigned version, unsigned status, std::string_view reason, const L& fields, std::string& out) {
-    append_version(version, out);
-    out += ' ';
-    out += static_cast<char>('0' + status / 100 % 10);
-    out += static_cast<char>('0' + status / 10 % 10);
-    out += static_cast<char>('0' + status % 10);
-    out += ' ';
     if (reason.empty()) {
         const auto standard = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
-        out.append(standard.data(), standard.size());
-    } else {
-        out.append(reason);
+        reason = std::string_view(standard.data(), standard.size());
     }
-    out.append("\r\n", 2);
+    // "HTTP/x.y NNN reason\r\n"
+    char line[13] = {'H', 'T', 'T', 'P', '/', static_cast<char>('0' + version / 10 % 10), '.',
+                     static_cast<char>('0' + version % 10), ' ', static_cast<char>('0' + status / 100 % 10),
+                     static_cast<char>('0' + status / 10 % 10), static_cast<char>('0' + status % 10), ' '};
+    out.append(line, sizeof line).append(reason).append("\r\n", 2);
     append_fields(fields, out);
 }
 

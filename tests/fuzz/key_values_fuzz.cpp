@@ -5,12 +5,16 @@
 // hold: a value found is never ambiguous; a decoded query or cookie value is never longer
 // than the text; a path segment is a view into the text; a segment holds no
 // '/'; the same call gives the same answer; a client network parses back as an address
-// whose host bits are zero.
+// whose host bits are zero; an address without a colon is read as inet_pton reads IPv4 text
+// (IpAddress::parse reads dotted decimal itself).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
+
+#include <arpa/inet.h>
 
 #include "limit/key_values.hpp"
 #include "net/cidr.hpp"
@@ -45,6 +49,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto segment = limit::path_segment(text, n);
         if (!segment) break;
         if (segment->empty() || !inside(*segment, text) || segment->find('/') != std::string_view::npos) std::abort();
+    }
+
+    if (text.find(':') == std::string_view::npos && text.find('\0') == std::string_view::npos) {
+        const std::string copy(text);
+        in_addr raw{};
+        const bool libc = inet_pton(AF_INET, copy.c_str(), &raw) == 1;
+        const auto ours = net::IpAddress::parse(text);
+        if (libc != ours.has_value()) std::abort();
+        if (libc && (!ours->v4 || std::memcmp(ours->bytes.data() + 12, &raw, 4) != 0)) std::abort();
     }
 
     const unsigned v4 = 1 + data[0] % 32, v6 = 1 + (data[size - 1] % 128);

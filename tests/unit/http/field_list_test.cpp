@@ -140,6 +140,31 @@ TEST_CASE("parse_response_head refuses what is not one valid response head") {
 
 // Generated heads, read as before (check_request_head, then Beast's parser) and by ours: the
 // same verdict, status, version, reason, fields and keep-alive (where Beast read a valid 1.x).
+TEST_CASE("parse_response_head checks every byte of a value and a reason, at every place in a word") {
+    // Values are checked eight bytes at a time: each byte value at each offset of a value long
+    // enough for whole words and a tail, in a field and in the reason phrase. Allowed: tab,
+    // space to '~', and obs-text (0x80-0xff); refused: the other control bytes and DEL.
+    for (int byte = 0; byte < 256; ++byte) {
+        if (byte == '\r' || byte == '\n') continue;  // line ends: their own checks
+        const bool allowed = byte == '\t' || (byte >= 0x20 && byte != 0x7f);
+        for (std::size_t at = 0; at < 21; ++at) {
+            std::string value(21, 'v');
+            value[at] = static_cast<char>(byte);
+            if (at == 0 || at == 20) {
+                if (byte == ' ' || byte == '\t') continue;  // trimmed: not part of the value
+            }
+            CAPTURE(byte, at);
+            http::UpstreamResponse res;
+            const std::string head = "HTTP/1.1 200 OK\r\nX-Value: " + value + "\r\nContent-Length: 0\r\n\r\n";
+            CHECK(parse_response_head(head, res).empty() == allowed);
+            if (allowed) CHECK(lines_of(res.fields) == Lines{{"X-Value", value}, {"Content-Length", "0"}});
+            const std::string reason = "HTTP/1.1 200 " + value + "\r\nContent-Length: 0\r\n\r\n";
+            CHECK(parse_response_head(reason, res).empty() == allowed);
+            if (allowed) CHECK(res.reason == value);
+        }
+    }
+}
+
 TEST_CASE("parse_response_head agrees with Beast's parser over generated heads") {
     const std::vector<std::string> starts = {
         "HTTP/1.1 200 OK",        "HTTP/1.0 404 Not Found", "HTTP/1.1 204 ",       "HTTP/1.1 200",
