@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include <boost/container/small_vector.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 #include <spdlog/spdlog.h>
@@ -174,7 +175,7 @@ void identify_client(Exchange& x) {
         const auto peer = sluice::net::IpAddress::parse(x.peer_ip);
         x.peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
         if (x.peer_trusted) {
-            std::vector<std::string_view> xff;
+            boost::container::small_vector<std::string_view, 4> xff;  // (mostly one field)
             for (const auto& f : req)  // (Beast has no code for X-Forwarded-For: every field is compared)
                 if (f.name() == bhttp::field::unknown && f.name_string().size() == 15 &&
                     beast::iequals(f.name_string(), "x-forwarded-for"))

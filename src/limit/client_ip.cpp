@@ -28,7 +28,7 @@ std::string client_ip(std::string_view peer, const std::vector<std::string_view>
     return forwarded_client(*peer_ip, xff, trusted);
 }
 
-std::string forwarded_client(const net::IpAddress& peer, const std::vector<std::string_view>& xff,
+std::string forwarded_client(const net::IpAddress& peer, std::span<const std::string_view> xff,
                              const std::vector<net::Cidr>& trusted) {
     // The address reached so far, written out once at the end.
     net::IpAddress current = peer;

@@ -2,6 +2,7 @@
 // X-Forwarded-For address that is not itself trusted. Pure.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,7 +21,7 @@ bool is_trusted(const std::vector<net::Cidr>& trusted, const net::IpAddress& ip)
 std::string client_ip(std::string_view peer, const std::vector<std::string_view>& xff,
                       const std::vector<net::Cidr>& trusted);
 // The same walk from a peer already parsed and found trusted (no second parse of it).
-std::string forwarded_client(const net::IpAddress& peer, const std::vector<std::string_view>& xff,
+std::string forwarded_client(const net::IpAddress& peer, std::span<const std::string_view> xff,
                              const std::vector<net::Cidr>& trusted);
 
 }  // namespace sluice::limit

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <span>
+
+#include <boost/container/small_vector.hpp>
 
 #include <spdlog/spdlog.h>
 
@@ -11,6 +14,10 @@
 
 namespace sluice::limit {
 namespace {
+
+// Per-limit scratch of one decision: on the stack for routes of up to four limits.
+template <class T>
+using Small = boost::container::small_vector<T, 4>;
 
 // What checking one limit found, before anything is written (cf. *.check in lua/).
 struct Check {
@@ -157,17 +164,18 @@ void MemoryLimiter::count_decision(std::int64_t now) {
 Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, bool inspect) {
     auto keys = build_limit_keys(key_prefix_, route, request);
     const std::size_t n = route.limits.size();
-    std::vector<Check> checks(n);
+    // A route has a few limits: the per-limit scratch lives on the stack up to four.
+    Small<Check> checks(n);
     std::vector<LimitResult> results(n);
 
     // The shard of each key; every shard involved is locked, in address order (no two
     // decisions can wait for each other), for the whole decision: all or nothing.
-    std::vector<Shard*> shard(n, nullptr);
+    Small<Shard*> shard(n, nullptr);
     // Each key's state where it exists: written through this pointer (an element of an
     // unordered_map stays where it is when the map grows), not looked up a second time.
-    std::vector<State*> existing(n, nullptr);
-    std::vector<std::size_t> hashes(n, 0);
-    std::vector<Shard*> locked;
+    Small<State*> existing(n, nullptr);
+    Small<std::size_t> hashes(n, 0);
+    Small<Shard*> locked;
     for (std::size_t i = 0; i < n; ++i) {
         if (!keys[i]) continue;
         hashes[i] = KeyedHash{}(*keys[i]);
@@ -178,17 +186,17 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     // Holds the shards' locks until unlock() or the end of the scope.
     class Locks {
     public:
-        explicit Locks(const std::vector<Shard*>& shards) : shards_(shards) {
+        explicit Locks(std::span<Shard* const> shards) : shards_(shards) {
             for (auto* s : shards_) s->mutex.lock();
         }
         ~Locks() { unlock(); }
         void unlock() {
             for (auto* s : shards_) s->mutex.unlock();
-            shards_.clear();
+            shards_ = {};
         }
 
     private:
-        std::vector<Shard*> shards_;
+        std::span<Shard* const> shards_;  // `locked`, which outlives it
     } locks(locked);
     std::size_t held_before = 0;  // (keys_ moves by held_after - held_before, either way)
     for (auto* s : locked) held_before += s->states.size();
