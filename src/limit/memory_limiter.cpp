@@ -77,11 +77,13 @@ void MemoryLimiter::unlink(Shard& shard, Entry& entry) {
 
 void MemoryLimiter::touch(Shard& shard, Entry& entry) {
     if (shard.newest == &entry) return;
+    if (shard.sweep_next == &entry) shard.sweep_next = entry.newer;  // (it is looked at as the newest)
     unlink(shard, entry);
     link_newest(shard, entry);
 }
 
 void MemoryLimiter::erase(Shard& shard, Map::iterator it) {
+    if (shard.sweep_next == &it->second) shard.sweep_next = it->second.newer;
     unlink(shard, it->second);
     shard.states.erase(it);
 }
@@ -142,22 +144,30 @@ std::int64_t MemoryLimiter::reset(const std::vector<std::string>& keys) {
 
 void MemoryLimiter::count_decision(std::int64_t now) {
     // Counted per thread: a counter shared by the workers would be a cache line every
-    // decision of every worker writes. Each worker sweeps the shards in turn by its own count.
+    // decision of every worker writes. Each worker sweeps the shards in turn by its own count:
+    // every `step` decisions it looks at up to sweep_batch keys of its current shard, from
+    // where the last look at that shard stopped (oldest to newest), and goes on to the next
+    // shard once the shard's list is done. A look is short (a whole shard of a large store
+    // swept at once held its lock, and stalled its worker's other requests, for a long time);
+    // one key looked at per decision on a store of 4096 keys or more, as many as four below.
     thread_local std::uint64_t decisions = 0;
-    const std::uint64_t d = ++decisions;
-    const std::uint64_t step = std::max<std::uint64_t>(1024 / shard_count, keys_.load() / shard_count);
-    if (d % step != 0) return;
-    auto& shard = shards_[(d / step) % shard_count];
+    thread_local std::size_t current = 0;
+    const std::uint64_t step = keys_.load(std::memory_order_relaxed) >= 4096 ? sweep_batch : sweep_batch / 4;
+    if (++decisions % step != 0) return;
+    auto& shard = shards_[current % shard_count];
     std::lock_guard lock(shard.mutex);
     std::size_t swept = 0;
-    for (auto it = shard.states.begin(); it != shard.states.end();) {
-        const auto next = std::next(it);
-        if (is_empty(it->second.state, now)) {
-            erase(shard, it);
+    for (std::size_t looked = 0; looked < sweep_batch; ++looked) {
+        Entry* entry = shard.sweep_next ? shard.sweep_next : shard.oldest;
+        if (entry == nullptr) break;  // an empty shard
+        shard.sweep_next = entry->newer;  // (erase below moves it on again if it points here)
+        if (is_empty(entry->state, now)) {
+            erase(shard, shard.states.find(*entry->key));
             ++swept;
         }
-        it = next;
+        if (shard.sweep_next == nullptr) break;  // the shard's list is done
     }
+    if (shard.sweep_next == nullptr) ++current;
     keys_ -= swept;
 }
 

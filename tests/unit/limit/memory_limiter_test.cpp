@@ -148,10 +148,40 @@ TEST_CASE("memory limiter: keys whose state is empty again are swept", "[memory_
     CHECK(f.limiter.size() >= 2000);
     f.ip = "10.1.1.1";
     const auto later = f.now + 10 * second;
-    // The shards are swept in turn, a round of them every max(1024, keys held) decisions:
-    // about 4,000 keys are held, so within 4,100 decisions every shard has been swept.
+    // Fewer than 4,096 keys are held: every 16 decisions a worker looks at up to 64 keys of
+    // one shard, going on to the next shard when one is done, so 4,100 decisions look at
+    // about 16,000 keys, every shard more than twice over.
     for (int i = 0; i < 4100; ++i) f.at(later);
     CHECK(f.limiter.size() <= 2);
+}
+
+TEST_CASE("memory limiter: the sweep looks at a few keys at a time", "[memory_limiter]") {
+    // A whole shard swept at once stalled the sweeping worker (and that shard) for as long as
+    // the shard took: now no decision sweeps more than 64 keys, one look every 64 decisions
+    // while 4,096 keys or more are held, and every empty key still goes in the end.
+    Fixture f;
+    f.limits = {token_bucket("tb", 1, 1s, 1)};
+    for (int i = 0; i < 10000; ++i) {
+        f.ip = "10." + std::to_string(i / 65536) + "." + std::to_string(i / 256 % 256) + "." + std::to_string(i % 256);
+        f.at(f.now);
+    }
+    REQUIRE(f.limiter.size() == 10000);
+    f.ip = "10.200.0.1";
+    const auto later = f.now + 10 * second;  // every bucket full again: every key empty
+    std::size_t before = f.limiter.size();
+    for (int i = 1; i <= 2048; ++i) {
+        f.at(later);
+        const std::size_t after = f.limiter.size();
+        // No decision sweeps more than 64 keys, and at most one look of 64 keys comes per 64
+        // decisions (the first one may come at once).
+        if (after + 64 < before) FAIL("decision " << i << " swept " << before - after << " keys");
+        const std::size_t looks = static_cast<std::size_t>(i) / 64 + 1;
+        if (after + looks * 64 < 10000) FAIL("after " << i << " decisions only " << after << " keys are left");
+        before = after;
+    }
+    CHECK(f.limiter.size() < 10000 - 1024);  // and it did sweep meanwhile
+    for (int i = 0; i < 20000; ++i) f.at(later);
+    CHECK(f.limiter.size() <= 1);
 }
 
 TEST_CASE("memory limiter: exact under concurrent workers", "[memory_limiter]") {
