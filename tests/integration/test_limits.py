@@ -295,11 +295,17 @@ class KeyTest(LimitsTestCase):
                     ["10.1.1.1", "203.0.113.7"], ["203.0.113.7,127.0.0.9, 127.0.0.8"]):
             r = self.get(c, "/ip/a-again", [("X-Forwarded-For", v) for v in xff])
             self.assertEqual(r.status, 429, f"X-Forwarded-For {xff}")
+        # The name in any case is the same field; a name that only looks like it is not one
+        # (the client is then the trusted peer itself, which has a quota of its own).
+        r = self.get(c, "/ip/a-case", [("x-FORWARDED-for", "203.0.113.7")])
+        self.assertEqual(r.status, 429)
+        r = self.get(c, "/ip/fox", [("X-Forwarded-Fox", "203.0.113.7")])
+        self.assertEqual(r.status, 200)
         # A third client still has its full quota.
         r = self.get(c, "/ip/c1", [("X-Forwarded-For", "192.0.2.33")])
         self.assertEqual(r.status, 200)
         self.assertEqual(ratelimit_headers(r)["state"][:2], ("per_ip", 1))
-        self.assertEqual(len(self.up.requests), 5)
+        self.assertEqual(len(self.up.requests), 6)
 
     def test_untrusted_peer_cannot_escape_with_x_forwarded_for(self):
         self.start_proxy([limited_route("ip", [sliding_window("per_ip", 2, "1m")])],

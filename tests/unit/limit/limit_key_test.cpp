@@ -108,6 +108,38 @@ TEST_CASE("limit keys: values are escaped so keys are unambiguous and only the t
     CHECK(keys_for(limits, one) != keys_for(limits, two));
 }
 
+TEST_CASE("limit keys: every byte of a value is escaped or kept as the key format says", "[limit_key]") {
+    // The key format's rule, written plainly: '%', '{', '}', ':', space, the control bytes and
+    // DEL become %XX (upper-case hex); every other byte, 0x80-0xff included, stays. Each byte
+    // value alone, at the start, in the middle and at the end of a value.
+    const auto reference = [](const std::string& text) {
+        std::string out;
+        for (unsigned char c : text) {
+            if (c == '%' || c == '{' || c == '}' || c == ':' || c <= 0x20 || c == 0x7f) {
+                static constexpr char hex[] = "0123456789ABCDEF";
+                out += '%';
+                out += hex[c >> 4];
+                out += hex[c & 0xf];
+            } else {
+                out += static_cast<char>(c);
+            }
+        }
+        return out;
+    };
+    const std::vector<config::LimitConfig> limits{token_bucket("k", 5, 1s, 10, {header("x-api-key")})};
+    for (int byte = 0; byte < 256; ++byte) {
+        const std::string b(1, static_cast<char>(byte));
+        for (const std::string& value : {b, b + "ab", "ab" + b + "cd", "abc" + b}) {
+            CAPTURE(byte, value);
+            Request request;
+            request.headers["x-api-key"] = value;
+            const auto keys = keys_for(limits, request);
+            REQUIRE(keys[0]);
+            CHECK(*keys[0] == "sluice:{login:" + reference(value) + "}:k");
+        }
+    }
+}
+
 TEST_CASE("limit keys: every key of a request has the same cluster hash tag", "[limit_key]") {
     const std::vector<std::vector<config::LimitConfig>> routes{
         {token_bucket("a", 5, 1s, 10), sliding_window("b", 9, 1s), sliding_window("c", 9, 1s, {client_ip(), path()})},
