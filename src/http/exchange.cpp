@@ -10,6 +10,7 @@
 
 #include "auth/jwt.hpp"
 #include "config/value_syntax.hpp"
+#include "http/field_text.hpp"
 #include "http/header_rules.hpp"
 #include "http/limit_verdict.hpp"
 #include "http/request_target.hpp"
@@ -177,8 +178,7 @@ void identify_client(Exchange& x) {
         if (x.peer_trusted) {
             boost::container::small_vector<std::string_view, 4> xff;  // (mostly one field)
             for (const auto& f : req)  // (Beast has no code for X-Forwarded-For: every field is compared)
-                if (f.name() == bhttp::field::unknown && f.name_string().size() == 15 &&
-                    beast::iequals(f.name_string(), "x-forwarded-for"))
+                if (f.name() == bhttp::field::unknown && iequals_ascii(sv(f.name_string()), "X-Forwarded-For"))
                     xff.push_back(sv(f.value()));
             x.rec.client = limit::forwarded_client(*peer, xff, cfg.client_ip.trusted_proxies);
         }

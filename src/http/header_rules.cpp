@@ -379,11 +379,10 @@ void response_head(unsigned version, unsigned status, std::string_view reason, c
         const auto standard = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
         reason = std::string_view(standard.data(), standard.size());
     }
-    // "HTTP/x.y NNN reason\r\n"
-    char line[13] = {'H', 'T', 'T', 'P', '/', static_cast<char>('0' + version / 10 % 10), '.',
-                     static_cast<char>('0' + version % 10), ' ', static_cast<char>('0' + status / 100 % 10),
-                     static_cast<char>('0' + status / 10 % 10), static_cast<char>('0' + status % 10), ' '};
-    out.append(line, sizeof line).append(reason).append("\r\n", 2);
+    append_version(version, out);
+    const char code[5] = {' ', static_cast<char>('0' + status / 100 % 10), static_cast<char>('0' + status / 10 % 10),
+                          static_cast<char>('0' + status % 10), ' '};
+    out.append(code, sizeof code).append(reason).append("\r\n", 2);
     append_fields(fields, out);
 }
 

@@ -104,15 +104,17 @@ RequestOnward request_onward(const bhttp::request<bhttp::empty_body>& req, const
             break;
         }
         if (hop(id, name)) continue;
-        if (iequals_ascii(name, "X-Forwarded-For")) {
-            if (trusted && !trim_ows(value).empty()) xff.append(trim_ows(value)).append(", ", 2);
-            continue;
+        if (id == bhttp::field::unknown) {  // (Beast has no code for the three below)
+            if (iequals_ascii(name, "X-Forwarded-For")) {
+                if (trusted && !trim_ows(value).empty()) xff.append(trim_ows(value)).append(", ", 2);
+                continue;
+            }
+            if (iequals_ascii(name, "X-Forwarded-Proto")) {
+                if (!trusted) continue;
+                kept_proto = true;
+            }
+            if (iequals_ascii(name, "X-Request-Id")) continue;
         }
-        if (iequals_ascii(name, "X-Forwarded-Proto")) {
-            if (!trusted) continue;
-            kept_proto = true;
-        }
-        if (iequals_ascii(name, "X-Request-Id")) continue;
         append_field(head, name, value);
     }
     if (out.websocket) {  // both were left out as hop-by-hop

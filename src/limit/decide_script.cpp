@@ -110,7 +110,8 @@ void DecideArgs::end_request() {
     std::size_t number = 0;
     // Mostly the request's limits are its route's, known by their ids: the same ids as a
     // plan's are that plan.
-    if (current_kept_ && !current_ids_.empty())
+    const bool known_by_ids = !current_ids_.empty() && current_ids_.size() == current_.size();
+    if (known_by_ids)
         for (std::size_t p = 0; p < plan_ids_.size() && number == 0; ++p)
             if (plan_ids_[p] == current_ids_) number = p + 1;
     for (std::size_t p = 0; p < plan_args_.size() && number == 0; ++p) {
@@ -136,13 +137,12 @@ void DecideArgs::end_request() {
             }
         }
         plans_.push_back(std::move(text));
-        plan_ids_.push_back(current_kept_ ? current_ids_ : std::vector<std::uint64_t>{});
+        plan_ids_.push_back(known_by_ids ? current_ids_ : std::vector<std::uint64_t>{});
         number = plans_.size();
     }
     requests_.push_back(std::to_string(number));
     current_.clear();
     current_ids_.clear();
-    current_kept_ = true;
     owned_.clear();
 }
 
@@ -163,7 +163,6 @@ std::vector<std::string> DecideArgs::take() {
     requests_.clear();
     current_.clear();
     current_ids_.clear();
-    current_kept_ = true;
     owned_.clear();
     return argv;
 }

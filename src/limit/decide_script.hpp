@@ -22,7 +22,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -77,10 +76,7 @@ void append_decide_args(const config::LimitConfig& limit, std::vector<std::strin
 // alive until end_request.
 class DecideArgs {
 public:
-    void limit(const std::vector<std::string>& args) {
-        current_.push_back(&args);
-        current_kept_ = false;
-    }
+    void limit(const std::vector<std::string>& args) { current_.push_back(&args); }
     // The same with arguments known by `id`, a number no other arguments are known by (a
     // route's key plan: KeyPlan::Limit::id): a request whose limits have the same ids as an
     // earlier request's has its plan without comparing the arguments' texts.
@@ -91,7 +87,6 @@ public:
     // The same with arguments made for this request alone.
     void limit(std::vector<std::string>&& args) {
         current_.push_back(owned_.emplace_back(std::make_unique<std::vector<std::string>>(std::move(args))).get());
-        current_kept_ = false;
     }
     void end_request();
     // The same for a request with a concurrency limit: `token` names its slots.
@@ -105,8 +100,7 @@ private:
     std::vector<std::vector<std::string>> plan_args_;  // each plan: 5 arguments per limit
     // Each plan's ids where all its arguments came with one; else empty.
     std::vector<std::vector<std::uint64_t>> plan_ids_;
-    std::vector<std::uint64_t> current_ids_;
-    bool current_kept_ = true;  // every argument list of the current request came with an id
+    std::vector<std::uint64_t> current_ids_;  // the current request's, of the lists that came with one
     std::vector<std::string> requests_;       // each request's plan number
     std::vector<const std::vector<std::string>*> current_;
     // The current request's own arguments (where current_ points; allocated only when used).

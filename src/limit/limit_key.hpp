@@ -39,7 +39,7 @@ struct KeyPlan {
         std::vector<config::KeyPart> own;   // key parts not in the hash tag, canonical order
         std::vector<std::string> args;      // its arguments to the decide script
         // Never the same for two plans made in this process (a batch tells its plans apart by
-        // it: DecideArgs::limit_kept).
+        // it: DecideArgs::limit).
         std::uint64_t id = 0;
     };
     std::string route;                      // escaped route name

@@ -160,7 +160,7 @@ void MemoryLimiter::count_decision(std::int64_t now) {
     for (std::size_t looked = 0; looked < sweep_batch; ++looked) {
         Entry* entry = shard.sweep_next ? shard.sweep_next : shard.oldest;
         if (entry == nullptr) break;  // an empty shard
-        shard.sweep_next = entry->newer;  // (erase below moves it on again if it points here)
+        shard.sweep_next = entry->newer;  // past it before it may be erased
         if (is_empty(entry->state, now)) {
             erase(shard, shard.states.find(*entry->key));
             ++swept;
