@@ -6,12 +6,13 @@ namespace sluice::config {
 
 namespace {
 
-constexpr std::array<std::string_view, 23> names{
+constexpr std::array<std::string_view, 24> names{
     "client",    "peer",        "request",  "method",     "uri",      "protocol",   "status",      "bytes",
     "route",     "limit",       "decision", "remaining",  "upstream_ms", "total_ms", "wait_ms",   "request_id",
     "host",      "upstream",    "user_agent", "tunnel_up", "tunnel_down", "tunnel_ms", "skipped",
+    "plan",
 };
-static_assert(names.size() == static_cast<std::size_t>(AccessField::skipped) + 1);
+static_assert(names.size() == static_cast<std::size_t>(AccessField::plan) + 1);
 
 bool name_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';

@@ -37,6 +37,7 @@ enum class AccessField {
     tunnel_down,
     tunnel_ms,
     skipped,      // limits of the route that did not apply: keyed on a header the request lacks
+    plan,         // the client's plan, on a route with plans
 };
 
 // Every field's name, in the order of AccessField.

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "config/access_format.hpp"
@@ -225,6 +226,34 @@ struct RouteMatch {
     std::optional<std::string> host;         // lower-case; "*.example.com" matches subdomains
 };
 
+// Top-level `plans:`: named sets of limits. A limit that names no `key` is keyed on the
+// identity of the route that uses the plan.
+struct PlanConfig {
+    std::string name;
+    std::vector<LimitConfig> limits;
+    std::vector<bool> keyed;  // per limit: it names its own `key`
+};
+
+// A route's plans (`identity` with `plan_map` and/or `plan_header`): a request is decided by
+// one set of limits, its client's plan's, or a client's own overrides of them.
+struct RoutePlans {
+    KeyPart identity;
+    std::string map_file;      // as resolved; "" without plan_map
+    std::string header;        // plan_header, lower-case; "" without one (honoured from trusted peers)
+    std::string default_plan;  // for identities the map does not name; "" = 401
+    struct Set {
+        std::string plan;
+        std::string identity;  // the client whose overrides these are; "" for the plan's own
+        std::vector<LimitConfig> limits;
+    };
+    // One set per top-level plan, in its order (keyed on `identity` where a limit names no
+    // key), then one per client of the map with overrides.
+    std::vector<Set> sets;
+    std::unordered_map<std::string, std::size_t> by_plan;      // plan name -> set
+    std::unordered_map<std::string, std::size_t> by_identity;  // from the map file -> set
+    std::optional<std::size_t> default_set;
+};
+
 // forward: to the route's upstream. check: answered by sluice itself, 200 or limited, for
 // another proxy asking whether to let a request through (nginx auth_request, Traefik
 // ForwardAuth).
@@ -238,8 +267,10 @@ struct RouteConfig {
     std::string upstream;                    // empty for action check
     std::size_t upstream_index = 0;  // index into Config::upstreams
     std::optional<OnError> on_error;
-    std::vector<LimitConfig> limits;
+    std::vector<LimitConfig> limits;  // empty for a route with plans
     Exempt exempt;  // besides the top-level one
+    std::shared_ptr<const RoutePlans> plans;  // null: every request is decided by `limits`
+    bool has_limits() const { return plans != nullptr || !limits.empty(); }
 };
 
 // Top-level `jwt:` (keys that verify the tokens `jwt:CLAIM` key parts read).
@@ -285,6 +316,7 @@ struct Config {
     std::vector<UpstreamConfig> upstreams;  // file order
     std::vector<RouteConfig> routes;        // file order
     Exempt exempt;                          // for every route
+    std::vector<PlanConfig> plans;          // file order
     JwtConfig jwt;
     ResponsesConfig responses;
     LoggingConfig logging;

@@ -33,7 +33,8 @@ namespace {
 
 using Keys = std::vector<std::string_view>;
 
-const Keys top_level_keys{"server", "admin", "client_ip", "store", "upstreams", "routes", "exempt", "jwt", "responses", "logging"};
+const Keys top_level_keys{"server", "admin", "client_ip", "store",     "upstreams", "routes",
+                          "exempt", "jwt",   "plans",     "responses", "logging"};
 const Keys listener_keys{"address", "tls", "http2"};
 const Keys listener_tls_keys{"cert", "key", "certificates", "min_version", "handshake_timeout"};
 const Keys certificate_keys{"cert", "key"};
@@ -41,7 +42,10 @@ const Keys upstream_tls_keys{"ca", "server_name", "verify", "cert", "key"};
 const Keys redis_keys{"mode",       "address",     "username",          "password",          "database",
                       "timeout",    "key_prefix",  "sentinels",         "master_name",       "sentinel_username",
                       "sentinel_password", "nodes"};
-const Keys route_keys{"name", "match", "action", "upstream", "on_error", "limited_status", "limits", "exempt"};
+const Keys route_keys{"name",   "match",    "action",   "upstream",    "on_error",    "limited_status",
+                      "limits", "exempt",   "identity", "plan_map",    "plan_header", "default_plan"};
+const Keys plan_entry_keys{"plan", "overrides"};
+const Keys plan_override_keys{"rate", "burst", "limit"};
 const Keys exempt_keys{"client_ips", "headers", "methods"};
 const Keys jwt_keys{"keys", "leeway"};
 const Keys jwt_key_keys{"alg", "secret", "pem", "jwks", "kid"};
@@ -286,6 +290,21 @@ private:
     void read_jwt(const Field& field);
     std::optional<JwtKeyConfig> read_jwt_key(const Field& item);
     bool jwt_read_ = false;  // a jwt section with keys was read (jwt:CLAIM key parts need one)
+    void read_plans(const Field& field);
+    void read_route_plans(const Section& section, RouteConfig& route);
+    std::shared_ptr<RoutePlans> plans_of_route(const Section& section, RouteConfig& route);
+    std::vector<RouteSite> plan_sites_;  // per top-level plan: where its limits' names are
+    // Problems of other files (plan maps), and how many of them are errors.
+    std::vector<Diagnostic> other_files_;
+    std::size_t other_file_errors_ = 0;
+
+public:
+    // A plan map's entries into `plans` (read by a reader named for the map file).
+    void read_plan_map(const YAML::Node& root, const std::vector<PlanConfig>& top, RoutePlans& plans);
+    const std::vector<Diagnostic>& other_files() const { return other_files_; }
+    std::size_t other_file_errors() const { return other_file_errors_; }
+
+private:
     void read_limits(const Field& field, RouteConfig& route, RouteSite& site);
     void read_limit(const Field& field, RouteConfig& route, RouteSite& site);
     void read_token_bucket(const Section& section, LimitConfig& limit);
@@ -447,6 +466,7 @@ void ConfigReader::read_document(const YAML::Node& root) {
     if (const Field* f = top.find("store")) read_store(*f);
     if (const Field* f = top.find("upstreams")) read_upstreams(*f);
     if (const Field* f = top.find("jwt")) read_jwt(*f);
+    if (const Field* f = top.find("plans")) read_plans(*f);
     if (const Field* f = top.find("routes")) read_routes(*f);
     if (const Field* f = top.find("exempt")) read_exempt(*f, config_.exempt, "exempt");
     if (const Field* f = top.find("responses")) read_responses(*f);
@@ -1091,6 +1111,7 @@ void ConfigReader::read_route(const Field& field) {
         route.on_error = choice<OnError>(*f, {{"allow", OnError::allow}, {"deny", OnError::deny}});
     if (const Field* f = section.find("limits")) read_limits(*f, route, site);
     if (const Field* f = section.find("exempt")) read_exempt(*f, route.exempt, "the exempt of " + named("route", route.name));
+    read_route_plans(section, route);
     config_.routes.push_back(std::move(route));
     route_sites_.push_back(std::move(site));
 }
@@ -1658,12 +1679,273 @@ void ConfigReader::warn_when_no_routes(const Field* routes) {
     diagnostics_.warning(routes ? routes->at : Position{1, 1}, "no routes: every request answers 404");
 }
 
+// ---- plans -----------------------------------------------------------------------------------
+
+std::optional<YAML::Node> parse_single_document(std::string_view yaml, DiagnosticList& diagnostics);
+
+void ConfigReader::read_plans(const Field& field) {
+    if (!field.empty() && !field.value.IsMap()) {
+        diagnostics_.error(field.at, field.label() + " must be a map of name: [limits], got " +
+                                         description_of(field.value));
+        return;
+    }
+    // A limit's name keeps one algorithm in every plan: a client moved to another plan keeps
+    // its counter (the key names the limit, not the plan), which only one algorithm can read.
+    std::map<std::string, std::pair<Algorithm, std::string>, std::less<>> algorithm_of;
+    for (const Field& entry : Section::entries(field, diagnostics_)) {
+        PlanConfig plan;
+        plan.name = entry.key;
+        if (!is_valid_name(entry.key))
+            diagnostics_.error(entry.key_at, "plan name must be 1 to 64 letters, digits, '_', '-' or '.', got " +
+                                                 quoted(entry.key));
+        RouteConfig holder;  // read_limit's target
+        holder.name = "plan " + entry.key;
+        RouteSite site;
+        if (entry.empty() || !entry.value.IsSequence()) {
+            diagnostics_.error(entry.at, "plan " + quoted(entry.key) + " must be a list of limits, got " +
+                                             description_of(entry.value));
+        } else {
+            for (const Field& item : items_of(entry)) {
+                const std::size_t before = holder.limits.size();
+                read_limit(item, holder, site);
+                if (holder.limits.size() > before) plan.keyed.push_back(item.value.IsMap() && item.value["key"].IsDefined());
+            }
+        }
+        std::map<std::string, Position, std::less<>> seen;
+        for (std::size_t i = 0; i < holder.limits.size(); ++i) {
+            const auto& limit = holder.limits[i];
+            if (limit.name.empty()) continue;
+            if (const auto [it, inserted] = seen.try_emplace(limit.name, site.limit_name_at[i]); !inserted) {
+                diagnostics_.error(site.limit_name_at[i], "duplicate limit name " + quoted(limit.name) + " in plan " +
+                                                              quoted(plan.name) + " (first used at line " +
+                                                              std::to_string(it->second.line) + ")");
+                continue;
+            }
+            const auto [it, inserted] = algorithm_of.try_emplace(limit.name, limit.algorithm, plan.name);
+            if (!inserted && it->second.first != limit.algorithm)
+                diagnostics_.error(site.limit_name_at[i],
+                                   "limit " + quoted(limit.name) + " is " + std::string(algorithm_name(limit.algorithm)) +
+                                       " in plan " + quoted(plan.name) + " but " +
+                                       std::string(algorithm_name(it->second.first)) + " in plan " +
+                                       quoted(it->second.second) +
+                                       ": a client moved between plans keeps its count, which needs one algorithm per "
+                                       "limit name (rename one of them)");
+        }
+        plan.limits = std::move(holder.limits);
+        config_.plans.push_back(std::move(plan));
+        plan_sites_.push_back(std::move(site));
+    }
+}
+
+void ConfigReader::read_route_plans(const Section& section, RouteConfig& route) {
+    const Field* identity = section.find("identity");
+    const Field* map = section.find("plan_map");
+    const Field* header = section.find("plan_header");
+    const Field* fallback = section.find("default_plan");
+    if (!identity) {
+        for (const Field* f : {map, header, fallback})
+            if (f)
+                diagnostics_.error(f->key_at, named("route", route.name) + ": " + quoted(f->key) +
+                                                  " needs 'identity' (what names the client: \"header:x-api-key\", "
+                                                  "\"jwt:sub\", \"client_ip\")");
+        return;
+    }
+    if (!map && !header) {
+        diagnostics_.error(identity->key_at, named("route", route.name) +
+                                                 " names an 'identity' but no plan for it: add 'plan_map' (a file of "
+                                                 "identity: plan) or 'plan_header' (a plan named by a trusted hop)");
+        return;
+    }
+    if (const Field* limits = section.find("limits"))
+        diagnostics_.error(limits->key_at, named("route", route.name) +
+                                               " uses its clients' plans' limits in place of 'limits': move these "
+                                               "limits into the plans");
+    if (config_.plans.empty()) {
+        diagnostics_.error(identity->key_at, named("route", route.name) +
+                                                 " chooses a plan per client, but there is no top-level 'plans'");
+        return;
+    }
+    route.plans = plans_of_route(section, route);
+}
+
+std::shared_ptr<RoutePlans> ConfigReader::plans_of_route(const Section& section, RouteConfig& route) {
+    auto plans = std::make_shared<RoutePlans>();
+    const std::size_t errors_before = diagnostics_.error_count() + other_file_errors_;
+    const Field& identity = *section.find("identity");
+    if (const auto written = text(identity)) {
+        KeyPartParse parsed = parse_key_part(*written);
+        if (!parsed.part) {
+            diagnostics_.error(identity.at, parsed.error);
+        } else if (parsed.part->kind == KeyPart::Kind::jwt && config_.jwt.keys.empty()) {
+            diagnostics_.error(identity.at, "identity " + quoted(*written) +
+                                                " reads a verified token: it needs a top-level 'jwt' with 'keys'");
+        } else if (parsed.part->kind == KeyPart::Kind::method || parsed.part->kind == KeyPart::Kind::path) {
+            diagnostics_.error(identity.at, "identity " + quoted(*written) + " does not name a client");
+        } else {
+            plans->identity = *parsed.part;
+        }
+    }
+    for (const auto& plan : config_.plans) {
+        RoutePlans::Set set{plan.name, "", plan.limits};
+        for (std::size_t i = 0; i < set.limits.size(); ++i)
+            if (i >= plan.keyed.size() || !plan.keyed[i]) set.limits[i].key = {plans->identity};
+        plans->by_plan.emplace(plan.name, plans->sets.size());
+        plans->sets.push_back(std::move(set));
+    }
+    auto plan_names = [this] {
+        std::vector<std::string_view> names;
+        for (const auto& plan : config_.plans) names.push_back(plan.name);
+        return names;
+    };
+    if (const Field* f = section.find("default_plan")) {
+        if (const auto written = text(*f)) {
+            const auto found = plans->by_plan.find(*written);
+            if (found != plans->by_plan.end()) {
+                plans->default_plan = *written;
+                plans->default_set = found->second;
+            } else {
+                std::string message = named("route", route.name) + ": 'default_plan' names plan " + quoted(*written) +
+                                      ", which is not defined";
+                if (auto suggestion = closest_spelling(*written, plan_names()))
+                    message += " (did you mean " + quoted(*suggestion) + "?)";
+                diagnostics_.error(f->at, message);
+            }
+        }
+    }
+    if (const Field* f = section.find("plan_header")) {
+        if (const auto written = text(*f)) {
+            if (!is_http_token(*written)) {
+                diagnostics_.error(f->at, "'plan_header' must be a header name, got " + quoted(*written));
+            } else {
+                plans->header = to_lower(*written);
+                if (!exempt_headers_at_ && config_.client_ip.trusted_proxies.empty())
+                    diagnostics_.warning(f->at, "'plan_header' counts only from a peer in client_ip.trusted_proxies, "
+                                                "and there is none: no request's plan comes from it");
+            }
+        }
+    }
+    if (const Field* f = section.find("plan_map")) {
+        if (const auto written = text(*f)) {
+            plans->map_file = file_path(*written);
+            std::string error;
+            const std::string content = tls::read_small_file(plans->map_file, 64u << 20, error);
+            if (!error.empty()) {
+                diagnostics_.error(f->at, "'plan_map': " + error);
+            } else {
+                auto problems = read_plan_map_file(content, plans->map_file, config_.plans, *plans);
+                for (auto& problem : problems) {
+                    if (!problem.warning) ++other_file_errors_;
+                    other_files_.push_back(std::move(problem));
+                }
+            }
+        }
+    }
+    if (diagnostics_.error_count() + other_file_errors_ > errors_before) return nullptr;
+    return plans;
+}
+
+// A plan map: `IDENTITY: PLAN` or `IDENTITY: {plan: PLAN, overrides: {LIMIT: {rate|burst|limit: N}}}`.
+void ConfigReader::read_plan_map(const YAML::Node& root, const std::vector<PlanConfig>& top, RoutePlans& plans) {
+    const Field document{"", root, position_of(root.Mark()), position_of(root.Mark()), false};
+    if (document.empty()) return;
+    if (!root.IsMap()) {
+        diagnostics_.error(document.at, "a plan map must be a map of identity: plan, got " + description_of(root));
+        return;
+    }
+    std::vector<std::string_view> plan_names;
+    for (const auto& plan : top) plan_names.push_back(plan.name);
+    for (const Field& entry : Section::entries(document, diagnostics_)) {
+        if (entry.key.empty()) {
+            diagnostics_.error(entry.key_at, "an identity must not be empty");
+            continue;
+        }
+        const Field* plan_field = &entry;
+        std::optional<Section> section;
+        if (entry.value.IsMap()) {
+            section.emplace(entry, "in a plan map entry", plan_entry_keys, diagnostics_);
+            plan_field = section->find("plan");
+            if (!plan_field) {
+                diagnostics_.error(entry.at, "identity " + quoted(entry.key) + " needs a 'plan'");
+                continue;
+            }
+        }
+        const auto plan_name = text(*plan_field);
+        if (!plan_name) continue;
+        const auto plan = plans.by_plan.find(*plan_name);
+        if (plan == plans.by_plan.end()) {
+            std::string message = "identity " + quoted(entry.key) + " names plan " + quoted(*plan_name) +
+                                  ", which is not defined";
+            if (auto suggestion = closest_spelling(*plan_name, plan_names))
+                message += " (did you mean " + quoted(*suggestion) + "?)";
+            diagnostics_.error(plan_field->at, message);
+            continue;
+        }
+        const Field* overrides = section ? section->find("overrides") : nullptr;
+        if (!overrides || overrides->empty()) {
+            plans.by_identity[entry.key] = plan->second;
+            continue;
+        }
+        if (!expect_map(*overrides)) continue;
+        RoutePlans::Set set{*plan_name, entry.key, plans.sets[plan->second].limits};
+        const std::size_t errors_before = diagnostics_.error_count();
+        for (const Field& item : Section::entries(*overrides, diagnostics_)) {
+            const auto limit = std::find_if(set.limits.begin(), set.limits.end(),
+                                            [&](const LimitConfig& l) { return l.name == item.key; });
+            if (limit == set.limits.end()) {
+                std::vector<std::string_view> names;
+                for (const auto& l : set.limits) names.push_back(l.name);
+                std::string message = "plan " + quoted(*plan_name) + " has no limit " + quoted(item.key);
+                if (auto suggestion = closest_spelling(item.key, names)) message += " (did you mean " + quoted(*suggestion) + "?)";
+                diagnostics_.error(item.key_at, message);
+                continue;
+            }
+            if (!expect_map(item)) continue;
+            const Section values(item, "in an override", plan_override_keys, diagnostics_);
+            const bool bucket = limit->algorithm == Algorithm::token_bucket || limit->algorithm == Algorithm::leaky_bucket;
+            const std::string which = "limit " + quoted(limit->name) + " of plan " + quoted(*plan_name) + " is " +
+                                      std::string(algorithm_name(limit->algorithm));
+            for (const char* key : {"rate", "burst", "limit"}) {
+                const Field* f = values.find(key);
+                if (!f) continue;
+                if (bucket == (std::string_view(key) == "limit")) {
+                    diagnostics_.error(f->key_at, which + ": it has " + (bucket ? "'rate' and 'burst'" : "'limit'") +
+                                                      ", not " + quoted(key));
+                    continue;
+                }
+                if (std::string_view(key) == "rate") {
+                    const auto value = positive_number(*f);
+                    if (value && *value > max_rate)
+                        diagnostics_.error(f->at, f->label() + " must be at most 1000000000, got " + f->value.Scalar());
+                    else if (value)
+                        limit->rate = *value;
+                    continue;
+                }
+                const auto value = integer(*f, 1, max_count);
+                if (!value) continue;
+                (std::string_view(key) == "burst" ? limit->burst : limit->limit) = static_cast<std::uint64_t>(*value);
+                if (limit->algorithm == Algorithm::leaky_bucket && !limit->nodelay && limit->delay >= limit->burst)
+                    diagnostics_.error(f->at, which + " with delay " + std::to_string(limit->delay) +
+                                                  ": its burst must be above that, got " + std::to_string(limit->burst));
+                const std::uint64_t capacity = bucket ? limit->burst : limit->limit;
+                const std::uint64_t cost = limit->cost_header.empty() ? limit->cost : limit->default_cost;
+                if (cost > capacity)
+                    diagnostics_.error(f->at, which + " costing " + std::to_string(cost) + " a request: " + f->label() +
+                                                  " " + std::to_string(capacity) + " would refuse every request");
+            }
+        }
+        if (diagnostics_.error_count() > errors_before) continue;
+        plans.by_identity[entry.key] = plans.sets.size();
+        plans.sets.push_back(std::move(set));
+    }
+}
+
 // ---- entry points ----------------------------------------------------------------------------
 
 LoadResult result_of(ConfigReader& reader) {
     LoadResult result;
     result.diagnostics = reader.diagnostics().sorted();
-    if (!reader.diagnostics().has_errors()) result.config = std::make_shared<const Config>(reader.config());
+    result.diagnostics.insert(result.diagnostics.end(), reader.other_files().begin(), reader.other_files().end());
+    if (!reader.diagnostics().has_errors() && reader.other_file_errors() == 0) result.config = std::make_shared<const Config>(reader.config());
     return result;
 }
 
@@ -1748,6 +2030,19 @@ std::optional<YAML::Node> parse_single_document(std::string_view yaml, Diagnosti
 }
 
 }  // namespace
+
+std::vector<Diagnostic> read_plan_map_file(std::string_view yaml, const std::string& name,
+                                           const std::vector<PlanConfig>& top, RoutePlans& plans) {
+    ConfigReader reader(name);
+    if (const auto root = parse_single_document(yaml, reader.diagnostics())) {
+        try {
+            reader.read_plan_map(*root, top, plans);
+        } catch (const YAML::Exception& error) {
+            reader.diagnostics().error(position_of(error.mark), "invalid YAML: " + error.msg);
+        }
+    }
+    return reader.diagnostics().sorted();
+}
 
 LoadResult load_string(std::string_view yaml, const std::string& name) {
     ConfigReader reader(name);

@@ -552,16 +552,18 @@ net::awaitable<bool> Session::serve_one(bool first) {
     x.keep_alive = x.parser.get().keep_alive() && !worker_.stopping();
 
     if (auto refusal = route_request(x)) co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
-    if (!x.route->limits.empty() && !exempt_from_limits(x)) {
+    if (x.route->has_limits() && !exempt_from_limits(x)) {
         limit::RequestKeyValues values = key_values(x);
         if (auto refusal = prepare_limits(x, values))
             co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
-        const limit::RouteLimits limits{x.route->name, x.route->limits, &x.snap.key_plans[x.route_index()]};
-        const auto decide_started = Clock::now();
-        limit::Decision decision = co_await worker_.decide(limits, values);
-        x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
-        if (auto refusal = read_decision(x, decision, worker_, stream_.get_executor()))
-            co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
+        if (!x.limit_set->limits.empty()) {  // (a plan may have none)
+            const limit::RouteLimits limits = x.limit_set->route_limits(x.route->name);
+            const auto decide_started = Clock::now();
+            limit::Decision decision = co_await worker_.decide(limits, values);
+            x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
+            if (auto refusal = read_decision(x, decision, worker_, stream_.get_executor()))
+                co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
+        }
     }
 
     if (x.wait.count() > 0) {

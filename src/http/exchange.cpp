@@ -34,6 +34,77 @@ double ms_since(Clock::time_point t) {
 
 namespace {
 
+// Whether a limit of the route reads a key part of this kind (on a route with plans: its
+// identity, or a limit of a plan; a client's overrides do not change what is read).
+bool route_reads(const config::RouteConfig& route, config::KeyPart::Kind kind) {
+    auto reads = [kind](const std::vector<config::LimitConfig>& limits) {
+        return std::any_of(limits.begin(), limits.end(), [kind](const auto& limit) {
+            return std::any_of(limit.key.begin(), limit.key.end(), [kind](const auto& part) { return part.kind == kind; });
+        });
+    };
+    if (!route.plans) return reads(route.limits);
+    if (route.plans->identity.kind == kind) return true;
+    for (std::size_t i = 0; i < route.plans->by_plan.size(); ++i)
+        if (reads(route.plans->sets[i].limits)) return true;
+    return false;
+}
+
+// x.limit_set: the route's limits; on a route with plans, the plan a trusted hop's
+// plan_header names, else the map's entry for the client's identity, else default_plan. A
+// request without its identity, or without a plan, is a 401.
+std::optional<LocalReply> choose_limit_set(Exchange& x, const limit::RequestKeyValues& values) {
+    const auto& sets = x.snap.limit_sets[x.route_index()];
+    const auto& plans = x.route->plans;
+    if (!plans) {
+        x.limit_set = &sets.front();
+        return std::nullopt;
+    }
+    const auto identity = limit::key_value(plans->identity, values);
+    if (!identity) {
+        const std::string detail = "route '" + x.route->name + "' limits by plan and the request does not name its " +
+                                   "client (" + config::key_part_text(plans->identity) + ")";
+        spdlog::info("client {}: {}", x.rec.client, detail);
+        return local_problem(401, detail);
+    }
+    std::optional<std::size_t> chosen;
+    const auto mapped = plans->by_identity.find(*identity);
+    if (!plans->header.empty() && x.peer_trusted) {
+        std::optional<std::string_view> named;
+        const auto& req = x.parser.get();
+        for (auto [it, end] = req.equal_range(plans->header); it != end; ++it) {
+            if (named && *named != sv(it->value())) {
+                const std::string detail = "header " + plans->header + " names more than one plan";
+                spdlog::info("client {}: route {}: {}", x.rec.client, x.route->name, detail);
+                return local_problem(400, detail);
+            }
+            named = sv(it->value());
+        }
+        if (named) {
+            const auto plan = plans->by_plan.find(std::string(*named));
+            if (plan == plans->by_plan.end()) {
+                spdlog::warn("client {}: route {}: header {} names plan '{}', which is not defined", x.rec.client,
+                             x.route->name, plans->header, *named);
+            } else {
+                chosen = plan->second;
+                // The client's own overrides of that plan, where the map has them.
+                if (mapped != plans->by_identity.end() && sets[mapped->second].plan == sets[plan->second].plan)
+                    chosen = mapped->second;
+            }
+        }
+    }
+    if (!chosen && mapped != plans->by_identity.end()) chosen = mapped->second;
+    if (!chosen) chosen = plans->default_set;
+    if (!chosen) {
+        const std::string detail = "route '" + x.route->name + "' limits by plan and this client (" +
+                                   config::key_part_text(plans->identity) + ") has none";
+        spdlog::info("client {}: {}", x.rec.client, detail);
+        return local_problem(401, detail);
+    }
+    x.limit_set = &sets[*chosen];
+    x.rec.plan = x.limit_set->plan;
+    return std::nullopt;
+}
+
 // The request's id: the X-Request-Id a trusted peer (a proxy in front) sent, when it sent one
 // that is 1 to 128 visible ASCII characters without '"' or '\\'; else a new one, 32 hex
 // digits of a per-thread generator (an id names a request in logs, it is not a secret).
@@ -86,11 +157,11 @@ void warn_store_error(std::string_view route, std::string_view error, config::On
 }
 
 // Per-limit outcomes for sluice_ratelimit_decisions_total, and the route's counters.
-void count_decision(const server::Snapshot& snap, std::size_t route_index, const limit::Decision& decision,
-                    config::OnError policy) {
+void count_decision(const server::Snapshot& snap, std::size_t route_index, const server::LimitSet& set,
+                    const limit::Decision& decision, config::OnError policy) {
     using observe::DecisionKind;
     auto& route = *snap.route_metrics[route_index];
-    const auto& limits = snap.limit_metrics[route_index];
+    const auto& limits = set.metrics;
     auto bump = [](observe::LimitMetrics* m, DecisionKind kind) { m->count(kind); };
     if (decision.outcome == limit::Decision::Outcome::store_error) {
         observe::add(snap.metrics->store_errors);
@@ -210,14 +281,11 @@ std::optional<LocalReply> route_request(Exchange& x) {
 
 namespace {
 
-// The bearer token's claims, verified, into x.jwt_claims when a limit of the route reads
-// one; a refusal for a token that does not verify (401) or two Authorization fields (400).
+// The bearer token's claims, verified, into x.jwt_claims when a limit of the route (or its
+// identity) reads one; a refusal for a token that does not verify (401) or two
+// Authorization fields (400).
 std::optional<LocalReply> read_bearer_token(Exchange& x) {
-    const bool reads_claims = std::any_of(x.route->limits.begin(), x.route->limits.end(), [](const auto& limit) {
-        return std::any_of(limit.key.begin(), limit.key.end(),
-                           [](const auto& part) { return part.kind == config::KeyPart::Kind::jwt; });
-    });
-    if (!reads_claims || !x.snap.jwt) return std::nullopt;
+    if (!route_reads(*x.route, config::KeyPart::Kind::jwt) || !x.snap.jwt) return std::nullopt;
     std::optional<std::string_view> authorization;
     for (const auto& f : x.parser.get()) {
         if (f.name() != bhttp::field::authorization) continue;
@@ -247,21 +315,23 @@ std::optional<LocalReply> read_bearer_token(Exchange& x) {
 std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values) {
     const auto& route = *x.route;
     if (auto refusal = read_bearer_token(x)) return refusal;
-    if (auto ambiguous = limit::ambiguous_key_value(route.limits, values)) {
+    if (auto refusal = choose_limit_set(x, values)) return refusal;
+    const auto limits = x.limit_set->limits;
+    if (auto ambiguous = limit::ambiguous_key_value(limits, values)) {
         spdlog::info("client {}: route {}: {}", x.rec.client, route.name, *ambiguous);
         return local_problem(400, *ambiguous);
     }
     // A cost header asking for more than a limit can ever hold would be refused forever:
     // the request is malformed for this route, not limited.
-    if (const auto over = limit::cost_over_capacity(route.limits, values)) {
-        const auto& expensive = route.limits[*over];
+    if (const auto over = limit::cost_over_capacity(limits, values)) {
+        const auto& expensive = limits[*over];
         std::string detail = fmt::format("header {} asks for more than limit '{}' of route '{}' can grant ({})",
                                          expensive.cost_header, expensive.name, route.name,
                                          limit::capacity_of(expensive));
         spdlog::info("client {}: {}", x.rec.client, detail);
         return local_problem(400, detail);
     }
-    if (std::any_of(route.limits.begin(), route.limits.end(), limit::holds_back)) {
+    if (std::any_of(limits.begin(), limits.end(), limit::holds_back)) {
         x.waiting_place.emplace(x.snap.metrics->waiting_places, x.cfg.server.max_waiting);
         values.may_wait = x.waiting_place->held();
     }
@@ -272,12 +342,13 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
                                         const net::any_io_executor& executor) {
     const auto& cfg = x.cfg;
     const auto& route = *x.route;
+    const auto limits = x.limit_set->limits;
     if (!decision.slots.empty()) x.slots.emplace(worker, executor, std::move(decision.slots));
     const auto on_error = route.on_error.value_or(cfg.store.on_error);
-    count_decision(x.snap, x.route_index(), decision, on_error);
+    count_decision(x.snap, x.route_index(), *x.limit_set, decision, on_error);
     if (decision.outcome == limit::Decision::Outcome::limited) worker.limited_clients().add(route.name, x.rec.client);
 
-    LimitVerdict verdict = limit_verdict(cfg, route, decision);
+    LimitVerdict verdict = limit_verdict(cfg, route, limits, decision);
     x.rec.decision = verdict.decision;
     x.rec.limit = verdict.limit;
     x.rec.remaining = verdict.remaining;
@@ -291,7 +362,7 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
         // A limit keyed on a header the request lacks does not count it: the line says so.
         // (From the request, not from `applies`, which a remembered refusal also clears.)
         const auto values = key_values(x);
-        for (const auto& limit : route.limits)
+        for (const auto& limit : limits)
             for (const auto& part : limit.key)
                 if (!limit::has_key_value(part, values)) {
                     if (!x.rec.skipped.empty()) x.rec.skipped += ',';
@@ -376,11 +447,7 @@ bool exempt_from_limits(Exchange& x) {
 
 limit::RequestKeyValues key_values(Exchange& x) {
     // The Cookie fields, joined, when a limit of the route reads a cookie.
-    const bool reads_cookies = std::any_of(x.route->limits.begin(), x.route->limits.end(), [](const auto& limit) {
-        return std::any_of(limit.key.begin(), limit.key.end(),
-                           [](const auto& part) { return part.kind == config::KeyPart::Kind::cookie; });
-    });
-    if (reads_cookies && !x.key_cookies_read) {
+    if (!x.key_cookies_read && route_reads(*x.route, config::KeyPart::Kind::cookie)) {
         x.key_cookies_read = true;
         for (const auto& f : x.parser.get())
             if (f.name() == bhttp::field::cookie) {

@@ -84,6 +84,8 @@ struct Exchange {
     observe::AccessRecord rec;
     RequestParser parser;  // its head, once read_request_head accepted it
     const config::RouteConfig* route = nullptr;
+    // The limits that decide it: its route's, or its client's plan's (prepare_limits).
+    const server::LimitSet* limit_set = nullptr;
     bool keep_alive = false;
     bool check = false;  // the route's action is check: answer 200 instead of forwarding
     // What the limits' key parts see as method and path: the request's own, or for a
@@ -116,8 +118,9 @@ bool exempt_from_limits(Exchange& x);
 // What the limits' key parts read of the request (its fields through the parser).
 limit::RequestKeyValues key_values(Exchange& x);
 // The limits' phase, around the limiter's decide() (awaited by the session: the phases are
-// plain functions, not coroutines of their own). Before: a cost the limits can never
-// grant is a 400; a route with a leaky bucket takes a waiting place. After: the answer
+// plain functions, not coroutines of their own). Before: the limits that decide the request
+// (x.limit_set: the route's, or on a route with plans its client's plan's; a client without
+// one is a 401); a cost the limits can never grant is a 400; a route with a leaky bucket takes a waiting place. After: the answer
 // is counted and logged and read (limit_verdict): a refusal, or the rate-limit headers
 // and any wait in `x`.
 std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values);

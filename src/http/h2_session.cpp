@@ -361,14 +361,16 @@ private:
         x.key_path = std::move(parsed.target.path);
         x.key_query = std::move(parsed.target.query);
         if (auto refusal = route_request(x)) co_return done(*refusal);
-        if (!x.route->limits.empty() && !exempt_from_limits(x)) {
+        if (x.route->has_limits() && !exempt_from_limits(x)) {
             limit::RequestKeyValues values = key_values(x);
             if (auto refusal = prepare_limits(x, values)) co_return done(*refusal);
-            const limit::RouteLimits limits{x.route->name, x.route->limits, &x.snap.key_plans[x.route_index()]};
-            const auto decide_started = Clock::now();
-            limit::Decision decision = co_await worker_.decide(limits, values);
-            x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
-            if (auto refusal = read_decision(x, decision, worker_, stream_.get_executor())) co_return done(*refusal);
+            if (!x.limit_set->limits.empty()) {  // (a plan may have none)
+                const limit::RouteLimits limits = x.limit_set->route_limits(x.route->name);
+                const auto decide_started = Clock::now();
+                limit::Decision decision = co_await worker_.decide(limits, values);
+                x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
+                if (auto refusal = read_decision(x, decision, worker_, stream_.get_executor())) co_return done(*refusal);
+            }
         }
         if (x.wait.count() > 0) {
             // Held back: the stream's timer, cut short when the client resets the stream.

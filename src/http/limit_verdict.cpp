@@ -9,7 +9,7 @@
 namespace sluice::http {
 
 LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig& route,
-                           const limit::Decision& decision) {
+                           std::span<const config::LimitConfig> limits, const limit::Decision& decision) {
     using Outcome = limit::Decision::Outcome;
     using observe::AccessDecision;
     LimitVerdict verdict;
@@ -26,10 +26,10 @@ LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig&
     }
     // A decision that does not match the route (it cannot, from our own limiters) is read
     // only as far as both go.
-    const std::size_t n = std::min(route.limits.size(), decision.limits.size());
-    verdict.headers = limit::rate_limit_headers(route, decision, cfg.responses.headers);
+    const std::size_t n = std::min(limits.size(), decision.limits.size());
+    verdict.headers = limit::rate_limit_headers(limits, decision, cfg.responses.headers);
     if (const auto shown = limit::advertised_limit(decision); shown && *shown < n) {
-        verdict.limit = route.limits[*shown].name;
+        verdict.limit = limits[*shown].name;
         verdict.remaining = decision.limits[*shown].remaining;
     }
     if (decision.outcome == Outcome::limited) {
@@ -37,7 +37,7 @@ LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig&
         const std::size_t index = decision.limited_by.value_or(0);
         const auto retry_after = index < n ? decision.limits[index].retry_after : std::chrono::milliseconds(1000);
         verdict.headers.emplace_back("Retry-After", std::to_string(limit::retry_after_seconds(retry_after)));
-        const std::string_view name = index < n ? std::string_view(route.limits[index].name) : std::string_view("-");
+        const std::string_view name = index < n ? std::string_view(limits[index].name) : std::string_view("-");
         verdict.refusal = LocalReply{route.limited_status.value_or(cfg.responses.limited_status),
                                      fmt::format("rate limit '{}' of route '{}' exceeded", name, route.name),
                                      LocalReply::Body::problem_with_limit, std::move(verdict.headers)};
@@ -49,7 +49,7 @@ LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig&
         verdict.decision = AccessDecision::shadow_limited;
         for (std::size_t i = 0; i < n; ++i)
             if (decision.limits[i].applies && decision.limits[i].shadow && !decision.limits[i].allowed) {
-                verdict.limit = route.limits[i].name;
+                verdict.limit = limits[i].name;
                 verdict.remaining = 0;
                 break;
             }

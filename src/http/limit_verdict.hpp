@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "config/config.hpp"
@@ -34,7 +35,13 @@ struct LimitVerdict {
 
 // `route` is the route the request matched (a route of `cfg`); `decision` is the limiter's
 // answer for its limits (Decision::limits in the order of route.limits).
+// `limits` are the limits that decided (route.limits, or on a route with plans the client's
+// plan's).
 LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig& route,
-                           const limit::Decision& decision);
+                           std::span<const config::LimitConfig> limits, const limit::Decision& decision);
+inline LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig& route,
+                                  const limit::Decision& decision) {
+    return limit_verdict(cfg, route, route.limits, decision);
+}
 
 }  // namespace sluice::http

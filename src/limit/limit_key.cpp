@@ -67,10 +67,10 @@ void append_escaped(std::string& out, std::string_view text, bool keep_colons) {
     out.append(text.data() + run, text.size() - run);
 }
 
-// Appends ":<value>" of `part` (escaped); false when the request lacks it.
-bool append_value(std::string& out, const KeyPart& part, const RequestKeyValues& request) {
+// The value of `part` (in `owned` where it had to be made); nullopt when the request lacks it.
+std::optional<std::string_view> value_of(const KeyPart& part, const RequestKeyValues& request,
+                                         std::optional<std::string>& owned) {
     std::optional<std::string_view> value;
-    std::optional<std::string> owned;
     bool ambiguous = false;
     switch (part.kind) {
     case KeyPart::Kind::client_ip: value = request.client_ip; break;
@@ -94,7 +94,15 @@ bool append_value(std::string& out, const KeyPart& part, const RequestKeyValues&
         break;
     }
     if (owned) value = *owned;
-    if (!value || ambiguous) return false;
+    if (ambiguous) return std::nullopt;
+    return value;
+}
+
+// Appends ":<value>" of `part` (escaped); false when the request lacks it.
+bool append_value(std::string& out, const KeyPart& part, const RequestKeyValues& request) {
+    std::optional<std::string> owned;
+    const auto value = value_of(part, request, owned);
+    if (!value) return false;
     out.push_back(':');
     append_escaped(out, *value, false);
     return true;
@@ -132,10 +140,23 @@ bool has_key_value(const config::KeyPart& part, const RequestKeyValues& request)
     return append_value(ignored, part, request);
 }
 
+std::optional<std::string> key_value(const config::KeyPart& part, const RequestKeyValues& request) {
+    std::optional<std::string> owned;
+    const auto value = value_of(part, request, owned);
+    if (!value) return std::nullopt;
+    if (owned) return owned;
+    return std::string(*value);
+}
+
 KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfig> limits) {
+    return make_key_plan(route, limits, limits);
+}
+
+KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfig> limits,
+                      std::span<const config::LimitConfig> tag_from) {
     KeyPlan plan;
     append_escaped(plan.route, route, false);
-    plan.shared = shared_parts(limits);
+    plan.shared = shared_parts(tag_from);
     plan.limits.reserve(limits.size());
     for (const auto& limit : limits) {
         KeyPlan::Limit entry;

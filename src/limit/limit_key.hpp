@@ -56,6 +56,10 @@ struct RouteLimits {
 };
 
 KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfig> limits);
+// The same, with the hash tag made of the key parts every one of `tag_from` has (a route with
+// plans: every limit of every plan), not only `limits`.
+KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfig> limits,
+                      std::span<const config::LimitConfig> tag_from);
 
 // The request values key parts can name.
 struct RequestKeyValues {
@@ -104,6 +108,8 @@ std::optional<std::string> ambiguous_key_value(std::span<const config::LimitConf
 // Whether the request has what `part` reads (a header, parameter, cookie, segment, or a
 // client address): a limit whose key part is missing does not apply.
 bool has_key_value(const config::KeyPart& part, const RequestKeyValues& request);
+// The value `part` reads of the request, unescaped (nullopt: the request lacks it).
+std::optional<std::string> key_value(const config::KeyPart& part, const RequestKeyValues& request);
 
 // One key per limit of the route, in order; nullopt for a limit that does not apply
 // because a header (or other value) its key names is absent.

@@ -82,12 +82,13 @@ std::string structured(std::string_view name, char a, std::uint64_t x, char b, s
 
 }  // namespace
 
-HeaderList rate_limit_headers(const config::RouteConfig& route, const Decision& decision, config::HeaderStyle style) {
+HeaderList rate_limit_headers(std::span<const config::LimitConfig> limits, const Decision& decision,
+                              config::HeaderStyle style) {
     HeaderList out;
     if (style == config::HeaderStyle::none) return out;
     auto index = advertised_limit(decision);
-    if (!index || *index >= route.limits.size() || *index >= decision.limits.size()) return out;
-    const auto& limit = route.limits[*index];
+    if (!index || *index >= limits.size() || *index >= decision.limits.size()) return out;
+    const auto& limit = limits[*index];
     const auto& result = decision.limits[*index];
     auto [quota, window] = quota_and_window(limit);
     // t (and X-RateLimit-Reset): when more quota is there. On a refusal that is when the

@@ -1,6 +1,8 @@
 // The rate-limit response headers and Retry-After, from a decision. Pure.
 #pragma once
 
+#include <span>
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -25,7 +27,9 @@ std::optional<std::size_t> advertised_limit(const Decision& decision);
 std::pair<std::uint64_t, std::uint64_t> quota_and_window(const config::LimitConfig& limit);
 
 // RateLimit-Policy / RateLimit (ietf), X-RateLimit-* (legacy), both or none.
-HeaderList rate_limit_headers(const config::RouteConfig& route, const Decision& decision, config::HeaderStyle style);
+// `limits`: the limits `decision` answers for, in its order.
+HeaderList rate_limit_headers(std::span<const config::LimitConfig> limits, const Decision& decision,
+                              config::HeaderStyle style);
 
 // Whole seconds a limited client should wait: rounded up, never 0.
 std::uint64_t retry_after_seconds(std::chrono::milliseconds wait);

@@ -75,6 +75,7 @@ void append_text(std::string& out, const AccessRecord& r, AccessField field) {
         out += '-';
         return;
     case AccessField::skipped: return append_text_or_dash(out, r.skipped);
+    case AccessField::plan: return append_text_or_dash(out, r.plan);
     }
 }
 
@@ -107,6 +108,7 @@ std::string json_value(const AccessRecord& r, AccessField field) {
     case AccessField::tunnel_down: return r.tunnel_up ? std::to_string(r.tunnel_down.value_or(0)) : "null";
     case AccessField::tunnel_ms: return r.tunnel_up ? ms_json(r.tunnel_ms) : "null";
     case AccessField::skipped: return json_or_null(r.skipped);
+    case AccessField::plan: return json_or_null(r.plan);
     }
     return "null";
 }
@@ -114,8 +116,11 @@ std::string json_value(const AccessRecord& r, AccessField field) {
 // The fields of the standard line after "client "request" status bytes", as name=value in
 // text and as keys in json; wait_ms and the tunnel's only when they have a value.
 std::vector<AccessField> classic_named_fields(const AccessRecord& r) {
-    std::vector<AccessField> fields{AccessField::route,     AccessField::limit,       AccessField::decision,
-                                    AccessField::remaining, AccessField::upstream_ms, AccessField::total_ms};
+    std::vector<AccessField> fields{AccessField::route};
+    if (!r.plan.empty()) fields.push_back(AccessField::plan);
+    for (auto f : {AccessField::limit, AccessField::decision, AccessField::remaining, AccessField::upstream_ms,
+                   AccessField::total_ms})
+        fields.push_back(f);
     if (r.wait_ms) fields.push_back(AccessField::wait_ms);
     if (r.tunnel_up) {
         fields.push_back(AccessField::tunnel_up);

@@ -53,6 +53,7 @@ struct AccessRecord {
     // Limits of the route that did not apply, comma-separated: each is keyed on a header the
     // request does not have (empty: every limit applied).
     std::string skipped;
+    std::string_view plan;  // the plan whose limits decided it (a route with plans); empty: none
 };
 
 // `time`: what the line starts with (log_time.hpp).

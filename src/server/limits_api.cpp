@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "config/value_syntax.hpp"
 #include "limit/describe.hpp"
 #include "limit/limit_params.hpp"
 #include "net/cidr.hpp"
@@ -49,9 +50,49 @@ std::string joined(const std::vector<std::pair<std::string, std::string>>& pairs
     return out;
 }
 
+std::span<const config::LimitConfig> set_limits(const config::RouteConfig& route, std::size_t set) {
+    if (!route.plans) return route.limits;
+    return route.plans->sets[set].limits;
+}
+
+// query.set for a route with plans: as choose_limit_set (http/exchange.cpp) finds a request's,
+// with `plan` standing for a trusted hop's plan_header.
+bool choose_set(const config::RouteConfig& route, const std::optional<std::string>& plan, LimitsQuery& out,
+                LimitsProblem& problem) {
+    const auto& plans = *route.plans;
+    const auto identity = limit::key_value(plans.identity, out.values.view());
+    if (!identity || (identity->empty() && plans.identity.kind == config::KeyPart::Kind::client_ip)) {
+        problem = {400, "route '" + route.name + "' limits by plan: give the client's identity (" +
+                            config::key_part_text(plans.identity) + ")"};
+        return false;
+    }
+    const auto mapped = plans.by_identity.find(*identity);
+    if (plan) {
+        const auto named = plans.by_plan.find(*plan);
+        if (named == plans.by_plan.end()) {
+            problem = {404, "no plan named '" + *plan + "'"};
+            return false;
+        }
+        out.set = mapped != plans.by_identity.end() && plans.sets[mapped->second].plan == *plan ? mapped->second
+                                                                                                : named->second;
+        return true;
+    }
+    if (mapped != plans.by_identity.end()) {
+        out.set = mapped->second;
+    } else if (plans.default_set) {
+        out.set = *plans.default_set;
+    } else {
+        problem = {404, "route '" + route.name + "': this client has no plan (the map does not name it and there is "
+                                                 "no default_plan)"};
+        return false;
+    }
+    return true;
+}
+
 bool selected(const LimitsQuery& query, std::size_t index) { return !query.limit || *query.limit == index; }
 
-void append_key(std::string& out, const config::RouteConfig& route, const LimitsQuery& query) {
+void append_key(std::string& out, const config::RouteConfig& route, std::span<const config::LimitConfig> limits,
+                const LimitsQuery& query) {
     bool any = false;
     auto field = [&](std::string_view name, std::string_view value) {
         out += any ? "," : "";
@@ -61,8 +102,9 @@ void append_key(std::string& out, const config::RouteConfig& route, const Limits
         any = true;
     };
     out += "{";
-    bool client = false, method = false, path = false;
-    for (const auto& limit : route.limits) {
+    bool client = route.plans && route.plans->identity.kind == config::KeyPart::Kind::client_ip;
+    bool method = false, path = false;
+    for (const auto& limit : limits) {
         client |= uses(limit, config::KeyPart::Kind::client_ip);
         method |= uses(limit, config::KeyPart::Kind::method);
         path |= uses(limit, config::KeyPart::Kind::path);
@@ -82,7 +124,7 @@ void append_key(std::string& out, const config::RouteConfig& route, const Limits
 std::optional<LimitsQuery> read_limits_query(const config::Config& config, const std::vector<observe::QueryParam>& query,
                                              LimitsProblem& problem) {
     LimitsQuery out;
-    std::optional<std::string> route_name, client, method, path, limit_name;
+    std::optional<std::string> route_name, client, method, path, limit_name, plan;
     auto once = [&](std::optional<std::string>& slot, const observe::QueryParam& p) {
         if (slot) {
             problem = {400, "'" + p.name + "' is given twice"};
@@ -98,6 +140,7 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
         else if (p.name == "method") ok = once(method, p);
         else if (p.name == "path") ok = once(path, p);
         else if (p.name == "limit") ok = once(limit_name, p);
+        else if (p.name == "plan") ok = once(plan, p);
         else if ((p.name.rfind("query.", 0) == 0 && p.name.size() > 6) ||
                  (p.name.rfind("cookie.", 0) == 0 && p.name.size() > 7) ||
                  (p.name.rfind("jwt.", 0) == 0 && p.name.size() > 4)) {
@@ -120,7 +163,7 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
             out.values.headers.emplace_back(name, p.value);
         } else {
             problem = {400, "unknown parameter '" + p.name +
-                                "' (route, client, method, path, header.NAME, query.NAME, cookie.NAME, jwt.CLAIM, limit)"};
+                                "' (route, client, method, path, header.NAME, query.NAME, cookie.NAME, jwt.CLAIM, limit, plan)"};
             return std::nullopt;
         }
         if (!ok) return std::nullopt;
@@ -136,30 +179,9 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
         return std::nullopt;
     }
     out.route = static_cast<std::size_t>(route - config.routes.begin());
-    if (limit_name) {
-        const auto limit = std::find_if(route->limits.begin(), route->limits.end(),
-                                        [&](const auto& l) { return l.name == *limit_name; });
-        if (limit == route->limits.end()) {
-            problem = {404, "route '" + *route_name + "' has no limit named '" + *limit_name + "'"};
-            return std::nullopt;
-        }
-        out.limit = static_cast<std::size_t>(limit - route->limits.begin());
-    }
-    for (std::size_t i = 0; i < route->limits.size(); ++i) {
-        if (!selected(out, i)) continue;
-        const auto& limit = route->limits[i];
-        if (uses(limit, config::KeyPart::Kind::client_ip) && !client) {
-            problem = {400, "'client' is needed: limit '" + limit.name + "' is keyed on client_ip"};
-            return std::nullopt;
-        }
-        if (uses(limit, config::KeyPart::Kind::method) && !method) {
-            problem = {400, "'method' is needed: limit '" + limit.name + "' is keyed on method"};
-            return std::nullopt;
-        }
-        if (uses(limit, config::KeyPart::Kind::path) && !path) {
-            problem = {400, "'path' is needed: limit '" + limit.name + "' is keyed on path"};
-            return std::nullopt;
-        }
+    if (plan && !route->plans) {
+        problem = {400, "route '" + *route_name + "' has no plans"};
+        return std::nullopt;
     }
     if (client) {
         // The address as sluice writes it in keys: one client is one key however written.
@@ -174,7 +196,39 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
     if (path) out.values.path = *path;
     out.values.query = joined(out.query_params, true);
     out.values.cookies = joined(out.cookie_values, false);
+    if (route->plans && !choose_set(*route, plan, out, problem)) return std::nullopt;
+    const auto limits = set_limits(*route, out.set);
+    if (limit_name) {
+        const auto limit = std::find_if(limits.begin(), limits.end(),
+                                        [&](const auto& l) { return l.name == *limit_name; });
+        if (limit == limits.end()) {
+            problem = {404, (route->plans ? "plan '" + std::string(route->plans->sets[out.set].plan) : "route '" + *route_name) +
+                               "' has no limit named '" + *limit_name + "'"};
+            return std::nullopt;
+        }
+        out.limit = static_cast<std::size_t>(limit - limits.begin());
+    }
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+        if (!selected(out, i)) continue;
+        const auto& limit = limits[i];
+        if (uses(limit, config::KeyPart::Kind::client_ip) && !client) {
+            problem = {400, "'client' is needed: limit '" + limit.name + "' is keyed on client_ip"};
+            return std::nullopt;
+        }
+        if (uses(limit, config::KeyPart::Kind::method) && !method) {
+            problem = {400, "'method' is needed: limit '" + limit.name + "' is keyed on method"};
+            return std::nullopt;
+        }
+        if (uses(limit, config::KeyPart::Kind::path) && !path) {
+            problem = {400, "'path' is needed: limit '" + limit.name + "' is keyed on path"};
+            return std::nullopt;
+        }
+    }
     return out;
+}
+
+std::span<const config::LimitConfig> limits_of(const config::Config& config, const LimitsQuery& query) {
+    return set_limits(config.routes[query.route], query.set);
 }
 
 std::string limits_error_json(const std::string& message) {
@@ -185,15 +239,20 @@ std::string limits_error_json(const std::string& message) {
 
 std::string limits_state_json(const config::Config& config, const LimitsQuery& query, const limit::Decision& inspected) {
     const auto& route = config.routes[query.route];
+    const auto limits = limits_of(config, query);
     std::string out = "{\"route\":";
     observe::append_json_string(out, route.name);
+    if (route.plans) {
+        out += ",\"plan\":";
+        observe::append_json_string(out, route.plans->sets[query.set].plan);
+    }
     out += ",\"key\":";
-    append_key(out, route, query);
+    append_key(out, route, limits, query);
     out += ",\"limits\":[";
     bool first = true;
-    for (std::size_t i = 0; i < route.limits.size(); ++i) {
+    for (std::size_t i = 0; i < limits.size(); ++i) {
         if (!selected(query, i)) continue;
-        const auto& limit = route.limits[i];
+        const auto& limit = limits[i];
         out += first ? "{" : ",{";
         first = false;
         out += "\"name\":";
@@ -220,14 +279,19 @@ std::string limits_state_json(const config::Config& config, const LimitsQuery& q
 std::string limits_reset_json(const config::Config& config, const LimitsQuery& query,
                               const std::vector<std::size_t>& reset, std::int64_t existed) {
     const auto& route = config.routes[query.route];
+    const auto limits = limits_of(config, query);
     std::string out = "{\"route\":";
     observe::append_json_string(out, route.name);
+    if (route.plans) {
+        out += ",\"plan\":";
+        observe::append_json_string(out, route.plans->sets[query.set].plan);
+    }
     out += ",\"key\":";
-    append_key(out, route, query);
+    append_key(out, route, limits, query);
     out += ",\"reset\":[";
     for (std::size_t i = 0; i < reset.size(); ++i) {
         if (i > 0) out += ",";
-        observe::append_json_string(out, route.limits[reset[i]].name);
+        observe::append_json_string(out, limits[reset[i]].name);
     }
     return out + "],\"keys_deleted\":" + std::to_string(existed) + "}\n";
 }

@@ -1,7 +1,7 @@
 // The admin port's /limits: what a query asks for, and the JSON answers. Pure (the server
 // runs the store calls, see server.cpp).
 //
-//   GET    /limits?route=R&client=IP[&header.NAME=V][&method=M][&path=P][&limit=L]
+//   GET    /limits?route=R&client=IP[&header.NAME=V][&method=M][&path=P][&limit=L][&plan=P]
 //   DELETE /limits?...            (or POST /limits/reset?...)
 //
 // The key parts are those the route's limits are keyed on: `client` is needed when one is
@@ -11,6 +11,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,10 @@ namespace sluice::server {
 
 struct LimitsQuery {
     std::size_t route = 0;                      // index in Config::routes
-    std::optional<std::size_t> limit;           // index in the route's limits; nullopt: all
+    // On a route with plans: the client's set of limits (index in RoutePlans::sets), found as
+    // a request's would be from its identity, or from `plan=NAME` (as a trusted hop names it).
+    std::size_t set = 0;
+    std::optional<std::size_t> limit;           // index in those limits; nullopt: all
     limit::OwnedKeyValues values;
     std::vector<std::pair<std::string, std::string>> query_params;   // query.NAME=VALUE, as given
     std::vector<std::pair<std::string, std::string>> cookie_values;  // cookie.NAME=VALUE
@@ -33,6 +37,9 @@ struct LimitsProblem {
     unsigned status = 400;
     std::string message;
 };
+
+// The limits the query's answer is about: the route's, or the client's plan's.
+std::span<const config::LimitConfig> limits_of(const config::Config& config, const LimitsQuery& query);
 
 // The query as it names a route of `config` and a key; or what is wrong with it.
 std::optional<LimitsQuery> read_limits_query(const config::Config& config, const std::vector<observe::QueryParam>& query,

@@ -1,5 +1,10 @@
 #include "server/server.hpp"
 
+#include <sys/stat.h>
+
+#include <map>
+#include <tuple>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,6 +149,10 @@ private:
     // Every 5 s: the workers' limited clients, into the summary's interval and /stats's minute.
     void schedule_limited_collect();
     void collect_limited();
+    // Every second: a plan map (routes[].plan_map) that changed on disk reloads the
+    // configuration, as SIGHUP does (limiter state is kept; a map with errors is refused).
+    void schedule_plan_map_watch();
+    bool plan_maps_changed();
     bool all_finished() const;
     // The admin port's /limits (server/limits_api.hpp), on the main thread.
     void limits_call(observe::AdminServer::LimitsCall call, std::function<void(observe::AdminServer::LimitsAnswer)> done);
@@ -161,6 +170,8 @@ private:
     net::steady_timer shutdown_timer_{io_};
     net::steady_timer summary_timer_{io_};
     net::steady_timer limited_timer_{io_};
+    net::steady_timer plan_map_timer_{io_};
+    std::map<std::string, std::tuple<std::int64_t, std::int64_t, std::uint64_t>> plan_map_seen_;  // mtime ns, size, inode
     observe::LimitedClients::Counts limited_interval_;  // since the last summary line
     observe::RecentLimited recent_limited_;
     observe::SummaryReporter summaries_;
@@ -177,7 +188,7 @@ void Server::limits_call(observe::AdminServer::LimitsCall call,
     auto values = std::make_shared<const limit::OwnedKeyValues>(query->values);
     Worker& worker = *workers_.front();
     if (!call.reset) {
-        worker.inspect_limits(snapshot, query->route, values,
+        worker.inspect_limits(snapshot, query->route, query->set, values,
                               [this, snapshot, query = *query, done = std::move(done)](limit::Decision d) mutable {
                                   net::post(io_, [snapshot, query, d = std::move(d), done = std::move(done)] {
                                       if (d.outcome == limit::Decision::Outcome::store_error)
@@ -189,7 +200,7 @@ void Server::limits_call(observe::AdminServer::LimitsCall call,
     }
     const auto& route = snapshot->config->routes[query->route];
     const auto keys = limit::build_limit_keys(config_->store.redis.key_prefix,
-                                              limit::RouteLimits{route.name, route.limits, &snapshot->key_plans[query->route]},
+                                              snapshot->limit_sets[query->route][query->set].route_limits(route.name),
                                               values->view());
     std::vector<std::string> chosen;
     std::vector<std::size_t> reset;
@@ -204,14 +215,15 @@ void Server::limits_call(observe::AdminServer::LimitsCall call,
                                     std::string error, std::int64_t existed) mutable {
         net::post(io_, [snapshot, query, reset, chosen, error = std::move(error), existed, done = std::move(done)] {
             const auto& route = snapshot->config->routes[query.route];
+            const auto& set = snapshot->limit_sets[query.route][query.set];
             if (!error.empty()) {
                 spdlog::warn("admin: resetting route {} failed: {}", route.name, error);
                 return done({503, limits_error_json("the rate-limit store did not answer: " + error)});
             }
             std::string names;
             for (auto i : reset) {
-                names += (names.empty() ? "" : ",") + route.limits[i].name;
-                snapshot->limit_metrics[query.route][i]->count_reset();
+                names += (names.empty() ? "" : ",") + set.limits[i].name;
+                set.metrics[i]->count_reset();
             }
             spdlog::info("admin: reset route {} limits {} for key {} ({} of {} keys existed)", route.name,
                          names.empty() ? "-" : names, chosen.empty() ? "-" : chosen.front(), existed, chosen.size());
@@ -227,6 +239,8 @@ int Server::run() {
     wait_signal();
     schedule_summary();
     schedule_limited_collect();
+    plan_maps_changed();  // what the maps are now
+    schedule_plan_map_watch();
     io_.run();
     for (auto& w : workers_) w->join();
     workers_.clear();
@@ -409,6 +423,7 @@ void Server::begin_stop(int signo) {
                  config_->server.shutdown_timeout.count());
     summary_timer_.cancel();
     limited_timer_.cancel();
+    plan_map_timer_.cancel();
     for (auto& w : workers_) w->shutdown();
     wait_signal();
     wait_drained(std::chrono::steady_clock::now() + config_->server.shutdown_timeout);
@@ -466,6 +481,39 @@ void Server::reload() {
     if (summary_changed) schedule_summary();
     spdlog::info("reloaded {}: {} routes, {} upstreams", path, next->config->routes.size(),
                  next->config->upstreams.size());
+}
+
+bool Server::plan_maps_changed() {
+    bool changed = false;
+    std::map<std::string, std::tuple<std::int64_t, std::int64_t, std::uint64_t>> now;
+    for (const auto& route : snapshot_->config->routes) {
+        if (!route.plans || route.plans->map_file.empty()) continue;
+        struct stat st {};
+        std::tuple<std::int64_t, std::int64_t, std::uint64_t> seen{-1, -1, 0};
+        if (::stat(route.plans->map_file.c_str(), &st) == 0)
+            seen = {static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+                    static_cast<std::int64_t>(st.st_size), static_cast<std::uint64_t>(st.st_ino)};
+        const auto before = plan_map_seen_.find(route.plans->map_file);
+        if (before != plan_map_seen_.end() && before->second != seen) {
+            if (!changed) spdlog::info("plan map {} changed: reloading", route.plans->map_file);
+            changed = true;
+        }
+        now[route.plans->map_file] = seen;
+    }
+    plan_map_seen_ = std::move(now);
+    return changed;
+}
+
+void Server::schedule_plan_map_watch() {
+    if (stopping_) return;
+    plan_map_timer_.expires_after(std::chrono::seconds(1));
+    plan_map_timer_.async_wait([this](boost::system::error_code ec) {
+        if (ec || stopping_) return;
+        // (The signatures were taken before the files are read: a write during the reload
+        // is seen at the next tick.)
+        if (plan_maps_changed()) reload();
+        schedule_plan_map_watch();
+    });
 }
 
 void Server::schedule_summary() {

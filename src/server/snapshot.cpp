@@ -33,9 +33,25 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
     for (const auto& route : config->routes) {
         auto& rm = metrics.route(route.name);
         snap->route_metrics.push_back(&rm);
-        auto& limits = snap->limit_metrics.emplace_back();
-        for (const auto& limit : route.limits) limits.push_back(&metrics.limit(rm, limit.name));
-        snap->key_plans.push_back(limit::make_key_plan(route.name, route.limits));
+        auto& sets = snap->limit_sets.emplace_back();
+        if (!route.plans) {
+            LimitSet set{"", route.limits, limit::make_key_plan(route.name, route.limits), {}};
+            for (const auto& limit : route.limits) set.metrics.push_back(&metrics.limit(rm, limit.name));
+            sets.push_back(std::move(set));
+            continue;
+        }
+        // The hash tag holds the key parts every limit of every plan has: a client moved to
+        // another plan keeps its keys (and one request's keys share a slot on a Cluster).
+        std::vector<config::LimitConfig> every;
+        for (const auto& set : route.plans->sets)
+            if (set.identity.empty()) every.insert(every.end(), set.limits.begin(), set.limits.end());
+        for (const auto& plan_set : route.plans->sets) {
+            LimitSet set{plan_set.plan, plan_set.limits, limit::make_key_plan(route.name, plan_set.limits, every), {}};
+            // Counted per plan: "PLAN/LIMIT" (a client's overrides count with its plan).
+            for (const auto& limit : plan_set.limits)
+                set.metrics.push_back(&metrics.limit(rm, plan_set.plan + "/" + limit.name));
+            sets.push_back(std::move(set));
+        }
     }
     for (const auto& upstream : config->upstreams) {
         auto& servers = snap->servers.emplace_back();
@@ -61,9 +77,14 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
     for (std::size_t r = 0; r < config->routes.size(); ++r) {
         const auto& route = config->routes[r];
         std::vector<observe::RouteMetrics::LimitShown> shown;
-        for (std::size_t i = 0; i < route.limits.size(); ++i)
-            shown.push_back({route.limits[i].name, std::string(config::algorithm_name(route.limits[i].algorithm)),
-                             limit::describe_limit(route.limits[i]), snap->limit_metrics[r][i]});
+        for (const auto& set : snap->limit_sets[r]) {
+            if (route.plans && &set - snap->limit_sets[r].data() >= static_cast<std::ptrdiff_t>(route.plans->by_plan.size()))
+                break;  // a client's overrides: counted with its plan
+            for (std::size_t i = 0; i < set.limits.size(); ++i)
+                shown.push_back({set.plan.empty() ? set.limits[i].name : std::string(set.plan) + "/" + set.limits[i].name,
+                                 std::string(config::algorithm_name(set.limits[i].algorithm)),
+                                 limit::describe_limit(set.limits[i]), set.metrics[i]});
+        }
         metrics.describe(*snap->route_metrics[r], std::move(shown));
     }
     snap->config = std::move(config);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,13 +30,24 @@ struct UpstreamServer {
     boost::asio::ip::tcp::endpoint endpoint;
 };
 
+// One set of limits a request of a route can be decided by: the route's own, or for a route
+// with plans one plan's (or one client's overrides of it).
+struct LimitSet {
+    std::string_view plan;  // "" for a route without plans
+    std::span<const config::LimitConfig> limits;
+    limit::KeyPlan key_plan;
+    std::vector<observe::LimitMetrics*> metrics;  // per limit
+    limit::RouteLimits route_limits(std::string_view route) const { return {route, limits, &key_plan}; }
+};
+
 struct Snapshot {
     std::shared_ptr<const config::Config> config;
     std::vector<std::vector<UpstreamServer>> servers;  // per upstream, in config order
     observe::Metrics* metrics = nullptr;
     std::vector<observe::RouteMetrics*> route_metrics;               // per route
-    std::vector<std::vector<observe::LimitMetrics*>> limit_metrics;  // per route, per limit
-    std::vector<limit::KeyPlan> key_plans;                            // per route
+    // Per route: one set for a route without plans (its limits, perhaps none), else one per
+    // RoutePlans::sets entry, in that order.
+    std::vector<std::vector<LimitSet>> limit_sets;
     // Built from the certificates the config names (read again on every reload).
     std::vector<std::shared_ptr<tls::ServerContext>> listener_tls;  // per server.listen entry; null: plain
     std::vector<std::shared_ptr<tls::ClientContext>> upstream_tls;  // per upstream; null: plain

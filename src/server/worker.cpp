@@ -66,12 +66,13 @@ net::awaitable<limit::Decision> Worker::decide(const limit::RouteLimits& route, 
         net::use_awaitable);
 }
 
-void Worker::inspect_limits(std::shared_ptr<const Snapshot> snapshot, std::size_t route,
+void Worker::inspect_limits(std::shared_ptr<const Snapshot> snapshot, std::size_t route, std::size_t set,
                             std::shared_ptr<const limit::OwnedKeyValues> values,
                             std::function<void(limit::Decision)> done) {
-    net::post(io_, [this, snapshot = std::move(snapshot), route, values = std::move(values), done = std::move(done)]() mutable {
+    net::post(io_, [this, snapshot = std::move(snapshot), route, set, values = std::move(values),
+                    done = std::move(done)]() mutable {
         const auto& config = snapshot->config->routes[route];
-        const limit::RouteLimits limits{config.name, config.limits, &snapshot->key_plans[route]};
+        const limit::RouteLimits limits = snapshot->limit_sets[route][set].route_limits(config.name);
         store_->inspect(limits, values->view(),
                         [snapshot, values, done = std::move(done)](limit::Decision d) { done(std::move(d)); });
     });

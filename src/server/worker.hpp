@@ -79,7 +79,8 @@ public:
     // The admin port's /limits, from the main thread: run on this worker's thread, against
     // its store; `done` runs on the worker's thread (post it back where it belongs).
     // `snapshot` and `values` are kept alive until then.
-    void inspect_limits(std::shared_ptr<const Snapshot> snapshot, std::size_t route,
+    // `set`: the route's set of limits (Snapshot::limit_sets).
+    void inspect_limits(std::shared_ptr<const Snapshot> snapshot, std::size_t route, std::size_t set,
                         std::shared_ptr<const limit::OwnedKeyValues> values,
                         std::function<void(limit::Decision)> done);
     void reset_limits(std::vector<std::string> keys, std::function<void(std::string, std::int64_t)> done);

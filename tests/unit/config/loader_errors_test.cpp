@@ -60,10 +60,10 @@ TEST_CASE("loader errors: YAML syntax and document shape", "[config][loader]") {
         {"\n\n  ,", {"3:3: invalid YAML: unexpected character"}},
         {"- server\n",
          {"1:1: the top level must be a map of sections (server, admin, client_ip, store, upstreams, routes, "
-          "exempt, jwt, responses, logging), got a list"}},
+          "exempt, jwt, plans, responses, logging), got a list"}},
         {"just text\n",
          {"1:1: the top level must be a map of sections (server, admin, client_ip, store, upstreams, routes, "
-          "exempt, jwt, responses, logging), got 'just text'"}},
+          "exempt, jwt, plans, responses, logging), got 'just text'"}},
         {"server: {}\nserver: {}\n", {"2:1: duplicate key 'server' (first at line 1)"}},
         {"? [a]\n: 1\n", {"1:3: keys must be plain names, got a list"}},
     });
@@ -74,7 +74,7 @@ TEST_CASE("loader errors: unknown keys at every level, with suggestions", "[conf
         {"rotues: []\n", {"1:1: unknown key 'rotues' at the top level (did you mean 'routes'?)"}},
         {"frobnicate: 1\n",
          {"1:1: unknown key 'frobnicate' at the top level (known keys: server, admin, client_ip, store, "
-          "upstreams, routes, exempt, jwt, responses, logging)"}},
+          "upstreams, routes, exempt, jwt, plans, responses, logging)"}},
         {"server:\n  listne: [\"a:1\"]\n", {"2:3: unknown key 'listne' in server (did you mean 'listen'?)"}},
         {"admin:\n  address: \"\"\n", {"2:3: unknown key 'address' in admin (known keys: listen, token)"}},
         {"client_ip:\n  trusted_proxy: []\n",

@@ -52,21 +52,21 @@ TEST_CASE("headers speak of the limit closest to exhaustion") {
         {result(true, 3, 1400ms), result(true, 20, 60000ms), result(false, 0, 60000ms, 60000ms, true)}, 0);
 
     SECTION("ietf") {
-        auto h = limit::rate_limit_headers(route, decision, config::HeaderStyle::ietf);
+        auto h = limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::ietf);
         CHECK(find(h, "RateLimit-Policy") == "\"burst\";q=10;w=2");
         CHECK(find(h, "RateLimit") == "\"burst\";r=3;t=2");
         CHECK(find(h, "X-RateLimit-Limit") == "<none>");
     }
     SECTION("legacy") {
-        auto h = limit::rate_limit_headers(route, decision, config::HeaderStyle::legacy);
+        auto h = limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::legacy);
         CHECK(find(h, "X-RateLimit-Limit") == "10");
         CHECK(find(h, "X-RateLimit-Remaining") == "3");
         CHECK(find(h, "X-RateLimit-Reset") == "2");
         CHECK(find(h, "RateLimit") == "<none>");
     }
     SECTION("both and none") {
-        CHECK(limit::rate_limit_headers(route, decision, config::HeaderStyle::both).size() == 5);
-        CHECK(limit::rate_limit_headers(route, decision, config::HeaderStyle::none).empty());
+        CHECK(limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::both).size() == 5);
+        CHECK(limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::none).empty());
     }
     SECTION("a shadow limit is never advertised") {
         CHECK(limit::advertised_limit(decision) == std::optional<std::size_t>(0));
@@ -81,13 +81,13 @@ TEST_CASE("a rejected request advertises the limit that rejected it") {
     auto decision = limit::Decision::from_results({result(true, 0, 2000ms), result(false, 0, 59000ms, 1500ms)}, 0);
     REQUIRE(decision.outcome == limit::Decision::Outcome::limited);
     CHECK(limit::advertised_limit(decision) == std::optional<std::size_t>(1));
-    auto h = limit::rate_limit_headers(route, decision, config::HeaderStyle::ietf);
+    auto h = limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::ietf);
     CHECK(find(h, "RateLimit-Policy") == "\"minute\";q=30;w=60");
     // One answer to "when may I send again": t is when the refusing limit admits this request
     // (what Retry-After says: 1.5 s, rounded up), not when its whole quota is back (59 s).
     CHECK(find(h, "RateLimit") == "\"minute\";r=0;t=2");
     CHECK(limit::retry_after_seconds(decision.limits[1].retry_after) == 2);
-    h = limit::rate_limit_headers(route, decision, config::HeaderStyle::legacy);
+    h = limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::legacy);
     CHECK(find(h, "X-RateLimit-Reset") == "2");
 }
 

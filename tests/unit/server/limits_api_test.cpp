@@ -82,7 +82,7 @@ TEST_CASE("limits api: queries", "[admin]") {
              {"route=api&client=1.2.3.4&client=1.2.3.5", 400, "'client' is given twice"},
              {"route=api&client=1.2.3.4&header.a=1&header.A=2", 400, "'header.A' is given twice"},
              {"route=api&client=1.2.3.4&colour=red", 400,
-              "unknown parameter 'colour' (route, client, method, path, header.NAME, query.NAME, cookie.NAME, jwt.CLAIM, limit)"},
+              "unknown parameter 'colour' (route, client, method, path, header.NAME, query.NAME, cookie.NAME, jwt.CLAIM, limit, plan)"},
              {"route=by_method&path=/m", 400, "'method' is needed: limit 'm' is keyed on method"},
              {"route=by_method&method=GET", 400, "'path' is needed: limit 'm' is keyed on path"},
              {"route=api&client=1.2.3.4&query.k=1&query.k=2", 400, "'query.k' is given twice"},
