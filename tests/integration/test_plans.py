@@ -1,0 +1,176 @@
+"""Plans and per-client overrides (issue 27): a route with `identity` decides each request by
+its client's plan's limits, from a plan map file or a trusted hop's plan header, with a
+default plan or 401. Two sluice instances on one real Redis: each client gets exactly its
+plan's (or its own override's) limit across both; a map edit moves a client within a second,
+without a reload signal and without resetting what it consumed; the plan header counts only
+from a trusted peer; the admin look-up finds the client's plan by its identity; the memory
+store decides alike.
+"""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import unittest
+
+from admin_api import admin_request, wait_admin
+from harness import RawClient, SluiceTestCase, free_port, proxy_config, redis_store, respond, wait_until
+
+MAP = """key-pro: pro
+key-vip: {plan: pro, overrides: {quota: {limit: 9}}}
+key-free: free
+key-int: internal
+"""
+
+# Sliding windows of an hour: a count kept exactly across a plan change (a window, unlike a
+# bucket, stores what was consumed), and no window boundary a test could run across.
+PLANS = {
+    "free": [{"name": "quota", "algorithm": "sliding_window", "limit": 3, "window": "1h"}],
+    "pro": [{"name": "quota", "algorithm": "sliding_window", "limit": 6, "window": "1h"}],
+    "internal": [],
+}
+
+
+def decide_calls(redis):
+    """Decide calls Redis has run (FCALL or EVALSHA)."""
+    stats = redis.command("INFO", "commandstats")
+    if isinstance(stats, bytes):
+        stats = stats.decode()
+    return sum(int(c) for c in re.findall(r"cmdstat_(?:fcall|evalsha):calls=(\d+)", stats))
+
+
+class PlansTest(SluiceTestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sluice-plans-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.map_path = os.path.join(self.dir, "plans.yaml")
+        self.write_map(MAP)
+        self.up = self.start_upstream(respond(200, b"ok"))
+
+    def write_map(self, text):
+        """Replaces the map as an editor does: a new file renamed over the old one."""
+        scratch = self.map_path + ".new"
+        with open(scratch, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(scratch, self.map_path)
+
+    def config(self, port, store, admin=None):
+        routes = [
+            {"name": "api", "match": {"path_prefix": "/api"}, "upstream": "app",
+             "identity": "header:x-api-key", "plan_map": self.map_path, "default_plan": "free"},
+            {"name": "hop", "match": {"path_prefix": "/hop"}, "upstream": "app",
+             "identity": "header:x-api-key", "plan_header": "X-Plan"},
+        ]
+        extra = {"store": store, "plans": PLANS}
+        if admin:
+            extra["admin"] = {"listen": f"127.0.0.1:{admin}"}
+        return proxy_config(port, {"app": self.up.address}, routes,
+                            client_ip={"trusted_proxies": ["127.0.0.2/32"]}, extra=extra)
+
+    def start_two(self):
+        """Two instances on one Redis; the first with an admin port."""
+        self.redis = self.start_redis()
+        self.admin = free_port()
+        self.ports = [free_port(), free_port()]
+        self.instances = [self.start_sluice(self.config(self.ports[0], redis_store(self.redis), self.admin)),
+                          self.start_sluice(self.config(self.ports[1], redis_store(self.redis)))]
+        for s in self.instances:
+            s.wait_store_connected(2)
+        wait_admin(self.admin)
+
+    def request(self, n, target, key=None, headers=(), source=None):
+        """One request on a connection of its own, to instance n % 2."""
+        fields = ([("X-Api-Key", key)] if key else []) + list(headers)
+        with RawClient(self.ports[n % 2], source=source) as c:
+            return c.request("GET", target, fields)
+
+    def admin_json(self, target, method="GET"):
+        status, _, body = admin_request(self.admin, target, method)
+        return status, json.loads(body)
+
+    def statuses(self, count, target, key, **kw):
+        return [self.request(i, target, key, **kw).status for i in range(count)]
+
+    def test_each_client_gets_its_plans_limit_across_two_instances(self):
+        self.start_two()
+        forwarded = 0
+        for key, allowed in [("key-free", 3), ("key-pro", 6), ("key-vip", 9), ("someone-else", 3)]:
+            self.assertEqual(self.statuses(allowed + 2, "/api/x", key), [200] * allowed + [429] * 2, key)
+            forwarded += allowed
+        # A plan without limits: never limited, and no store call is made for it.
+        before = decide_calls(self.redis)
+        self.assertEqual(self.statuses(12, "/api/x", "key-int"), [200] * 12)
+        self.assertEqual(decide_calls(self.redis), before)
+        forwarded += 12
+        # Without its identity a request has no plan: 401, never forwarded.
+        refused = self.request(0, "/api/x")
+        self.assertEqual(refused.status, 401, refused.body)
+        self.assertIn(b"does not name its client", refused.body)
+        self.assertEqual(len(self.up.requests), forwarded)
+        # The access line names the plan.
+        self.instances[0].wait_access(route="api", plan="pro", status="200")
+        self.instances[1].wait_access(route="api", plan="free", status="429")
+        entry = self.instances[0].wait_access(route="api", status="401")
+        self.assertNotIn("plan", entry)
+
+    def test_a_map_edit_moves_a_client_without_a_reset(self):
+        self.start_two()
+        self.assertEqual(self.statuses(4, "/api/x", "key-free"), [200] * 3 + [429])
+        # key-free moves to pro (6): it keeps the 3 it used, so 3 more, on either instance.
+        self.write_map(MAP.replace("key-free: free", "key-free: pro"))
+        for s in self.instances:
+            s.wait_log(r"plan map \S+plans\.yaml changed: reloading", timeout=5)
+            s.wait_log(r"reloaded .*: 2 routes", timeout=5)
+        self.assertEqual(self.statuses(4, "/api/x", "key-free"), [200] * 3 + [429])
+        self.instances[1].wait_access(route="api", plan="pro", status="429")
+        # A map with an error is refused, named FILE:LINE:COL; the running map stays.
+        self.write_map(MAP.replace("key-free: free", "key-free: pro") + "key-new: gold\n")
+        for s in self.instances:
+            s.wait_log(re.escape(self.map_path) + r":5:10: identity 'key-new' names plan 'gold', which is not defined",
+                       timeout=5)
+            s.wait_log(r"reload of \S+ refused; the running configuration stays", timeout=5)
+        self.assertEqual(self.statuses(2, "/api/x", "key-free"), [429, 429])
+        self.assertEqual(self.statuses(4, "/api/x", "key-new"), [200] * 3 + [429])  # the default plan
+
+    def test_the_plan_header_counts_only_from_a_trusted_hop(self):
+        self.start_two()
+        hop = [("X-Plan", "pro")]
+        self.assertEqual(self.statuses(7, "/hop/x", "key-h1", headers=hop, source="127.0.0.2"), [200] * 6 + [429])
+        # From an untrusted peer the header is ignored: no map, no default plan: 401.
+        self.assertEqual(self.statuses(2, "/hop/x", "key-h2", headers=hop), [401, 401])
+        # A plan the configuration does not have is no plan; logged.
+        self.assertEqual(self.request(0, "/hop/x", "key-h3", [("X-Plan", "gold")], source="127.0.0.2").status, 401)
+        self.instances[0].wait_log(r"header x-plan names plan 'gold', which is not defined")
+        # Two different plans in two fields: which one counts would be a guess.
+        response = self.request(0, "/hop/x", "key-h4", [("X-Plan", "pro"), ("X-Plan", "free")], source="127.0.0.2")
+        self.assertEqual(response.status, 400, response.body)
+        self.assertEqual(len(self.up.requests), 6)
+
+    def test_the_admin_look_up_finds_the_plan_by_identity(self):
+        self.start_two()
+        self.assertEqual(self.statuses(2, "/api/x", "key-vip"), [200, 200])
+        status, body = self.admin_json("/limits?route=api&header.x-api-key=key-vip")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["plan"], "pro")
+        quota = body["limits"][0]
+        self.assertEqual((quota["name"], quota["capacity"], quota["remaining"]), ("quota", 9, 7))
+        status, body = self.admin_json("/limits?route=api&header.x-api-key=key-vip", method="DELETE")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["reset"], ["quota"])
+        self.assertEqual(self.statuses(10, "/api/x", "key-vip"), [200] * 9 + [429])
+        status, body = self.admin_json("/limits?route=api")
+        self.assertEqual(status, 400, body)
+        self.assertEqual(body["error"], "route 'api' limits by plan: give the client's identity (header:x-api-key)")
+
+    def test_the_memory_store_decides_alike(self):
+        port = free_port()
+        self.ports = [port, port]
+        self.start_sluice(self.config(port, {"type": "memory"}))
+        for key, allowed in [("key-free", 3), ("key-vip", 9), ("nobody", 3)]:
+            self.assertEqual(self.statuses(allowed + 1, "/api/x", key), [200] * allowed + [429], key)
+        self.assertEqual(self.request(0, "/api/x").status, 401)
+
+
+if __name__ == "__main__":
+    unittest.main()
