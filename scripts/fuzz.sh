@@ -29,12 +29,14 @@ declare -A sources=(
   [h2_codec]="src/http/h2_codec.cpp"
   [key_values]="src/limit/key_values.cpp src/net/cidr.cpp"
   [json]="src/auth/json.cpp"
+  [plan_map]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp src/auth/jwt.cpp src/auth/json.cpp"
   [jwt]="src/auth/jwt.cpp src/auth/json.cpp"
 )
 declare -A libs=(
   [redis_reply]="$(pkg-config --libs hiredis)"
   [topology_parse]="$(pkg-config --libs hiredis)"
   [config_loader]="-lyaml-cpp -lspdlog -lfmt -lssl -lcrypto"
+  [plan_map]="-lyaml-cpp -lspdlog -lfmt -lssl -lcrypto"
   [pem]="-lssl -lcrypto"
   [access_format]="-lspdlog -lfmt"
   [h2_codec]="-lnghttp2"
@@ -44,9 +46,10 @@ declare -A cflags=(
   [redis_reply]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
   [topology_parse]="$(pkg-config --cflags hiredis | sed 's|-I/usr/include/hiredis||')"
   [config_loader]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
+  [plan_map]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
   [access_format]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head response_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec key_values json jwt"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head response_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec key_values json jwt plan_map"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 
