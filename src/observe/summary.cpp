@@ -1,5 +1,7 @@
 #include "observe/summary.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "config/duration.hpp"
@@ -9,10 +11,10 @@ namespace sluice::observe {
 
 namespace {
 
-std::string top_text(const RouteInterval& r) {
-    if (r.top_limited.empty()) return "-";
+std::string counts_text(const std::vector<std::pair<std::string, std::uint64_t>>& counts) {
+    if (counts.empty()) return "-";
     std::string out;
-    for (const auto& [client, n] : r.top_limited) {
+    for (const auto& [client, n] : counts) {
         if (!out.empty()) out += ',';
         out += fmt::format("{}:{}", client, n);
     }
@@ -24,9 +26,9 @@ std::string top_text(const RouteInterval& r) {
 std::string format_summary_text(const RouteInterval& r, config::Duration interval, std::string_view time) {
     return fmt::format(
         "{} summary route={} interval={} requests={} forwarded={} limited={} limited_pct={:.1f} shadow_limited={} "
-        "store_errors={} delayed={} exempt={} top_limited={}",
+        "store_errors={} delayed={} exempt={} top_limited={} limited_by={}",
         time, r.route, config::format_duration(interval), r.requests, r.forwarded, r.limited, r.limited_pct(),
-        r.shadow_limited, r.store_errors, r.delayed, r.exempt, top_text(r));
+        r.shadow_limited, r.store_errors, r.delayed, r.exempt, counts_text(r.top_limited), counts_text(r.limited_by));
 }
 
 std::string format_summary_json(const RouteInterval& r, config::Duration interval, std::string_view time) {
@@ -36,12 +38,18 @@ std::string format_summary_json(const RouteInterval& r, config::Duration interva
         top += fmt::format("{{\"client\":{},\"limited\":{}}}", json_string(client), n);
     }
     top += ']';
+    std::string by = "{";
+    for (const auto& [limit, n] : r.limited_by) {
+        if (by.size() > 1) by += ',';
+        by += fmt::format("{}:{}", json_string(limit), n);
+    }
+    by += '}';
     return fmt::format(
         "{{\"time\":{},\"summary\":true,\"route\":{},\"interval\":{},\"requests\":{},\"forwarded\":{},\"limited\":{},"
         "\"limited_pct\":{:.1f},\"shadow_limited\":{},\"store_errors\":{},\"delayed\":{},\"exempt\":{},"
-        "\"top_limited\":{}}}",
+        "\"top_limited\":{},\"limited_by\":{}}}",
         json_string(time), json_string(r.route), json_string(config::format_duration(interval)), r.requests, r.forwarded, r.limited,
-        r.limited_pct(), r.shadow_limited, r.store_errors, r.delayed, r.exempt, top);
+        r.limited_pct(), r.shadow_limited, r.store_errors, r.delayed, r.exempt, top, by);
 }
 
 bool limited_share_jumped(const RouteInterval& now) {
@@ -67,6 +75,12 @@ std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const L
         r.store_errors = delta(m.total(&RouteCounts::store_errors), last.store_errors);
         r.delayed = delta(m.total(&RouteCounts::delayed), last.delayed);
         r.exempt = delta(m.total(&RouteCounts::exempt), last.exempt);
+        for (const auto& limit : m.limits) {
+            const std::uint64_t refused = limit.decisions(DecisionKind::limited);
+            if (const auto d = delta(refused, last_limited_[&limit]); d > 0) r.limited_by.emplace_back(limit.name, d);
+        }
+        std::stable_sort(r.limited_by.begin(), r.limited_by.end(),
+                         [](const auto& a, const auto& b) { return a.second > b.second; });
         if (r.requests == 0) {
             last.last_pct = 0;
             return;

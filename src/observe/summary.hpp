@@ -17,6 +17,8 @@ struct RouteInterval {
     std::string route;
     std::uint64_t requests = 0, forwarded = 0, limited = 0, shadow_limited = 0, store_errors = 0, delayed = 0, exempt = 0;
     std::vector<std::pair<std::string, std::uint64_t>> top_limited;  // client, count
+    // Refusals per limit in the interval, most first ("PLAN/LIMIT" on a route with plans).
+    std::vector<std::pair<std::string, std::uint64_t>> limited_by;
     double previous_pct = 0;  // the route's limited % in the interval before (0 if it had no traffic)
     double limited_pct() const { return requests ? 100.0 * static_cast<double>(limited) / static_cast<double>(requests) : 0; }
 };
@@ -39,6 +41,7 @@ private:
         double last_pct = 0;
     };
     std::unordered_map<std::string, Totals> last_;
+    std::unordered_map<const LimitMetrics*, std::uint64_t> last_limited_;  // refusals counted so far
 };
 
 }  // namespace sluice::observe

@@ -18,7 +18,7 @@ _SUMMARY_RE = re.compile(
     r"summary route=(?P<route>\S+) interval=(?P<interval>\S+) requests=(?P<requests>\d+) "
     r"forwarded=(?P<forwarded>\d+) limited=(?P<limited>\d+) limited_pct=(?P<limited_pct>\d+\.\d) "
     r"shadow_limited=(?P<shadow_limited>\d+) store_errors=(?P<store_errors>\d+) delayed=(?P<delayed>\d+) "
-    r"exempt=(?P<exempt>\d+) top_limited=(?P<top_limited>\S+)$")
+    r"exempt=(?P<exempt>\d+) top_limited=(?P<top_limited>\S+) limited_by=(?P<limited_by>\S+)$")
 
 _TIME_RE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"  # RFC 3339, ms, UTC
 
@@ -72,9 +72,13 @@ class LogsTestCase(SluiceTestCase):
         self.assertEqual(line["limited_pct"], f"{pct:.1f}", line["line"])
         if line["limited"] == 0:
             self.assertEqual(line["top_limited"], "-", line["line"])
+            self.assertEqual(line["limited_by"], "-", line["line"])
         else:
             total = sum(int(item.rsplit(":", 1)[1]) for item in line["top_limited"].split(","))
             self.assertEqual(total, line["limited"], line["line"])
+            # Each refusal names the one limit that refused (these routes have one limit each).
+            by = sum(int(item.rsplit(":", 1)[1]) for item in line["limited_by"].split(","))
+            self.assertEqual(by, line["limited"], line["line"])
 
 
 class TextSummaryTest(LogsTestCase):
@@ -112,7 +116,7 @@ class TextSummaryTest(LogsTestCase):
         hot, mild, small = lines["hot"][0], lines["mild"][0], lines["small"][0]
         self.assertIn("summary route=hot interval=1s requests=34 forwarded=10 limited=24 "
                       "limited_pct=70.6 shadow_limited=0 store_errors=0 delayed=0 exempt=0 "
-                      "top_limited=203.0.113.7:20,198.51.100.2:4", hot["line"])
+                      "top_limited=203.0.113.7:20,198.51.100.2:4 limited_by=burst:24", hot["line"])
         self.assertEqual((mild["requests"], mild["forwarded"], mild["limited"], mild["limited_pct"],
                           mild["top_limited"]), (20, 16, 4, "20.0", "127.0.0.1:4"))
         self.assertEqual((small["requests"], small["forwarded"], small["limited"],
@@ -208,7 +212,7 @@ class JsonSummaryTest(LogsTestCase):
         self.assertEqual(found[0], {
             "summary": True, "route": "hot", "interval": "1s", "requests": 30, "forwarded": 20,
             "limited": 10, "limited_pct": 33.3, "shadow_limited": 0, "store_errors": 0, "delayed": 0, "exempt": 0,
-            "top_limited": [{"client": "127.0.0.1", "limited": 10}]})
+            "top_limited": [{"client": "127.0.0.1", "limited": 10}], "limited_by": {"burst": 10}})
         def tick_summaries():
             return [o for o in objects() if o.get("summary") is True and o.get("route") == "tick"]
         # Written in the same pass as hot's, a moment later: a slow build (make asan) can be read between the two.
@@ -216,6 +220,7 @@ class JsonSummaryTest(LogsTestCase):
         tick = tick_summaries()
         self.assertEqual(len(tick), 1)
         self.assertEqual(tick[0]["top_limited"], [])
+        self.assertEqual(tick[0]["limited_by"], {})
         self.assertEqual(tick[0]["limited_pct"], 0)
 
         access = [o for o in objects() if "summary" not in o]

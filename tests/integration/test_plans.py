@@ -3,8 +3,8 @@ its client's plan's limits, from a plan map file or a trusted hop's plan header,
 default plan or 401. Two sluice instances on one real Redis: each client gets exactly its
 plan's (or its own override's) limit across both; a map edit moves a client within a second,
 without a reload signal and without resetting what it consumed; the plan header counts only
-from a trusted peer; the admin look-up finds the client's plan by its identity; the memory
-store decides alike.
+from a trusted peer; the access line and the summary name the plan; the admin look-up finds
+the client's plan by its identity; the memory store decides alike.
 """
 
 import json
@@ -66,7 +66,8 @@ class PlansTest(SluiceTestCase):
         if admin:
             extra["admin"] = {"listen": f"127.0.0.1:{admin}"}
         return proxy_config(port, {"app": self.up.address}, routes,
-                            client_ip={"trusted_proxies": ["127.0.0.2/32"]}, extra=extra)
+                            client_ip={"trusted_proxies": ["127.0.0.2/32"]}, logging={"summary_interval": "1s"},
+                            extra=extra)
 
     def start_two(self):
         """Two instances on one Redis; the first with an admin port."""
@@ -113,6 +114,10 @@ class PlansTest(SluiceTestCase):
         self.instances[1].wait_access(route="api", plan="free", status="429")
         entry = self.instances[0].wait_access(route="api", status="401")
         self.assertNotIn("plan", entry)
+        # The summary names the plans' limits that refused (each instance refused some).
+        for s in self.instances:
+            s.wait_log(r"summary route=api .* limited_by=\S*\bpro/quota:\d+", timeout=5)
+            s.wait_log(r"summary route=api .* limited_by=\S*\bfree/quota:\d+", timeout=5)
 
     def test_a_map_edit_moves_a_client_without_a_reset(self):
         self.start_two()

@@ -16,11 +16,15 @@ TEST_CASE("summary line in the text form of INTERFACE.md") {
     r.top_limited = {{"203.0.113.7", 20}, {"198.51.100.2", 4}};
     CHECK(observe::format_summary_text(r, 10s, "2026-11-25T19:40:00.000Z") ==
           "2026-11-25T19:40:00.000Z summary route=login interval=10s requests=124 forwarded=100 limited=24 limited_pct=19.4 shadow_limited=0 "
-          "store_errors=0 delayed=0 exempt=0 top_limited=203.0.113.7:20,198.51.100.2:4");
+          "store_errors=0 delayed=0 exempt=0 top_limited=203.0.113.7:20,198.51.100.2:4 limited_by=-");
+    r.limited_by = {{"free/quota", 20}, {"burst", 4}};
+    CHECK(observe::format_summary_text(r, 10s, "T").ends_with(" limited_by=free/quota:20,burst:4"));
+    CHECK(observe::format_summary_json(r, 10s, "T").ends_with(R"(,"limited_by":{"free/quota":20,"burst":4}})"));
+    r.limited_by.clear();
     CHECK(observe::format_summary_json(r, 10s, "2026-11-25T19:40:00.000Z") ==
           R"({"time":"2026-11-25T19:40:00.000Z","summary":true,"route":"login","interval":"10s","requests":124,"forwarded":100,"limited":24,)"
           R"("limited_pct":19.4,"shadow_limited":0,"store_errors":0,"delayed":0,"exempt":0,"top_limited":[{"client":"203.0.113.7","limited":20},)"
-          R"({"client":"198.51.100.2","limited":4}]})");
+          R"({"client":"198.51.100.2","limited":4}],"limited_by":{}})");
 }
 
 TEST_CASE("the reporter gives per-interval deltas for routes with traffic only") {
@@ -38,6 +42,11 @@ TEST_CASE("the reporter gives per-interval deltas for routes with traffic only")
 
     for (int i = 0; i < 40; ++i) login.count_status(429);
     observe::add(login.here().limited, 40);
+    auto& quota = metrics.limit(login, "free/quota");
+    auto& burst = metrics.limit(login, "burst");
+    for (int i = 0; i < 10; ++i) burst.count(observe::DecisionKind::limited);
+    for (int i = 0; i < 30; ++i) quota.count(observe::DecisionKind::limited);
+    quota.count(observe::DecisionKind::allowed);
     observe::LimitedClients clients;
     for (int i = 0; i < 30; ++i) clients.add("login", "203.0.113.7");
     for (int i = 0; i < 10; ++i) clients.add("login", "198.51.100.2");
@@ -49,7 +58,15 @@ TEST_CASE("the reporter gives per-interval deltas for routes with traffic only")
     CHECK(observe::limited_share_jumped(second[0]));
     REQUIRE(second[0].top_limited.size() == 2);
     CHECK(second[0].top_limited[0] == std::pair<std::string, std::uint64_t>{"203.0.113.7", 30});
+    // Refusals by limit, most first; only those of the interval.
+    CHECK(second[0].limited_by ==
+          std::vector<std::pair<std::string, std::uint64_t>>{{"free/quota", 30}, {"burst", 10}});
     CHECK(clients.take().empty());  // a new interval starts empty
+    login.count_status(429);
+    burst.count(observe::DecisionKind::limited);
+    const auto third = reporter.take(metrics, {});
+    REQUIRE(third.size() == 1);
+    CHECK(third[0].limited_by == std::vector<std::pair<std::string, std::uint64_t>>{{"burst", 1}});
 
     CHECK(reporter.take(metrics, {}).empty());  // no traffic since
 }
