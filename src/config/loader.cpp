@@ -299,8 +299,17 @@ private:
     std::size_t other_file_errors_ = 0;
 
 public:
-    // A plan map's entries into `plans` (read by a reader named for the map file).
+    // A plan map's entries into `plans` (read by a reader named for the map file), YAML or CSV.
     void read_plan_map(const YAML::Node& root, const std::vector<PlanConfig>& top, RoutePlans& plans);
+    void read_plan_map_csv(std::string_view text, const std::vector<PlanConfig>& top, RoutePlans& plans);
+
+private:
+    std::optional<std::size_t> plan_of_client(const std::string& identity, const Field& plan_field,
+                                              const std::vector<PlanConfig>& top, const RoutePlans& plans);
+    LimitConfig* override_target(RoutePlans::Set& set, const std::string& name, Position at);
+    void apply_override(LimitConfig& limit, const std::string& plan, std::string_view field, const Field& f);
+
+public:
     const std::vector<Diagnostic>& other_files() const { return other_files_; }
     std::size_t other_file_errors() const { return other_file_errors_; }
 
@@ -1845,6 +1854,68 @@ std::shared_ptr<RoutePlans> ConfigReader::plans_of_route(const Section& section,
 }
 
 // A plan map: `IDENTITY: PLAN` or `IDENTITY: {plan: PLAN, overrides: {LIMIT: {rate|burst|limit: N}}}`.
+// The set of the plan `plan_field` names for `identity`; nullopt (and an error) for a plan the
+// configuration does not have.
+std::optional<std::size_t> ConfigReader::plan_of_client(const std::string& identity, const Field& plan_field,
+                                                        const std::vector<PlanConfig>& top, const RoutePlans& plans) {
+    const auto plan_name = text(plan_field);
+    if (!plan_name) return std::nullopt;
+    const auto plan = plans.by_plan.find(*plan_name);
+    if (plan != plans.by_plan.end()) return plan->second;
+    std::vector<std::string_view> names;
+    for (const auto& p : top) names.push_back(p.name);
+    std::string message = "identity " + quoted(identity) + " names plan " + quoted(*plan_name) + ", which is not defined";
+    if (auto suggestion = closest_spelling(*plan_name, names)) message += " (did you mean " + quoted(*suggestion) + "?)";
+    diagnostics_.error(plan_field.at, message);
+    return std::nullopt;
+}
+
+// The limit `name` of a client's set (its plan's limits), or null (and an error at `at`).
+LimitConfig* ConfigReader::override_target(RoutePlans::Set& set, const std::string& name, Position at) {
+    const auto limit =
+        std::find_if(set.limits.begin(), set.limits.end(), [&](const LimitConfig& l) { return l.name == name; });
+    if (limit != set.limits.end()) return &*limit;
+    std::vector<std::string_view> names;
+    for (const auto& l : set.limits) names.push_back(l.name);
+    std::string message = "plan " + quoted(set.plan) + " has no limit " + quoted(name);
+    if (auto suggestion = closest_spelling(name, names)) message += " (did you mean " + quoted(*suggestion) + "?)";
+    diagnostics_.error(at, message);
+    return nullptr;
+}
+
+// One override, `field` (rate, burst or limit) of `limit` set to the value of `f`, checked as
+// the limit's own value is, and against the limit's other numbers.
+void ConfigReader::apply_override(LimitConfig& limit, const std::string& plan, std::string_view field, const Field& f) {
+    const bool bucket = limit.algorithm == Algorithm::token_bucket || limit.algorithm == Algorithm::leaky_bucket;
+    const std::string which =
+        "limit " + quoted(limit.name) + " of plan " + quoted(plan) + " is " + std::string(algorithm_name(limit.algorithm));
+    if (bucket == (field == "limit")) {
+        diagnostics_.error(f.key_at, which + ": it has " + (bucket ? "'rate' and 'burst'" : "'limit'") + ", not " +
+                                         quoted(field));
+        return;
+    }
+    if (field == "rate") {
+        const auto value = positive_number(f);
+        if (value && *value > max_rate)
+            diagnostics_.error(f.at, f.label() + " must be at most 1000000000, got " + f.value.Scalar());
+        else if (value)
+            limit.rate = *value;
+        return;
+    }
+    const auto value = integer(f, 1, max_count);
+    if (!value) return;
+    (field == "burst" ? limit.burst : limit.limit) = static_cast<std::uint64_t>(*value);
+    if (limit.algorithm == Algorithm::leaky_bucket && !limit.nodelay && limit.delay >= limit.burst)
+        diagnostics_.error(f.at, which + " with delay " + std::to_string(limit.delay) +
+                                     ": its burst must be above that, got " + std::to_string(limit.burst));
+    const std::uint64_t capacity = bucket ? limit.burst : limit.limit;
+    const std::uint64_t cost = limit.cost_header.empty() ? limit.cost : limit.default_cost;
+    if (cost > capacity)
+        diagnostics_.error(f.at, which + " costing " + std::to_string(cost) + " a request: " + f.label() + " " +
+                                     std::to_string(capacity) + " would refuse every request");
+}
+
+// A plan map: `IDENTITY: PLAN` or `IDENTITY: {plan: PLAN, overrides: {LIMIT: {rate|burst|limit: N}}}`.
 void ConfigReader::read_plan_map(const YAML::Node& root, const std::vector<PlanConfig>& top, RoutePlans& plans) {
     const Field document{"", root, position_of(root.Mark()), position_of(root.Mark()), false};
     if (document.empty()) return;
@@ -1852,8 +1923,6 @@ void ConfigReader::read_plan_map(const YAML::Node& root, const std::vector<PlanC
         diagnostics_.error(document.at, "a plan map must be a map of identity: plan, got " + description_of(root));
         return;
     }
-    std::vector<std::string_view> plan_names;
-    for (const auto& plan : top) plan_names.push_back(plan.name);
     for (const Field& entry : Section::entries(document, diagnostics_)) {
         if (entry.key.empty()) {
             diagnostics_.error(entry.key_at, "an identity must not be empty");
@@ -1869,72 +1938,173 @@ void ConfigReader::read_plan_map(const YAML::Node& root, const std::vector<PlanC
                 continue;
             }
         }
-        const auto plan_name = text(*plan_field);
-        if (!plan_name) continue;
-        const auto plan = plans.by_plan.find(*plan_name);
-        if (plan == plans.by_plan.end()) {
-            std::string message = "identity " + quoted(entry.key) + " names plan " + quoted(*plan_name) +
-                                  ", which is not defined";
-            if (auto suggestion = closest_spelling(*plan_name, plan_names))
-                message += " (did you mean " + quoted(*suggestion) + "?)";
-            diagnostics_.error(plan_field->at, message);
-            continue;
-        }
+        const auto plan = plan_of_client(entry.key, *plan_field, top, plans);
+        if (!plan) continue;
         const Field* overrides = section ? section->find("overrides") : nullptr;
         if (!overrides || overrides->empty()) {
-            plans.by_identity[entry.key] = plan->second;
+            plans.by_identity[entry.key] = *plan;
             continue;
         }
         if (!expect_map(*overrides)) continue;
-        RoutePlans::Set set{*plan_name, entry.key, plans.sets[plan->second].limits};
+        RoutePlans::Set set{plans.sets[*plan].plan, entry.key, plans.sets[*plan].limits};
         const std::size_t errors_before = diagnostics_.error_count();
         for (const Field& item : Section::entries(*overrides, diagnostics_)) {
-            const auto limit = std::find_if(set.limits.begin(), set.limits.end(),
-                                            [&](const LimitConfig& l) { return l.name == item.key; });
-            if (limit == set.limits.end()) {
-                std::vector<std::string_view> names;
-                for (const auto& l : set.limits) names.push_back(l.name);
-                std::string message = "plan " + quoted(*plan_name) + " has no limit " + quoted(item.key);
-                if (auto suggestion = closest_spelling(item.key, names)) message += " (did you mean " + quoted(*suggestion) + "?)";
-                diagnostics_.error(item.key_at, message);
-                continue;
-            }
-            if (!expect_map(item)) continue;
+            LimitConfig* limit = override_target(set, item.key, item.key_at);
+            if (!limit || !expect_map(item)) continue;
             const Section values(item, "in an override", plan_override_keys, diagnostics_);
-            const bool bucket = limit->algorithm == Algorithm::token_bucket || limit->algorithm == Algorithm::leaky_bucket;
-            const std::string which = "limit " + quoted(limit->name) + " of plan " + quoted(*plan_name) + " is " +
-                                      std::string(algorithm_name(limit->algorithm));
-            for (const char* key : {"rate", "burst", "limit"}) {
-                const Field* f = values.find(key);
-                if (!f) continue;
-                if (bucket == (std::string_view(key) == "limit")) {
-                    diagnostics_.error(f->key_at, which + ": it has " + (bucket ? "'rate' and 'burst'" : "'limit'") +
-                                                      ", not " + quoted(key));
-                    continue;
-                }
-                if (std::string_view(key) == "rate") {
-                    const auto value = positive_number(*f);
-                    if (value && *value > max_rate)
-                        diagnostics_.error(f->at, f->label() + " must be at most 1000000000, got " + f->value.Scalar());
-                    else if (value)
-                        limit->rate = *value;
-                    continue;
-                }
-                const auto value = integer(*f, 1, max_count);
-                if (!value) continue;
-                (std::string_view(key) == "burst" ? limit->burst : limit->limit) = static_cast<std::uint64_t>(*value);
-                if (limit->algorithm == Algorithm::leaky_bucket && !limit->nodelay && limit->delay >= limit->burst)
-                    diagnostics_.error(f->at, which + " with delay " + std::to_string(limit->delay) +
-                                                  ": its burst must be above that, got " + std::to_string(limit->burst));
-                const std::uint64_t capacity = bucket ? limit->burst : limit->limit;
-                const std::uint64_t cost = limit->cost_header.empty() ? limit->cost : limit->default_cost;
-                if (cost > capacity)
-                    diagnostics_.error(f->at, which + " costing " + std::to_string(cost) + " a request: " + f->label() +
-                                                  " " + std::to_string(capacity) + " would refuse every request");
-            }
+            for (const std::string_view field : plan_override_keys)
+                if (const Field* f = values.find(field)) apply_override(*limit, set.plan, field, *f);
         }
         if (diagnostics_.error_count() > errors_before) continue;
         plans.by_identity[entry.key] = plans.sets.size();
+        plans.sets.push_back(std::move(set));
+    }
+}
+
+// A plan map in CSV (RFC 4180: comma-separated, a field in double quotes may hold commas, line
+// breaks and "" for a quote; lines starting with '#' and empty lines are skipped). The first
+// record names the columns: identity, plan, then any of LIMIT.rate, LIMIT.burst, LIMIT.limit;
+// an empty cell overrides nothing.
+void ConfigReader::read_plan_map_csv(std::string_view text, const std::vector<PlanConfig>& top, RoutePlans& plans) {
+    struct Cell {
+        std::string text;
+        Position at;
+    };
+    std::vector<std::vector<Cell>> records;
+    int line = 1, column = 1;
+    std::size_t i = 0;
+    auto advance = [&](char c) {
+        if (c == '\n') {
+            ++line;
+            column = 1;
+        } else {
+            ++column;
+        }
+    };
+    while (i < text.size()) {
+        const bool comment = column == 1 && text[i] == '#';
+        if (comment || text[i] == '\n' || (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) {
+            while (i < text.size() && text[i] != '\n') advance(text[i++]);  // a comment, or an empty line
+            if (i < text.size()) advance(text[i++]);
+            continue;
+        }
+        std::vector<Cell> record;
+        for (;;) {
+            Cell cell{"", Position{line, column}};
+            if (i < text.size() && text[i] == '"') {
+                advance(text[i++]);
+                bool closed = false;
+                while (i < text.size()) {
+                    const char c = text[i];
+                    advance(c);
+                    ++i;
+                    if (c != '"') {
+                        cell.text += c;
+                    } else if (i < text.size() && text[i] == '"') {
+                        cell.text += '"';
+                        advance(text[i++]);
+                    } else {
+                        closed = true;
+                        break;
+                    }
+                }
+                if (!closed) {
+                    diagnostics_.error(cell.at, "a quoted field without its closing '\"'");
+                    return;
+                }
+                if (i < text.size() && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
+                    diagnostics_.error(Position{line, column}, "after a quoted field: ',' or the end of the line");
+                    return;
+                }
+            } else {
+                while (i < text.size() && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
+                    if (text[i] == '"') {
+                        diagnostics_.error(Position{line, column}, "a '\"' inside a field that is not quoted");
+                        return;
+                    }
+                    cell.text += text[i];
+                    advance(text[i++]);
+                }
+                while (!cell.text.empty() && (cell.text.back() == ' ' || cell.text.back() == '\t')) cell.text.pop_back();
+                std::size_t lead = 0;
+                while (lead < cell.text.size() && (cell.text[lead] == ' ' || cell.text[lead] == '\t')) ++lead;
+                cell.text.erase(0, lead);
+                cell.at.column += static_cast<int>(lead);
+            }
+            record.push_back(std::move(cell));
+            if (i < text.size() && text[i] == ',') {
+                advance(text[i++]);
+                continue;
+            }
+            if (i < text.size() && text[i] == '\r') advance(text[i++]);
+            if (i < text.size() && text[i] == '\n') advance(text[i++]);
+            break;
+        }
+        records.push_back(std::move(record));
+    }
+    if (records.empty()) return;
+    // The columns.
+    const auto& header = records.front();
+    struct Column {
+        std::string limit;
+        std::string field;
+    };
+    std::vector<Column> columns;
+    bool header_ok = header.size() >= 2 && header[0].text == "identity" && header[1].text == "plan";
+    if (!header_ok)
+        diagnostics_.error(header[0].at, "a CSV plan map starts with its columns: identity,plan then any of "
+                                         "LIMIT.rate, LIMIT.burst, LIMIT.limit");
+    for (std::size_t c = 2; header_ok && c < header.size(); ++c) {
+        const auto dot = header[c].text.rfind('.');
+        const std::string field = dot == std::string::npos ? "" : header[c].text.substr(dot + 1);
+        if (dot == std::string::npos || dot == 0 || !contains(plan_override_keys, field)) {
+            diagnostics_.error(header[c].at, "column " + quoted(header[c].text) +
+                                                 " must be LIMIT.rate, LIMIT.burst or LIMIT.limit");
+            header_ok = false;
+            break;
+        }
+        columns.push_back({header[c].text.substr(0, dot), field});
+    }
+    if (!header_ok) return;
+    std::map<std::string, int, std::less<>> first_line;
+    for (std::size_t r = 1; r < records.size(); ++r) {
+        const auto& record = records[r];
+        if (record.size() != header.size()) {
+            diagnostics_.error(record[0].at, "this record has " + std::to_string(record.size()) + " fields, the columns " +
+                                                 std::to_string(header.size()));
+            continue;
+        }
+        const std::string& identity = record[0].text;
+        if (identity.empty()) {
+            diagnostics_.error(record[0].at, "an identity must not be empty");
+            continue;
+        }
+        if (const auto [it, inserted] = first_line.try_emplace(identity, record[0].at.line); !inserted) {
+            diagnostics_.error(record[0].at, "duplicate identity " + quoted(identity) + " (first at line " +
+                                                 std::to_string(it->second) + ")");
+            continue;
+        }
+        const Field plan_field{"plan", YAML::Node(record[1].text), record[1].at, record[1].at, false};
+        const auto plan = plan_of_client(identity, plan_field, top, plans);
+        if (!plan) continue;
+        RoutePlans::Set set{plans.sets[*plan].plan, identity, plans.sets[*plan].limits};
+        const std::size_t errors_before = diagnostics_.error_count();
+        bool overridden = false;
+        for (std::size_t c = 0; c < columns.size(); ++c) {
+            const Cell& cell = record[c + 2];
+            if (cell.text.empty()) continue;
+            LimitConfig* limit = override_target(set, columns[c].limit, cell.at);
+            if (!limit) continue;
+            apply_override(*limit, set.plan, columns[c].field,
+                           Field{header[c + 2].text, YAML::Node(cell.text), cell.at, cell.at, false});
+            overridden = true;
+        }
+        if (diagnostics_.error_count() > errors_before) continue;
+        if (!overridden) {
+            plans.by_identity[identity] = *plan;
+            continue;
+        }
+        plans.by_identity[identity] = plans.sets.size();
         plans.sets.push_back(std::move(set));
     }
 }
@@ -2031,10 +2201,13 @@ std::optional<YAML::Node> parse_single_document(std::string_view yaml, Diagnosti
 
 }  // namespace
 
-std::vector<Diagnostic> read_plan_map_file(std::string_view yaml, const std::string& name,
+std::vector<Diagnostic> read_plan_map_file(std::string_view text, const std::string& name,
                                            const std::vector<PlanConfig>& top, RoutePlans& plans) {
     ConfigReader reader(name);
-    if (const auto root = parse_single_document(yaml, reader.diagnostics())) {
+    const bool csv = name.size() >= 4 && to_lower(name.substr(name.size() - 4)) == ".csv";
+    if (csv) {
+        reader.read_plan_map_csv(text, top, plans);
+    } else if (const auto root = parse_single_document(text, reader.diagnostics())) {
         try {
             reader.read_plan_map(*root, top, plans);
         } catch (const YAML::Exception& error) {

@@ -28,10 +28,10 @@ std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys();
 // `name` stands for the file in diagnostics and in Config::source_path.
 LoadResult load_string(std::string_view yaml, const std::string& name);
 
-// A plan map (routes[].plan_map, named `name` in its diagnostics): its clients into `plans`
-// (by_identity, and a set of limits for each client with overrides), whose sets already hold
-// the top-level `top` plans. Errors leave the entry out.
-std::vector<Diagnostic> read_plan_map_file(std::string_view yaml, const std::string& name,
+// A plan map (routes[].plan_map, named `name` in its diagnostics; CSV when the name ends in
+// .csv, else YAML): its clients into `plans` (by_identity, and a set of limits for each client
+// with overrides), whose sets already hold the top-level `top` plans. Errors leave the entry out.
+std::vector<Diagnostic> read_plan_map_file(std::string_view text, const std::string& name,
                                            const std::vector<PlanConfig>& top, RoutePlans& plans);
 
 }  // namespace sluice::config

@@ -1,5 +1,6 @@
-// libFuzzer target: a plan map (routes[].plan_map), YAML text to the clients' plans and their
-// overrides, or diagnostics. Sources: src/config/*.cpp (as config_loader).
+// libFuzzer target: a plan map (routes[].plan_map), YAML or CSV text to the clients' plans and
+// their overrides, or diagnostics. Sources: src/config/*.cpp (as config_loader). The first
+// byte picks the form: odd is CSV, even YAML.
 //
 // Checked: it returns (no hang, crash or leak); every client names a set that exists; a set
 // made for a client's overrides has its plan's limits (names, algorithms, keys) with numbers
@@ -7,6 +8,7 @@
 // reading the same text again gives the same clients.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "config/loader.hpp"
@@ -47,9 +49,11 @@ RoutePlans fresh(const std::vector<PlanConfig>& top) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     static const auto top = top_plans();
-    const std::string_view yaml(reinterpret_cast<const char*>(data), size);
+    if (size == 0) return 0;
+    const std::string name = (data[0] & 1) ? "fuzz.csv" : "fuzz.yaml";
+    const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
     auto plans = fresh(top);
-    read_plan_map_file(yaml, "fuzz.yaml", top, plans);
+    read_plan_map_file(text, name, top, plans);
     for (const auto& [identity, set] : plans.by_identity) {
         if (identity.empty() || set >= plans.sets.size()) __builtin_trap();
         const auto& own = plans.sets[set];
@@ -71,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
     }
     auto again = fresh(top);
-    read_plan_map_file(yaml, "fuzz.yaml", top, again);
+    read_plan_map_file(text, name, top, again);
     if (again.by_identity != plans.by_identity || again.sets.size() != plans.sets.size()) __builtin_trap();
     return 0;
 }

@@ -4,7 +4,7 @@ default plan or 401. Two sluice instances on one real Redis: each client gets ex
 plan's (or its own override's) limit across both; a map edit moves a client within a second,
 without a reload signal and without resetting what it consumed; the plan header counts only
 from a trusted peer; the access line and the summary name the plan; the admin look-up finds
-the client's plan by its identity; the memory store decides alike.
+the client's plan by its identity; the memory store decides alike, from a CSV map.
 """
 
 import json
@@ -55,10 +55,10 @@ class PlansTest(SluiceTestCase):
             f.write(text)
         os.replace(scratch, self.map_path)
 
-    def config(self, port, store, admin=None):
+    def config(self, port, store, admin=None, map_path=None):
         routes = [
             {"name": "api", "match": {"path_prefix": "/api"}, "upstream": "app",
-             "identity": "header:x-api-key", "plan_map": self.map_path, "default_plan": "free"},
+             "identity": "header:x-api-key", "plan_map": map_path or self.map_path, "default_plan": "free"},
             {"name": "hop", "match": {"path_prefix": "/hop"}, "upstream": "app",
              "identity": "header:x-api-key", "plan_header": "X-Plan"},
         ]
@@ -168,10 +168,13 @@ class PlansTest(SluiceTestCase):
         self.assertEqual(status, 400, body)
         self.assertEqual(body["error"], "route 'api' limits by plan: give the client's identity (header:x-api-key)")
 
-    def test_the_memory_store_decides_alike(self):
+    def test_the_memory_store_decides_alike_with_a_csv_map(self):
+        csv_path = os.path.join(self.dir, "plans.csv")
+        with open(csv_path, "w", encoding="utf-8") as f:
+            f.write("identity,plan,quota.limit\nkey-pro,pro,\nkey-vip,pro,9\nkey-free,free,\n")
         port = free_port()
         self.ports = [port, port]
-        self.start_sluice(self.config(port, {"type": "memory"}))
+        self.start_sluice(self.config(port, {"type": "memory"}, map_path=csv_path))
         for key, allowed in [("key-free", 3), ("key-vip", 9), ("nobody", 3)]:
             self.assertEqual(self.statuses(allowed + 1, "/api/x", key), [200] * allowed + [429], key)
         self.assertEqual(self.request(0, "/api/x").status, 401)

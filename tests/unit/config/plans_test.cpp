@@ -278,6 +278,73 @@ TEST_CASE("plans: errors in a plan map name the map file, line and column", "[co
     CHECK(plans.by_identity.at("7") == 0);
 }
 
+TEST_CASE("plans: a CSV map reads as the YAML one, and its errors have their places", "[config][plans]") {
+    const auto top = [] {
+        config::LimitConfig quota;
+        quota.name = "quota";
+        quota.algorithm = config::Algorithm::fixed_window;
+        quota.limit = 100;
+        config::LimitConfig burst;
+        burst.name = "burst";
+        burst.algorithm = config::Algorithm::token_bucket;
+        burst.rate = 10;
+        burst.burst = 10;
+        return std::vector<config::PlanConfig>{{"free", {quota}, {false}}, {"pro", {quota, burst}, {false, false}}};
+    }();
+    auto fresh = [&] {
+        config::RoutePlans plans;
+        for (const auto& p : top) {
+            plans.by_plan[p.name] = plans.sets.size();
+            plans.sets.push_back({p.name, "", p.limits});
+        }
+        return plans;
+    };
+    auto plans = fresh();
+    const std::string good = "# clients\r\nidentity, plan, quota.limit,burst.rate,burst.burst\r\n"
+                             "key-a,pro,,,\r\n"
+                             "\r\n"
+                             "\"key, \"\"b\"\"\",free,500,,\n"
+                             "key-c,pro,20000,500,1000\n"
+                             "key-d,free,  ,,";
+    CHECK(messages(config::read_plan_map_file(good, "m.csv", top, plans)).empty());
+    REQUIRE(plans.sets.size() == 4);
+    CHECK(plans.by_identity.at("key-a") == 1);
+    CHECK(plans.by_identity.at("key-d") == 0);
+    const auto& b = plans.sets.at(plans.by_identity.at("key, \"b\""));
+    CHECK(b.plan == "free");
+    CHECK(b.limits.at(0).limit == 500);
+    const auto& c = plans.sets.at(plans.by_identity.at("key-c"));
+    CHECK((c.limits.at(0).limit == 20000 && c.limits.at(1).rate == 500 && c.limits.at(1).burst == 1000));
+    CHECK(config::read_plan_map_file("", "m.CSV", top, plans).empty());
+
+    struct Case {
+        std::string csv;
+        std::vector<std::string> errors;
+    };
+    const std::vector<Case> cases{
+        {"id,plan\n", {"m.csv:1:1: a CSV plan map starts with its columns: identity,plan then any of LIMIT.rate, "
+                       "LIMIT.burst, LIMIT.limit"}},
+        {"identity,plan,quota\n", {"m.csv:1:15: column 'quota' must be LIMIT.rate, LIMIT.burst or LIMIT.limit"}},
+        {"identity,plan,quota.limit\na,free\n", {"m.csv:2:1: this record has 2 fields, the columns 3"}},
+        {"identity,plan,quota.limit\na,fre,\n",
+         {"m.csv:2:3: identity 'a' names plan 'fre', which is not defined (did you mean 'free'?)"}},
+        {"identity,plan,burst.rate\na,free,5\n", {"m.csv:2:8: plan 'free' has no limit 'burst'"}},
+        {"identity,plan,quota.rate\na,free,5\n",
+         {"m.csv:2:8: limit 'quota' of plan 'free' is fixed_window: it has 'limit', not 'rate'"}},
+        {"identity,plan,quota.limit\na,free,lots\n", {"m.csv:2:8: 'quota.limit' must be an integer, got 'lots'"}},
+        {"identity,plan\na,free\nb,pro\na,pro\n", {"m.csv:4:1: duplicate identity 'a' (first at line 2)"}},
+        {"identity,plan\n,free\n", {"m.csv:2:1: an identity must not be empty"}},
+        {"identity,plan\n\"a,free\n", {"m.csv:2:1: a quoted field without its closing '\"'"}},
+        {"identity,plan\n\"a\"x,free\n", {"m.csv:2:4: after a quoted field: ',' or the end of the line"}},
+        {"identity,plan\na\"b,free\n", {"m.csv:2:2: a '\"' inside a field that is not quoted"}},
+    };
+    for (const auto& k : cases) {
+        CAPTURE(k.csv);
+        auto fresh_plans = fresh();
+        CHECK(messages(config::read_plan_map_file(k.csv, "m.csv", top, fresh_plans)) == k.errors);
+    }
+}
+
 TEST_CASE("plans: a map error fails the load, named FILE:LINE:COL", "[config][plans]") {
     Files files;
     files.write("map.yaml", "key-a: pro\nkey-b: gold\n");
