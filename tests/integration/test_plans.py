@@ -12,10 +12,14 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import unittest
 
 from admin_api import admin_request, wait_admin
-from harness import RawClient, SluiceTestCase, free_port, proxy_config, redis_store, respond, wait_until
+from harness import RawClient, SluiceTestCase, free_port, proxy_config, redis_store, respond
+from test_keys import jwt_token
+
+SECRET = "a shared secret of at least 32 bytes!"
 
 MAP = """key-pro: pro
 key-vip: {plan: pro, overrides: {quota: {limit: 9}}}
@@ -178,6 +182,32 @@ class PlansTest(SluiceTestCase):
         for key, allowed in [("key-free", 3), ("key-vip", 9), ("nobody", 3)]:
             self.assertEqual(self.statuses(allowed + 1, "/api/x", key), [200] * allowed + [429], key)
         self.assertEqual(self.request(0, "/api/x").status, 401)
+
+    def test_a_verified_token_names_the_client(self):
+        jwt_map = os.path.join(self.dir, "subjects.yaml")
+        with open(jwt_map, "w", encoding="utf-8") as f:
+            f.write("alice: pro\n")
+        port = free_port()
+        self.ports = [port, port]
+        config = self.config(port, {"type": "memory"})
+        config["jwt"] = {"keys": [{"alg": "HS256", "secret": SECRET}]}
+        config["routes"].append({"name": "jwt", "match": {"path_prefix": "/jwt"}, "upstream": "app",
+                                 "identity": "jwt:sub", "plan_map": jwt_map, "default_plan": "free"})
+        self.start_sluice(config)
+        exp = int(time.time()) + 600
+
+        def bearer(sub):
+            return [("Authorization", "Bearer " + jwt_token({"sub": sub, "exp": exp}, secret=SECRET))]
+
+        self.assertEqual(self.statuses(7, "/jwt/x", None, headers=bearer("alice")), [200] * 6 + [429])
+        self.assertEqual(self.statuses(4, "/jwt/x", None, headers=bearer("bob")), [200] * 3 + [429])
+        # No token: no identity, 401; a token that does not verify: 401 invalid_token.
+        self.assertEqual(self.request(0, "/jwt/x").status, 401)
+        forged = [("Authorization", "Bearer " + jwt_token({"sub": "alice", "exp": exp}, secret="x" * 40))]
+        refused = self.request(0, "/jwt/x", headers=forged)
+        self.assertEqual(refused.status, 401)
+        self.assertEqual(refused.header("www-authenticate"), 'Bearer error="invalid_token"')
+        self.assertEqual(len(self.up.requests), 9)
 
 
 if __name__ == "__main__":
