@@ -1569,6 +1569,14 @@ class RedisServer:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def decide_calls(redis):
+    """Decide calls a RedisServer has run (FCALL or EVALSHA), from INFO commandstats."""
+    stats = redis.command("INFO", "commandstats")
+    if isinstance(stats, bytes):
+        stats = stats.decode()
+    return sum(int(c) for c in re.findall(r"cmdstat_(?:fcall|evalsha):calls=(\d+)", stats))
+
+
 def redis_store(redis, *, timeout="2s", on_error="allow", key_prefix="sluice"):
     """The `store` section for a RedisServer (merge it with extra={"store": ...}).
 

@@ -12,19 +12,12 @@ import threading
 import unittest
 
 from admin_api import Metrics, admin_request, wait_admin
-from harness import (LOOPBACK, RawClient, SluiceTestCase, by_path, delayed, free_port, leaky_bucket, limited_route,
-                     proxy_config, redis_store, respond, sliding_window, token_bucket, wait_until)
+from harness import (LOOPBACK, RawClient, SluiceTestCase, by_path, decide_calls, delayed, free_port, leaky_bucket,
+                     limited_route, proxy_config, redis_store, respond, sliding_window, token_bucket, wait_until)
 
 RATE_LIMIT_HEADERS = ("ratelimit-policy", "ratelimit", "retry-after")
 SECRET = "let-me-in"
 
-
-def decide_calls(redis):
-    """Decide calls Redis has run (FCALL or EVALSHA)."""
-    stats = redis.command("INFO", "commandstats")
-    if isinstance(stats, bytes):
-        stats = stats.decode()
-    return sum(int(c) for c in re.findall(r"cmdstat_(?:fcall|evalsha):calls=(\d+)", stats))
 
 
 def every_kind(prefix):

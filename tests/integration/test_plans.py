@@ -16,7 +16,7 @@ import time
 import unittest
 
 from admin_api import admin_request, wait_admin
-from harness import RawClient, SluiceTestCase, free_port, proxy_config, redis_store, respond
+from harness import RawClient, SluiceTestCase, decide_calls, free_port, proxy_config, redis_store, respond
 from test_keys import jwt_token
 
 SECRET = "a shared secret of at least 32 bytes!"
@@ -35,13 +35,6 @@ PLANS = {
     "internal": [],
 }
 
-
-def decide_calls(redis):
-    """Decide calls Redis has run (FCALL or EVALSHA)."""
-    stats = redis.command("INFO", "commandstats")
-    if isinstance(stats, bytes):
-        stats = stats.decode()
-    return sum(int(c) for c in re.findall(r"cmdstat_(?:fcall|evalsha):calls=(\d+)", stats))
 
 
 class PlansTest(SluiceTestCase):

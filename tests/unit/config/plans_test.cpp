@@ -60,6 +60,16 @@ key-b: {plan: free}
 "key c": {plan: pro, overrides: {quota: {limit: 20000}, burst: {rate: 500, burst: 1000}}}
 )";
 
+// What plans_of_route makes before it reads a map: one set per top-level plan.
+config::RoutePlans plan_sets(const std::vector<config::PlanConfig>& top) {
+    config::RoutePlans plans;
+    for (const auto& p : top) {
+        plans.by_plan[p.name] = plans.sets.size();
+        plans.sets.push_back({p.name, "", p.limits});
+    }
+    return plans;
+}
+
 std::vector<std::string> messages(const std::vector<config::Diagnostic>& diagnostics) {
     std::vector<std::string> out;
     for (const auto& d : diagnostics) out.push_back(d.str());
@@ -226,14 +236,7 @@ TEST_CASE("plans: errors in a plan map name the map file, line and column", "[co
     bucket_plan.limits = {bucket, leaky};
     window_plan.limits = {window};
     const std::vector<config::PlanConfig> top{window_plan, bucket_plan};
-    auto fresh = [&] {
-        config::RoutePlans plans;
-        for (const auto& p : top) {
-            plans.by_plan[p.name] = plans.sets.size();
-            plans.sets.push_back({p.name, "", p.limits});
-        }
-        return plans;
-    };
+    auto fresh = [&] { return plan_sets(top); };
     struct Case {
         std::string yaml;
         std::vector<std::string> errors;
@@ -291,14 +294,7 @@ TEST_CASE("plans: a CSV map reads as the YAML one, and its errors have their pla
         burst.burst = 10;
         return std::vector<config::PlanConfig>{{"free", {quota}, {false}}, {"pro", {quota, burst}, {false, false}}};
     }();
-    auto fresh = [&] {
-        config::RoutePlans plans;
-        for (const auto& p : top) {
-            plans.by_plan[p.name] = plans.sets.size();
-            plans.sets.push_back({p.name, "", p.limits});
-        }
-        return plans;
-    };
+    auto fresh = [&] { return plan_sets(top); };
     auto plans = fresh();
     const std::string good = "# clients\r\nidentity, plan, quota.limit,burst.rate,burst.burst\r\n"
                              "key-a,pro,,,\r\n"
