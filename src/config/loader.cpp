@@ -1827,7 +1827,7 @@ std::shared_ptr<RoutePlans> ConfigReader::plans_of_route(const Section& section,
                 diagnostics_.error(f->at, "'plan_header' must be a header name, got " + quoted(*written));
             } else {
                 plans->header = to_lower(*written);
-                if (!exempt_headers_at_ && config_.client_ip.trusted_proxies.empty())
+                if (config_.client_ip.trusted_proxies.empty())
                     diagnostics_.warning(f->at, "'plan_header' counts only from a peer in client_ip.trusted_proxies, "
                                                 "and there is none: no request's plan comes from it");
             }

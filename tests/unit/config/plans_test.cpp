@@ -388,3 +388,17 @@ TEST_CASE("plans: the admin look-up finds the client's plan by its identity", "[
     CHECK_FALSE(read("route=api&header.x-api-key=key-b&limit=burst", problem));
     CHECK(problem.message == "plan 'free' has no limit named 'burst'");
 }
+
+TEST_CASE("plans: a plan header without trusted proxies is warned about", "[config][plans]") {
+    const auto result = config::load_string(R"(upstreams: {app: {servers: ["127.0.0.1:8081"]}}
+plans:
+  free: [{name: q, algorithm: fixed_window, limit: 1, window: day}]
+routes:
+  - {name: api, match: {path_prefix: /}, upstream: app, identity: "header:k", plan_header: x-plan, default_plan: free}
+)",
+                                            "t.yaml");
+    REQUIRE(result.ok());
+    CHECK(messages(result.diagnostics) ==
+          std::vector<std::string>{"t.yaml:5:92: warning: 'plan_header' counts only from a peer in "
+                                   "client_ip.trusted_proxies, and there is none: no request's plan comes from it"});
+}
