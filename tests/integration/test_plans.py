@@ -4,13 +4,15 @@ default plan or 401. Two sluice instances on one real Redis: each client gets ex
 plan's (or its own override's) limit across both; a map edit moves a client within a second,
 without a reload signal and without resetting what it consumed; the plan header counts only
 from a trusted peer; the access line and the summary name the plan; the admin look-up finds
-the client's plan by its identity; the memory store decides alike, from a CSV map.
+the client's plan by its identity; the memory store decides alike, from a CSV map; a
+verified token's subject can be the identity; HTTP/2 requests are decided alike.
 """
 
 import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 import unittest
@@ -201,6 +203,25 @@ class PlansTest(SluiceTestCase):
         self.assertEqual(refused.status, 401)
         self.assertEqual(refused.header("www-authenticate"), 'Bearer error="invalid_token"')
         self.assertEqual(len(self.up.requests), 9)
+
+    def test_http2_requests_are_decided_by_plan_alike(self):
+        port = free_port()
+        self.ports = [port, port]
+        config = self.config(port, {"type": "memory"})
+        config["server"]["listen"] = [{"address": f"127.0.0.1:{port}", "http2": "prior_knowledge"}]
+        self.start_sluice(config, port=port)
+
+        def curl(key=None):
+            args = ["-H", f"X-Api-Key: {key}"] if key else []
+            out = subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_code}",
+                                  *args, f"http://127.0.0.1:{port}/api/x"], capture_output=True, text=True, timeout=20)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            return int(out.stdout)
+
+        self.assertEqual([curl("key-vip") for _ in range(10)], [200] * 9 + [429])
+        self.assertEqual(curl(), 401)
+        # HTTP/1.1 on the same port counts against the same plan's limit.
+        self.assertEqual(self.request(0, "/api/x", "key-vip").status, 429)
 
 
 if __name__ == "__main__":
