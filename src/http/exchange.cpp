@@ -60,7 +60,7 @@ std::optional<LocalReply> choose_limit_set(Exchange& x, const limit::RequestKeyV
         return std::nullopt;
     }
     const auto identity = limit::key_value(plans->identity, values);
-    if (!identity) {
+    if (!identity || identity->empty()) {  // (an empty API key names nobody)
         const std::string detail = "route '" + x.route->name + "' limits by plan and the request does not name its " +
                                    "client (" + config::key_part_text(plans->identity) + ")";
         spdlog::info("client {}: {}", x.rec.client, detail);

@@ -61,7 +61,7 @@ bool choose_set(const config::RouteConfig& route, const std::optional<std::strin
                 LimitsProblem& problem) {
     const auto& plans = *route.plans;
     const auto identity = limit::key_value(plans.identity, out.values.view());
-    if (!identity || (identity->empty() && plans.identity.kind == config::KeyPart::Kind::client_ip)) {
+    if (!identity || identity->empty()) {
         problem = {400, "route '" + route.name + "' limits by plan: give the client's identity (" +
                             config::key_part_text(plans.identity) + ")"};
         return false;

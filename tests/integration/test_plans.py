@@ -107,6 +107,7 @@ class PlansTest(SluiceTestCase):
         refused = self.request(0, "/api/x")
         self.assertEqual(refused.status, 401, refused.body)
         self.assertIn(b"does not name its client", refused.body)
+        self.assertEqual(self.request(1, "/api/x", headers=[("X-Api-Key", "")]).status, 401)  # names nobody
         self.assertEqual(len(self.up.requests), forwarded)
         # The access line names the plan.
         self.instances[0].wait_access(route="api", plan="pro", status="200")
