@@ -308,6 +308,8 @@ private:
                                               const std::vector<PlanConfig>& top, const RoutePlans& plans);
     LimitConfig* override_target(RoutePlans::Set& set, const std::string& name, Position at);
     void apply_override(LimitConfig& limit, const std::string& plan, std::string_view field, const Field& f);
+    void check_overridden_buckets(const RoutePlans::Set& set, Position at);
+    std::optional<std::string> map_identity(const std::string& written, Position at, const RoutePlans& plans);
 
 public:
     const std::vector<Diagnostic>& other_files() const { return other_files_; }
@@ -1821,6 +1823,26 @@ std::shared_ptr<RoutePlans> ConfigReader::plans_of_route(const Section& section,
             }
         }
     }
+    // Unknown clients on a plan whose every limit is keyed on what they send themselves: a
+    // client that sends a new identity each time is never limited.
+    const auto chosen_by_client = [](const KeyPart& part) {
+        return part.kind == KeyPart::Kind::header || part.kind == KeyPart::Kind::query ||
+               part.kind == KeyPart::Kind::cookie || part.kind == KeyPart::Kind::path_segment;
+    };
+    if (plans->default_set && chosen_by_client(plans->identity)) {
+        const auto& limits = plans->sets[*plans->default_set].limits;
+        const bool covered = std::any_of(limits.begin(), limits.end(), [&](const LimitConfig& limit) {
+            return std::none_of(limit.key.begin(), limit.key.end(), [&](const KeyPart& part) {
+                return chosen_by_client(part) || part.kind == KeyPart::Kind::jwt;
+            });
+        });
+        if (!limits.empty() && !covered)
+            diagnostics_.warning(section.find("default_plan")->at,
+                                 named("route", route.name) + ": clients the map does not name get plan " +
+                                     quoted(plans->default_plan) + ", whose every limit is keyed on what the client " +
+                                     "sends (" + key_part_text(plans->identity) + "): one that sends a new value " +
+                                     "each time is never limited; add a limit keyed on client_ip to that plan");
+    }
     if (const Field* f = section.find("plan_header")) {
         if (const auto written = text(*f)) {
             if (!is_http_token(*written)) {
@@ -1851,6 +1873,39 @@ std::shared_ptr<RoutePlans> ConfigReader::plans_of_route(const Section& section,
     }
     if (diagnostics_.error_count() + other_file_errors_ > errors_before) return nullptr;
     return plans;
+}
+
+// An identity as the map writes it, as requests will name it: an address (identity
+// client_ip) in the form sluice writes clients in ("2001:DB8::1" is "2001:db8::1", an
+// IPv4-mapped address its IPv4 form); nullopt (and an error) for one that cannot be.
+std::optional<std::string> ConfigReader::map_identity(const std::string& written, Position at, const RoutePlans& plans) {
+    if (written.empty()) {
+        diagnostics_.error(at, "an identity must not be empty");
+        return std::nullopt;
+    }
+    if (plans.identity.kind != KeyPart::Kind::client_ip) return written;
+    const auto ip = net::IpAddress::parse(written);
+    if (!ip) {
+        diagnostics_.error(at, "identity " + quoted(written) + " is not an IP address (the route's identity is client_ip)");
+        return std::nullopt;
+    }
+    return ip->unmapped().str();
+}
+
+// A client's buckets, once its overrides are in: what read_token_bucket holds a plan's own
+// to (one token per microsecond at most, a whole bucket within 10 years), so the figures the
+// limiters derive stay exact and far from overflow.
+void ConfigReader::check_overridden_buckets(const RoutePlans::Set& set, Position at) {
+    for (const auto& limit : set.limits) {
+        if (limit.algorithm != Algorithm::token_bucket && limit.algorithm != Algorithm::leaky_bucket) continue;
+        const double interval_us = static_cast<double>(limit.per.count()) * 1000.0 / limit.rate;
+        const std::string which = "identity " + quoted(set.identity) + ": limit " + quoted(limit.name) + " of plan " +
+                                  quoted(set.plan) + " with its overrides";
+        if (interval_us < 1.0)
+            diagnostics_.error(at, which + " adds more than one token per microsecond (rate / per)");
+        else if (interval_us * static_cast<double>(limit.burst) > max_refill_us)
+            diagnostics_.error(at, which + " takes more than 10 years to refill (burst * per / rate)");
+    }
 }
 
 // A plan map: `IDENTITY: PLAN` or `IDENTITY: {plan: PLAN, overrides: {LIMIT: {rate|burst|limit: N}}}`.
@@ -1923,9 +1978,13 @@ void ConfigReader::read_plan_map(const YAML::Node& root, const std::vector<PlanC
         diagnostics_.error(document.at, "a plan map must be a map of identity: plan, got " + description_of(root));
         return;
     }
+    std::map<std::string, int, std::less<>> first_line;  // (two spellings of one address)
     for (const Field& entry : Section::entries(document, diagnostics_)) {
-        if (entry.key.empty()) {
-            diagnostics_.error(entry.key_at, "an identity must not be empty");
+        const auto identity = map_identity(entry.key, entry.key_at, plans);
+        if (!identity) continue;
+        if (const auto [it, inserted] = first_line.try_emplace(*identity, entry.key_at.line); !inserted) {
+            diagnostics_.error(entry.key_at, "duplicate identity " + quoted(*identity) + " (first at line " +
+                                                 std::to_string(it->second) + ")");
             continue;
         }
         const Field* plan_field = &entry;
@@ -1934,19 +1993,19 @@ void ConfigReader::read_plan_map(const YAML::Node& root, const std::vector<PlanC
             section.emplace(entry, "in a plan map entry", plan_entry_keys, diagnostics_);
             plan_field = section->find("plan");
             if (!plan_field) {
-                diagnostics_.error(entry.at, "identity " + quoted(entry.key) + " needs a 'plan'");
+                diagnostics_.error(entry.at, "identity " + quoted(*identity) + " needs a 'plan'");
                 continue;
             }
         }
-        const auto plan = plan_of_client(entry.key, *plan_field, top, plans);
+        const auto plan = plan_of_client(*identity, *plan_field, top, plans);
         if (!plan) continue;
         const Field* overrides = section ? section->find("overrides") : nullptr;
         if (!overrides || overrides->empty()) {
-            plans.by_identity[entry.key] = *plan;
+            plans.by_identity[*identity] = *plan;
             continue;
         }
         if (!expect_map(*overrides)) continue;
-        RoutePlans::Set set{plans.sets[*plan].plan, entry.key, plans.sets[*plan].limits};
+        RoutePlans::Set set{plans.sets[*plan].plan, *identity, plans.sets[*plan].limits};
         const std::size_t errors_before = diagnostics_.error_count();
         for (const Field& item : Section::entries(*overrides, diagnostics_)) {
             LimitConfig* limit = override_target(set, item.key, item.key_at);
@@ -1955,8 +2014,9 @@ void ConfigReader::read_plan_map(const YAML::Node& root, const std::vector<PlanC
             for (const std::string_view field : plan_override_keys)
                 if (const Field* f = values.find(field)) apply_override(*limit, set.plan, field, *f);
         }
+        if (diagnostics_.error_count() == errors_before) check_overridden_buckets(set, overrides->key_at);
         if (diagnostics_.error_count() > errors_before) continue;
-        plans.by_identity[entry.key] = plans.sets.size();
+        plans.by_identity[*identity] = plans.sets.size();
         plans.sets.push_back(std::move(set));
     }
 }
@@ -1973,6 +2033,7 @@ void ConfigReader::read_plan_map_csv(std::string_view text, const std::vector<Pl
     std::vector<std::vector<Cell>> records;
     int line = 1, column = 1;
     std::size_t i = 0;
+    if (text.starts_with("\xEF\xBB\xBF")) i = 3;  // a UTF-8 byte order mark (spreadsheets write one)
     auto advance = [&](char c) {
         if (c == '\n') {
             ++line;
@@ -2074,11 +2135,9 @@ void ConfigReader::read_plan_map_csv(std::string_view text, const std::vector<Pl
                                                  std::to_string(header.size()));
             continue;
         }
-        const std::string& identity = record[0].text;
-        if (identity.empty()) {
-            diagnostics_.error(record[0].at, "an identity must not be empty");
-            continue;
-        }
+        const auto mapped = map_identity(record[0].text, record[0].at, plans);
+        if (!mapped) continue;
+        const std::string& identity = *mapped;
         if (const auto [it, inserted] = first_line.try_emplace(identity, record[0].at.line); !inserted) {
             diagnostics_.error(record[0].at, "duplicate identity " + quoted(identity) + " (first at line " +
                                                  std::to_string(it->second) + ")");
@@ -2099,6 +2158,7 @@ void ConfigReader::read_plan_map_csv(std::string_view text, const std::vector<Pl
                            Field{header[c + 2].text, YAML::Node(cell.text), cell.at, cell.at, false});
             overridden = true;
         }
+        if (overridden && diagnostics_.error_count() == errors_before) check_overridden_buckets(set, record[0].at);
         if (diagnostics_.error_count() > errors_before) continue;
         if (!overridden) {
             plans.by_identity[identity] = *plan;

@@ -82,8 +82,14 @@ std::optional<LocalReply> choose_limit_set(Exchange& x, const limit::RequestKeyV
         if (named) {
             const auto plan = plans->by_plan.find(std::string(*named));
             if (plan == plans->by_plan.end()) {
-                spdlog::warn("client {}: route {}: header {} names plan '{}', which is not defined", x.rec.client,
-                             x.route->name, plans->header, *named);
+                // A hop that names a plan sluice does not have does so for every request: said
+                // once a second per worker at most.
+                thread_local Clock::time_point said{};
+                if (const auto now = Clock::now(); now - said >= std::chrono::seconds(1)) {
+                    said = now;
+                    spdlog::warn("client {}: route {}: header {} names plan '{}', which is not defined", x.rec.client,
+                                 x.route->name, plans->header, *named);
+                }
             } else {
                 chosen = plan->second;
                 // The client's own overrides of that plan, where the map has them.

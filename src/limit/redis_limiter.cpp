@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include <cstdio>
 #include <random>
@@ -89,6 +90,7 @@ struct RedisLimiter::Pending {
     bool answered = false;
     std::vector<LimitResult> results;  // one per route limit; `applies` and `shadow` filled in
     std::vector<std::size_t> sent;     // route index of each key sent
+    boost::container::small_vector<std::uint64_t, 4> ids;  // KeyPlan::Limit::id of each key sent
     std::size_t first_key = 0;         // index of its first key in the batch
     // Bit i: a rejection by limit i says nothing about the client's next request, which may
     // cost less (a cost header) or find a slot given back (concurrency): not remembered.
@@ -176,14 +178,16 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topolo
 }
 
 std::optional<Decision> RedisLimiter::remembered(const std::vector<std::optional<std::string>>& keys,
-                                                 const RouteLimits& route) {
+                                                 const RouteLimits& route, const KeyPlan& plan) {
     if (rejections_.empty()) return std::nullopt;
     const auto now = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < keys.size(); ++i) {
         if (!keys[i] || route.limits[i].shadow) continue;
         auto it = rejections_.find(*keys[i]);
         if (it == rejections_.end()) continue;
-        if (it->second.until <= now || it->second.limit != i) {
+        // (A caller without a key plan, made up per call, is matched by index alone.)
+        const bool other_set = route.plan != nullptr && it->second.id != plan.limits[i].id;
+        if (it->second.until <= now || it->second.limit != i || other_set) {
             rejections_.erase(it);
             continue;
         }
@@ -253,7 +257,7 @@ const std::string& RedisLimiter::calendar_text(const config::LimitConfig& limit)
 }
 
 void RedisLimiter::remember(const std::string& key, std::chrono::steady_clock::time_point sent,
-                            const Decision& decision) {
+                            const Decision& decision, std::uint64_t id) {
     if (rejections_.size() >= max_rejections) {
         const auto now = std::chrono::steady_clock::now();
         std::erase_if(rejections_, [now](const auto& entry) { return entry.second.until <= now; });
@@ -265,7 +269,7 @@ void RedisLimiter::remember(const std::string& key, std::chrono::steady_clock::t
     // admits again (a request after it simply asks Redis).
     const auto retry = decision.limits[index].retry_after - std::chrono::milliseconds(1);
     if (retry <= std::chrono::milliseconds(0)) return;
-    rejections_[key] = Rejection{sent + retry, decision.limits[index], index};
+    rejections_[key] = Rejection{sent + retry, decision.limits[index], index, id};
 }
 
 void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback, bool inspect) {
@@ -273,7 +277,7 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
     if (!route.plan) own_plan = make_key_plan(route.route, route.limits);
     const KeyPlan& plan = route.plan ? *route.plan : *own_plan;
     auto keys = build_limit_keys(key_prefix_, RouteLimits{route.route, route.limits, &plan}, request);
-    if (auto known = inspect ? std::nullopt : remembered(keys, route)) {
+    if (auto known = inspect ? std::nullopt : remembered(keys, route, plan)) {
         asio::post(io_context_, [callback = std::move(callback), d = std::move(*known)]() mutable { callback(std::move(d)); });
         return;
     }
@@ -315,6 +319,7 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         if (!keys[i]) continue;
         pending->results[i].applies = true;
         pending->sent.push_back(i);
+        pending->ids.push_back(route.plan ? plan.limits[i].id : 0);
         const auto& limit = route.limits[i];
         const bool concurrency = limit.algorithm == config::Algorithm::concurrency;
         // A leaky bucket asked with may_wait false rejects what it would otherwise hold back:
@@ -476,7 +481,7 @@ void RedisLimiter::conclude(Pending& pending, const redis::RedisReply& reply, st
         !(pending.not_remembered >> std::min<std::size_t>(by, 63) & 1)) {
         std::size_t k = 0;
         while (pending.sent[k] != by) ++k;
-        remember(keys[keys_first + k], sent, decision);
+        remember(keys[keys_first + k], sent, decision, pending.ids[k]);
     }
     pending.answer(std::move(decision));
 }

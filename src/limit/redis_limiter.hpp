@@ -90,9 +90,14 @@ private:
         std::chrono::steady_clock::time_point until;
         LimitResult result;  // the rejecting limit's, as Redis answered; retry_after recomputed on use
         std::size_t limit = 0;
+        // KeyPlan::Limit::id of the limit that refused: a request decided by another set of
+        // limits with the same key (another plan, or the client's overrides) is not refused by it.
+        std::uint64_t id = 0;
     };
-    void remember(const std::string& key, std::chrono::steady_clock::time_point sent, const Decision& decision);
-    std::optional<Decision> remembered(const std::vector<std::optional<std::string>>& keys, const RouteLimits& route);
+    void remember(const std::string& key, std::chrono::steady_clock::time_point sent, const Decision& decision,
+                  std::uint64_t id);
+    std::optional<Decision> remembered(const std::vector<std::optional<std::string>>& keys, const RouteLimits& route,
+                                       const KeyPlan& plan);
 
     // The decisions asked for since the last flush, per node; each sent as one EVALSHA by
     // flush(), which runs from the io_context once the handlers ready now have run (or at

@@ -179,8 +179,9 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
         return std::nullopt;
     }
     out.route = static_cast<std::size_t>(route - config.routes.begin());
-    if (plan && !route->plans) {
-        problem = {400, "route '" + *route_name + "' has no plans"};
+    if (plan && (!route->plans || route->plans->header.empty())) {
+        problem = {400, "route '" + *route_name + "' takes no plan from a header ('plan' is for a route with "
+                                                  "plan_header)"};
         return std::nullopt;
     }
     if (client) {

@@ -151,6 +151,12 @@ class PlansTest(SluiceTestCase):
         response = self.request(0, "/hop/x", "key-h4", [("X-Plan", "pro"), ("X-Plan", "free")], source="127.0.0.2")
         self.assertEqual(response.status, 400, response.body)
         self.assertEqual(len(self.up.requests), 6)
+        # A client the hop moves from free to pro: a refusal an instance remembered under free
+        # (the same key) does not refuse it under pro, whose limit has room.
+        free, pro = [("X-Plan", "free")], [("X-Plan", "pro")]
+        self.assertEqual(self.statuses(4, "/hop/x", "key-h5", headers=free, source="127.0.0.2"), [200] * 3 + [429])
+        self.assertEqual(self.statuses(4, "/hop/x", "key-h5", headers=pro, source="127.0.0.2"), [200] * 3 + [429])
+        self.assertEqual(len(self.up.requests), 12)
 
     def test_the_admin_look_up_finds_the_plan_by_identity(self):
         self.start_two()

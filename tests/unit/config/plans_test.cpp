@@ -63,6 +63,7 @@ key-b: {plan: free}
 // What plans_of_route makes before it reads a map: one set per top-level plan.
 config::RoutePlans plan_sets(const std::vector<config::PlanConfig>& top) {
     config::RoutePlans plans;
+    plans.identity = config::KeyPart{config::KeyPart::Kind::header, "x-api-key"};
     for (const auto& p : top) {
         plans.by_plan[p.name] = plans.sets.size();
         plans.sets.push_back({p.name, "", p.limits});
@@ -84,7 +85,10 @@ TEST_CASE("plans: the loader builds one set per plan and one per client with ove
     const auto result = config::load_file(files.write("sluice.yaml", plans_yaml));
     INFO(messages(result.diagnostics).size());
     REQUIRE(result.ok());
-    CHECK(result.diagnostics.empty());
+    // Only the warning that free, the default plan, is keyed on what a client sends alone.
+    REQUIRE(result.diagnostics.size() == 1);
+    CHECK(result.diagnostics[0].warning);
+    CHECK(result.diagnostics[0].message.find("never limited") != std::string::npos);
     const auto& route = result.config->routes.at(0);
     CHECK(route.limits.empty());
     REQUIRE(route.plans);
@@ -346,8 +350,8 @@ TEST_CASE("plans: a map error fails the load, named FILE:LINE:COL", "[config][pl
     files.write("map.yaml", "key-a: pro\nkey-b: gold\n");
     const auto result = config::load_file(files.write("sluice.yaml", plans_yaml));
     CHECK_FALSE(result.ok());
-    REQUIRE(result.diagnostics.size() == 1);
-    CHECK(result.diagnostics[0].str() == (files.dir / "map.yaml").string() +
+    REQUIRE(result.diagnostics.size() == 2);  // (and the warning about free)
+    CHECK(result.diagnostics[1].str() == (files.dir / "map.yaml").string() +
                                              ":2:8: identity 'key-b' names plan 'gold', which is not defined");
 }
 
@@ -394,11 +398,104 @@ TEST_CASE("plans: a plan header without trusted proxies is warned about", "[conf
 plans:
   free: [{name: q, algorithm: fixed_window, limit: 1, window: day}]
 routes:
-  - {name: api, match: {path_prefix: /}, upstream: app, identity: "header:k", plan_header: x-plan, default_plan: free}
+  - {name: api, match: {path_prefix: /}, upstream: app, identity: client_ip, plan_header: x-plan, default_plan: free}
 )",
                                             "t.yaml");
     REQUIRE(result.ok());
     CHECK(messages(result.diagnostics) ==
-          std::vector<std::string>{"t.yaml:5:92: warning: 'plan_header' counts only from a peer in "
+          std::vector<std::string>{"t.yaml:5:91: warning: 'plan_header' counts only from a peer in "
                                    "client_ip.trusted_proxies, and there is none: no request's plan comes from it"});
+}
+
+TEST_CASE("plans: overrides are held to what a plan's own bucket is held to", "[config][plans]") {
+    config::LimitConfig daily;
+    daily.name = "d";
+    daily.algorithm = config::Algorithm::leaky_bucket;
+    daily.rate = 1;
+    daily.per = std::chrono::hours(24);
+    daily.burst = 10;
+    config::LimitConfig fast;
+    fast.name = "f";
+    fast.algorithm = config::Algorithm::token_bucket;
+    fast.rate = 1;
+    fast.per = std::chrono::milliseconds(1);
+    fast.burst = 1;
+    const std::vector<config::PlanConfig> top{{"p", {daily, fast}, {false, false}}};
+    struct Case {
+        std::string yaml;
+        std::vector<std::string> errors;
+    };
+    const std::vector<Case> cases{
+        // 86,400 s a request, a billion of them: 2.7 million years to drain (and an overflow).
+        {"k: {plan: p, overrides: {d: {burst: 1000000000}}}\n",
+         {"m.yaml:1:14: identity 'k': limit 'd' of plan 'p' with its overrides takes more than 10 years to refill "
+          "(burst * per / rate)"}},
+        {"k: {plan: p, overrides: {d: {rate: 1e-300}}}\n",
+         {"m.yaml:1:14: identity 'k': limit 'd' of plan 'p' with its overrides takes more than 10 years to refill "
+          "(burst * per / rate)"}},
+        {"k: {plan: p, overrides: {f: {rate: 10000}}}\n",
+         {"m.yaml:1:14: identity 'k': limit 'f' of plan 'p' with its overrides adds more than one token per "
+          "microsecond (rate / per)"}},
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.yaml);
+        auto plans = plan_sets(top);
+        CHECK(messages(config::read_plan_map_file(c.yaml, "m.yaml", top, plans)) == c.errors);
+        CHECK(plans.by_identity.empty());
+    }
+    auto plans = plan_sets(top);
+    CHECK(messages(config::read_plan_map_file("identity,plan,d.burst\nk,p,1000000000\n", "m.csv", top, plans)) ==
+          std::vector<std::string>{"m.csv:2:1: identity 'k': limit 'd' of plan 'p' with its overrides takes more than "
+                                   "10 years to refill (burst * per / rate)"});
+}
+
+TEST_CASE("plans: a map of addresses names clients as sluice writes them", "[config][plans]") {
+    const std::vector<config::PlanConfig> top{{"p", {}, {}}, {"q", {}, {}}};
+    auto plans = plan_sets(top);
+    plans.identity.kind = config::KeyPart::Kind::client_ip;
+    CHECK(messages(config::read_plan_map_file("2001:DB8::1: p\n\"::ffff:192.0.2.7\": q\n", "m.yaml", top, plans))
+              .empty());
+    CHECK(plans.by_identity.at("2001:db8::1") == 0);
+    CHECK(plans.by_identity.at("192.0.2.7") == 1);
+    plans = plan_sets(top);
+    plans.identity.kind = config::KeyPart::Kind::client_ip;
+    CHECK(messages(config::read_plan_map_file("2001:db8::1: p\n2001:DB8:0::1: q\nnope: p\n", "m.yaml", top, plans)) ==
+          std::vector<std::string>{
+              "m.yaml:2:1: duplicate identity '2001:db8::1' (first at line 1)",
+              "m.yaml:3:1: identity 'nope' is not an IP address (the route's identity is client_ip)"});
+    // A CSV from a spreadsheet starts with a byte order mark.
+    plans = plan_sets(top);
+    CHECK(messages(config::read_plan_map_file("\xEF\xBB\xBFidentity,plan\n10.0.0.1,q\n", "m.csv", top, plans)).empty());
+    CHECK(plans.by_identity.at("10.0.0.1") == 1);
+}
+
+TEST_CASE("plans: a default plan that a client escapes by sending new identities is warned about", "[config][plans]") {
+    const std::string head = R"(upstreams: {app: {servers: ["127.0.0.1:8081"]}}
+client_ip: {trusted_proxies: [10.0.0.0/8]}
+plans:
+  free: [{name: q, algorithm: fixed_window, limit: 1, window: day}]
+  guarded:
+    - {name: q, algorithm: fixed_window, limit: 1, window: day}
+    - {name: ip, algorithm: token_bucket, rate: 1, burst: 5, key: [client_ip]}
+routes:
+)";
+    auto route = [](const std::string& identity, const std::string& plan) {
+        return "  - {name: api, match: {path_prefix: /}, upstream: app, identity: \"" + identity +
+               "\", plan_header: x-plan, default_plan: " + plan + "}\n";
+    };
+    auto warnings = [](const config::LoadResult& result) {
+        std::vector<std::string> out;
+        for (const auto& d : result.diagnostics)
+            if (d.warning) out.push_back(d.str());
+        return out;
+    };
+    const auto escapable = config::load_string(head + route("header:x-api-key", "free"), "t.yaml");
+    REQUIRE(escapable.ok());
+    CHECK(warnings(escapable) ==
+          std::vector<std::string>{"t.yaml:9:122: warning: route 'api': clients the map does not name get plan "
+                                   "'free', whose every limit is keyed on what the client sends (header:x-api-key): "
+                                   "one that sends a new value each time is never limited; add a limit keyed on "
+                                   "client_ip to that plan"});
+    CHECK(warnings(config::load_string(head + route("header:x-api-key", "guarded"), "t.yaml")).empty());
+    CHECK(warnings(config::load_string(head + route("client_ip", "free"), "t.yaml")).empty());
 }
