@@ -74,6 +74,14 @@ constexpr std::size_t max_pem_bytes = 1024 * 1024;  // a certificate, key or CA 
 template <class T>
 using Choices = std::vector<std::pair<std::string_view, T>>;
 
+// A key part a request may leave out (a header, parameter, cookie, segment, token claim): a
+// limit keyed on one does not apply to a request without it.
+bool may_be_left_out(const KeyPart& part) {
+    return part.kind == KeyPart::Kind::header || part.kind == KeyPart::Kind::query ||
+           part.kind == KeyPart::Kind::cookie || part.kind == KeyPart::Kind::path_segment ||
+           part.kind == KeyPart::Kind::jwt;
+}
+
 bool contains(const Keys& keys, std::string_view key) { return std::find(keys.begin(), keys.end(), key) != keys.end(); }
 
 Position position_of(const YAML::Mark& mark) {
@@ -201,8 +209,14 @@ public:
     explicit ConfigReader(const std::string& name) : diagnostics_(name) { config_.source_path = name; }
 
     void read_document(const YAML::Node& root);
+    // A plan map's entries into `plans` (read by a reader named for the map file), YAML or CSV.
+    void read_plan_map(const YAML::Node& root, const std::vector<PlanConfig>& top, RoutePlans& plans);
+    void read_plan_map_csv(std::string_view text, const std::vector<PlanConfig>& top, RoutePlans& plans);
     DiagnosticList& diagnostics() { return diagnostics_; }
     const Config& config() const { return config_; }
+    // Problems of other files the configuration names (plan maps), and how many are errors.
+    const std::vector<Diagnostic>& other_files() const { return other_files_; }
+    std::size_t other_file_errors() const { return other_file_errors_; }
 
     // A section read from a table (nginx's model: each directive one row): one row per key,
     // its name and how its value is read into the section's settings. The key is written
@@ -293,29 +307,15 @@ private:
     void read_plans(const Field& field);
     void read_route_plans(const Section& section, RouteConfig& route);
     std::shared_ptr<RoutePlans> plans_of_route(const Section& section, RouteConfig& route);
-    std::vector<RouteSite> plan_sites_;  // per top-level plan: where its limits' names are
     // Problems of other files (plan maps), and how many of them are errors.
     std::vector<Diagnostic> other_files_;
     std::size_t other_file_errors_ = 0;
-
-public:
-    // A plan map's entries into `plans` (read by a reader named for the map file), YAML or CSV.
-    void read_plan_map(const YAML::Node& root, const std::vector<PlanConfig>& top, RoutePlans& plans);
-    void read_plan_map_csv(std::string_view text, const std::vector<PlanConfig>& top, RoutePlans& plans);
-
-private:
     std::optional<std::size_t> plan_of_client(const std::string& identity, const Field& plan_field,
                                               const std::vector<PlanConfig>& top, const RoutePlans& plans);
     LimitConfig* override_target(RoutePlans::Set& set, const std::string& name, Position at);
     void apply_override(LimitConfig& limit, const std::string& plan, std::string_view field, const Field& f);
     void check_overridden_buckets(const RoutePlans::Set& set, Position at);
     std::optional<std::string> map_identity(const std::string& written, Position at, const RoutePlans& plans);
-
-public:
-    const std::vector<Diagnostic>& other_files() const { return other_files_; }
-    std::size_t other_file_errors() const { return other_file_errors_; }
-
-private:
     void read_limits(const Field& field, RouteConfig& route, RouteSite& site);
     void read_limit(const Field& field, RouteConfig& route, RouteSite& site);
     void read_token_bucket(const Section& section, LimitConfig& limit);
@@ -1371,11 +1371,7 @@ void ConfigReader::read_limits(const Field& field, RouteConfig& route, RouteSite
     std::vector<std::string> named;
     bool headers_only = true;
     for (const auto& limit : route.limits) {
-        const auto optional = std::find_if(limit.key.begin(), limit.key.end(), [](const KeyPart& part) {
-            return part.kind == KeyPart::Kind::header || part.kind == KeyPart::Kind::query ||
-                   part.kind == KeyPart::Kind::cookie || part.kind == KeyPart::Kind::path_segment ||
-                   part.kind == KeyPart::Kind::jwt;
-        });
+        const auto optional = std::find_if(limit.key.begin(), limit.key.end(), may_be_left_out);
         if (optional == limit.key.end()) return;  // this one applies to every request
         headers_only &= optional->kind == KeyPart::Kind::header;
         const std::string name =
@@ -1744,7 +1740,6 @@ void ConfigReader::read_plans(const Field& field) {
         }
         plan.limits = std::move(holder.limits);
         config_.plans.push_back(std::move(plan));
-        plan_sites_.push_back(std::move(site));
     }
 }
 
@@ -1825,16 +1820,11 @@ std::shared_ptr<RoutePlans> ConfigReader::plans_of_route(const Section& section,
     }
     // Unknown clients on a plan whose every limit is keyed on what they send themselves: a
     // client that sends a new identity each time is never limited.
-    const auto chosen_by_client = [](const KeyPart& part) {
-        return part.kind == KeyPart::Kind::header || part.kind == KeyPart::Kind::query ||
-               part.kind == KeyPart::Kind::cookie || part.kind == KeyPart::Kind::path_segment;
-    };
-    if (plans->default_set && chosen_by_client(plans->identity)) {
+    // (A verified token's claim is not the client's to choose.)
+    if (plans->default_set && may_be_left_out(plans->identity) && plans->identity.kind != KeyPart::Kind::jwt) {
         const auto& limits = plans->sets[*plans->default_set].limits;
-        const bool covered = std::any_of(limits.begin(), limits.end(), [&](const LimitConfig& limit) {
-            return std::none_of(limit.key.begin(), limit.key.end(), [&](const KeyPart& part) {
-                return chosen_by_client(part) || part.kind == KeyPart::Kind::jwt;
-            });
+        const bool covered = std::any_of(limits.begin(), limits.end(), [](const LimitConfig& limit) {
+            return std::none_of(limit.key.begin(), limit.key.end(), may_be_left_out);
         });
         if (!limits.empty() && !covered)
             diagnostics_.warning(section.find("default_plan")->at,

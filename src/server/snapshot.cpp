@@ -77,9 +77,10 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
     for (std::size_t r = 0; r < config->routes.size(); ++r) {
         const auto& route = config->routes[r];
         std::vector<observe::RouteMetrics::LimitShown> shown;
-        for (const auto& set : snap->limit_sets[r]) {
-            if (route.plans && &set - snap->limit_sets[r].data() >= static_cast<std::ptrdiff_t>(route.plans->by_plan.size()))
-                break;  // a client's overrides: counted with its plan
+        // A route's own limits, or each plan's (a client's overrides, after them, count with its plan).
+        const std::size_t shown_sets = route.plans ? route.plans->by_plan.size() : 1;
+        for (std::size_t k = 0; k < shown_sets; ++k) {
+            const auto& set = snap->limit_sets[r][k];
             for (std::size_t i = 0; i < set.limits.size(); ++i)
                 shown.push_back({set.plan.empty() ? set.limits[i].name : std::string(set.plan) + "/" + set.limits[i].name,
                                  std::string(config::algorithm_name(set.limits[i].algorithm)),
