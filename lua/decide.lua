@@ -34,7 +34,10 @@
 --                              "concurrency" | "leaky_bucket"
 --                  shadow      "1" = report only, "0" = enforced
 --                  cost        units the request takes (0 takes nothing and always fits)
---                  token_bucket:   interval_us (time to refill one token), burst
+--                  token_bucket:   interval_us (time to refill one token), burst, or
+--                                  "burst,kept": the bucket keeps what was used when its
+--                                  key is read under another interval (a route with plans:
+--                                  token_bucket.lua)
 --                  sliding_window: limit, window_us
 --                  fixed_window:   limit, then either window_us (windows aligned to the
 --                                  epoch) or "b0,b1,b2,b3": ascending boundaries of three
@@ -45,7 +48,8 @@
 --                                  window) the call is an error and writes nothing.
 --                  concurrency:    limit (requests in flight), lease_us
 --                  leaky_bucket:   interval_us (time for one request to leave the bucket),
---                                  then "burst,delay_us,max_wait_us" (token_bucket.lua)
+--                                  then "burst,delay_us,max_wait_us" (token_bucket.lua),
+--                                  or "burst,delay_us,max_wait_us,kept" (as above)
 --   then, per request in order, its plan's number: "1" to P, written plainly, followed,
 --   when the plan has a concurrency limit, by the request's owner token (the member its
 --   slots get); its keys are the next n KEYS. A request whose cost comes from a header has a plan of its own
@@ -140,8 +144,8 @@ local function leaky_bucket_spec(text)
   return { burst = tonumber(burst), delay_us = tonumber(delay), max_wait_us = tonumber(max_wait) }
 end
 
--- A plan's text, parsed: { n, [i] = { algorithm, shadow, cost, x, y }, windows, tokened,
--- alone... }, or nil and what is wrong with it.
+-- A plan's text, parsed: { n, [i] = { algorithm, shadow, cost, x, y, kept }, windows,
+-- tokened, alone... }, or nil and what is wrong with it.
 local function parse_plan(text)
   local plan, windows, n, at = {}, {}, 0, 1
   while true do
@@ -154,6 +158,10 @@ local function parse_plan(text)
     local algorithm = algorithm_named(name)
     if not algorithm then return nil, 'unknown algorithm ' .. name end
     cost, x = tonumber(cost), tonumber(x)
+    local kept = false
+    if (name == 'token_bucket' or name == 'leaky_bucket') and y:sub(-5) == ',kept' then
+      kept, y = true, y:sub(1, -6)
+    end
     if name == 'fixed_window' then
       y = fixed_window_spec(y)
       windows[#windows + 1] = y
@@ -164,7 +172,7 @@ local function parse_plan(text)
       if not whole(y) then y = nil end
     end
     if not y then return nil, 'parameters of limit ' .. n .. ' are not valid' end
-    plan[n] = { algorithm = algorithm, shadow = shadow == '1', cost = cost, x = x, y = y }
+    plan[n] = { algorithm = algorithm, shadow = shadow == '1', cost = cost, x = x, y = y, kept = kept }
     if name == 'concurrency' then plan.tokened = true end
     if not stop then break end
     at = stop + 1
@@ -173,7 +181,7 @@ local function parse_plan(text)
   if n == 1 and plan[1].cost > 0 then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
     local only = plan[1]
-    plan.alone, plan.cost, plan.x, plan.y = only.algorithm.alone, only.cost, only.x, only.y
+    plan.alone, plan.cost, plan.x, plan.y, plan.kept = only.algorithm.alone, only.cost, only.x, only.y, only.kept
     plan.seen = {}  -- the algorithm's own notes on this limit's keys, kept with the plan
   end
   return plan
@@ -215,14 +223,14 @@ local function decide_request(plan, n, token)
   if plan.alone then
     local key = call_keys[k + 1]
     if #built > 1 then hand_over(plan[1].algorithm, key) end
-    put(plan.alone(key, now, plan.x, plan.y, plan.cost, token, plan.seen))
+    put(plan.alone(key, now, plan.x, plan.y, plan.cost, token, plan.seen, plan.kept))
   else
     local admit = true
     for i = 1, n do
       local limit = plan[i]
       local key = call_keys[k + i]
       hand_over(limit.algorithm, key)
-      local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost, token)
+      local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost, token, limit.kept)
       if not c.allowed and not limit.shadow then admit = false end
       checks[i] = c
     end

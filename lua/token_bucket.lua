@@ -14,6 +14,21 @@
 -- The key expires when the bucket would be full, so an expired key and a full bucket are
 -- the same state. A key of another type (the limit's algorithm changed on reload) reads as
 -- a full bucket and is replaced when written.
+--
+-- The value is the tat, written plainly ("1795738700922926": Redis keeps it as an integer,
+-- in the key's own object), except for a limit that keeps what was used (`kept`: the limits
+-- of a route with plans, decide.lua), whose key one client can be read under another interval
+-- (the client moved to another plan, or has overrides). Its value is "TAT.0INTERVAL": the
+-- tat, then the interval it is counted in. Read under another interval, what was used is
+-- kept: (tat - now) / old interval tokens, counted again in the new one. (Not for every limit:
+-- a value that is not a whole number costs Redis about a sixth more CPU per decision and 48
+-- more bytes per key.) A plain value is read in the current interval: the time until the
+-- bucket is full is kept, as when a reload changes a route's rate. Either way a bucket is
+-- never more than empty: a tat beyond now + tolerance (a smaller burst now) reads as an empty
+-- bucket. The interval is written as a fraction below 0.1 on purpose: a reader that takes the
+-- value as one number (tonumber, as versions of this file before it did, during a rolling
+-- upgrade) reads the tat exactly, since a tat of Redis TIME (above 2^50 µs) is a double
+-- whose spacing is 0.25.
 -- `read_failed(error)` is called when reading a key answers an error (decide.lua: it raises
 -- when the key lives on another cluster node).
 --
@@ -27,6 +42,7 @@
 -- where a rejected one reports its retry time.
 local function token_bucket_algorithm(read_failed, leaky)
   local token_bucket = {}
+  local byte, sub = string.byte, string.sub
 
   -- The library and the globals it uses, as upvalues: a global is looked up by name on every
   -- use (in a function library through the sandbox's metatable), an upvalue is not.
@@ -38,9 +54,15 @@ local function token_bucket_algorithm(read_failed, leaky)
   -- last value needs writing: a client with several requests in one batch costs one GET and
   -- one SET, not one of each per request. known[key] is the key's tat as this call left it
   -- (false: none, a full bucket), negated while it still has to be written (flush, at the end).
-  local known = {}
+  -- counted_in[key]: the interval known[key] is counted in (nil: the current one). Only set
+  -- where there is one (in Lua 5.1 even `t[k] = nil` adds the key k to t), and only looked
+  -- at once there is one (`counting`): the limits of routes without plans pay nothing for it.
+  local known, counted_in, counting = {}, {}, false
+  local function count_in(key, interval)
+    counted_in[key], counting = interval, true
+  end
   -- A call starts with nothing known (the algorithm outlives calls: decide.lua).
-  function token_bucket.begin() known = {} end
+  function token_bucket.begin() known, counted_in, counting = {}, {}, false end
 
   -- What a GET of `key` answered, as known[key] holds it: its tat, or false (a full bucket).
   local function learn(key, value)
@@ -48,9 +70,20 @@ local function token_bucket_algorithm(read_failed, leaky)
       read_failed(value)
       value = nil  -- another type: a full bucket
     end
-    local tat = tonumber(value)
-    if not tat or tat < 0 then tat = false end  -- (negative: not ours; and the sign is taken)
+    local tat, interval
+    if value then
+      -- A plain tat has 16 digits (until the year 2286); "TAT.0INTERVAL" is longer.
+      local dot = #value > 16 and find(value, '.', 1, true)
+      if not dot then
+        tat = tonumber(value)
+      elseif byte(value, dot + 1) == 48 then  -- "TAT.0INTERVAL"
+        tat, interval = tonumber(sub(value, 1, dot - 1)), tonumber(sub(value, dot + 2))
+        if not interval or interval < 1 then tat = nil end
+      end
+    end
+    if not tat or tat < 0 then tat, interval = false, nil end  -- (negative: not ours; and the sign is taken)
     known[key] = tat
+    if interval then count_in(key, interval) end  -- (read only when nothing was known)
     return tat
   end
 
@@ -68,26 +101,44 @@ local function token_bucket_algorithm(read_failed, leaky)
       tat = now
     end
     local tolerance = interval * burst
+    if tat > now then
+      if counting then
+        local was = counted_in[key]
+        -- What was used, counted in this interval (the same sum the memory store does).
+        if was and was ~= interval then tat = now + ceil((tat - now) * interval / was) end
+      end
+      if tat > now + tolerance then tat = now + tolerance end
+    end
     local next_tat = tat + interval * cost
     return tolerance, tat, next_tat, next_tat - tolerance
   end
 
-  local function write(key, next_tat)
+  -- `kept`: the limit keeps what was used (the interval is written with the tat).
+  local function write(key, next_tat, interval, kept)
     known[key] = -next_tat
+    if kept then
+      count_in(key, interval)
+    elseif counting and counted_in[key] then
+      counted_in[key] = nil
+    end
   end
 
   -- Stores a tat; the key expires when the bucket is full again (absolute time, rounded up to
   -- the millisecond: a relative PX would count from Redis's millisecond clock and could expire
   -- the key up to 1 ms early). Numbers are written with %d (whole numbers below 2^63): %.0f
   -- goes through the slow floating-point printer.
-  local function store(key, tat)
-    redis_call('SET', key, format('%d', tat), 'PXAT', format('%d', ceil(tat / 1000)))
+  local function value_of(tat, interval)
+    if interval then return format('%d.0%d', tat, interval) end
+    return format('%d', tat)
+  end
+  local function store(key, tat, interval)
+    redis_call('SET', key, value_of(tat, interval), 'PXAT', format('%d', ceil(tat / 1000)))
   end
 
   -- Writes what this call changed: once per key, at its end.
   function token_bucket.flush()
     for key, tat in pairs(known) do
-      if tat and tat < 0 then store(key, -tat) end
+      if tat and tat < 0 then store(key, -tat, counting and counted_in[key]) end
     end
   end
 
@@ -97,8 +148,9 @@ local function token_bucket_algorithm(read_failed, leaky)
   function token_bucket.release(key)
     local tat = known[key]
     if tat == nil then return end
-    if tat and tat < 0 then store(key, -tat) end
+    if tat and tat < 0 then store(key, -tat, counting and counted_in[key]) end
     known[key] = nil
+    if counting and counted_in[key] then counted_in[key] = nil end
   end
 
   -- Whole tokens left at `now` when the bucket's tat is `tat`.
@@ -109,7 +161,7 @@ local function token_bucket_algorithm(read_failed, leaky)
   end
 
   -- Reads the state and works out whether one more request fits. Writes nothing.
-  function token_bucket.check(key, now, interval, y, cost)
+  function token_bucket.check(key, now, interval, y, cost, _, kept)
     local burst = y
     if leaky then burst = y.burst end
     local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
@@ -129,12 +181,13 @@ local function token_bucket_algorithm(read_failed, leaky)
       allowed = allowed,
       retry_us = retry_us,
       wait = wait,
+      kept = kept,
     }
   end
 
   -- Consumes one token: only here is the key changed (written by flush).
   function token_bucket.commit(c)
-    write(c.key, c.next_tat)
+    write(c.key, c.next_tat, c.interval, c.kept)
   end
 
   -- remaining, retry_after_us (a leaky bucket's admitted request: its wait), reset_us after
@@ -168,12 +221,12 @@ local function token_bucket_algorithm(read_failed, leaky)
   end
   -- Redis 6.2 refuses NX with GET (a syntax error): from then on this library reads first.
   local nx_get = true
-  function token_bucket.alone(key, now, interval, burst, cost, _, seen)
+  function token_bucket.alone(key, now, interval, burst, cost, _, seen, kept)
     if known[key] == nil then
       -- cost <= burst: a full bucket admits the request (a cost above it is never written).
       if nx_get and (seen.found or 0) < 0.5 and cost <= burst then
         local next_tat = now + interval * cost
-        local value = redis_pcall('SET', key, format('%d', next_tat), 'PXAT', format('%d', ceil(next_tat / 1000)),
+        local value = redis_pcall('SET', key, value_of(next_tat, kept and interval), 'PXAT', format('%d', ceil(next_tat / 1000)),
                                   'NX', 'GET')
         if type(value) == 'table' then
           -- Refused: nothing was written. GET says what the key holds (another type, a key
@@ -184,6 +237,7 @@ local function token_bucket_algorithm(read_failed, leaky)
         noted(seen, value ~= false)
         if value == false then
           known[key] = next_tat  -- written: nothing left for flush
+          if kept then count_in(key, interval) end
           return true, burst - cost, 0, next_tat - now
         end
         learn(key, value)
@@ -197,7 +251,8 @@ local function token_bucket_algorithm(read_failed, leaky)
     if allow_at > now then
       return false, tokens(now, tolerance, tat, interval), allow_at - now, tat - now
     end
-    known[key] = -next_tat  -- write()
+    known[key] = -next_tat  -- write(), which has more to do only on a route with plans
+    if kept or counting then write(key, next_tat, interval, kept) end
     -- tokens(now, tolerance, next_tat, interval), never below 0 here (allow_at <= now)
     return true, floor((now + tolerance - next_tat) / interval), 0, next_tat - now
   end

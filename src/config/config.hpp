@@ -204,6 +204,10 @@ struct LimitConfig {
     std::uint64_t cost = 1;
     std::string cost_header;  // lower-case; empty: the fixed `cost`
     std::uint64_t default_cost = 1;
+    // Not read from YAML: a limit of a route with plans (the loader sets it). A token or
+    // leaky bucket then keeps the interval its state is counted in with the state, so a
+    // client moved to another plan keeps what it used (lua/token_bucket.lua).
+    bool keeps_used = false;
 };
 
 // `exempt:` (top level and per route): a request that matches any entry skips every limit

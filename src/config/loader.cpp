@@ -1793,8 +1793,10 @@ std::shared_ptr<RoutePlans> ConfigReader::plans_of_route(const Section& section,
     }
     for (const auto& plan : config_.plans) {
         RoutePlans::Set set{plan.name, "", plan.limits};
-        for (std::size_t i = 0; i < set.limits.size(); ++i)
+        for (std::size_t i = 0; i < set.limits.size(); ++i) {
             if (i >= plan.keyed.size() || !plan.keyed[i]) set.limits[i].key = {plans->identity};
+            set.limits[i].keeps_used = true;
+        }
         plans->by_plan.emplace(plan.name, plans->sets.size());
         plans->sets.push_back(std::move(set));
     }

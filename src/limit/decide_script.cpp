@@ -72,7 +72,7 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
     case config::Algorithm::token_bucket: {
         const auto params = token_bucket_params(limit);
         args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(params.interval_us),
-                                 std::to_string(params.burst)});
+                                 std::to_string(params.burst) + (limit.keeps_used ? ",kept" : "")});
         break;
     }
     case config::Algorithm::sliding_window: {
@@ -93,7 +93,7 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
         const auto params = leaky_bucket_params(limit, may_wait);
         args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(params.interval_us),
                                  std::to_string(params.burst) + "," + std::to_string(params.delay_us) + "," +
-                                     std::to_string(params.max_wait_us)});
+                                     std::to_string(params.max_wait_us) + (limit.keeps_used ? ",kept" : "")});
         break;
     }
     }

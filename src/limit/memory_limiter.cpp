@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <span>
 
@@ -42,6 +43,23 @@ struct Check {
 };
 
 std::int64_t floor_div_nonneg(std::int64_t a, std::int64_t b) { return a <= 0 ? 0 : a / b; }
+
+// A bucket's tat at `now`, read in `interval` (lua/token_bucket.lua's read(), the same sums,
+// in the same floating-point steps, so that both stores decide alike): a tat counted in
+// another interval `was` (0: the current one) keeps what was used, (tat - now) / was tokens;
+// a bucket is never more than empty (tat at most now + tolerance).
+std::int64_t bucket_tat(std::int64_t tat, std::int64_t was, std::int64_t now, std::int64_t interval,
+                        std::int64_t tolerance) {
+    if (tat <= now) return now;
+    if (was != 0 && was != interval) {
+        const double used_us = std::ceil(static_cast<double>(tat - now) * static_cast<double>(interval) /
+                                         static_cast<double>(was));
+        // (Compared as a double first: what was used may be far above any tolerance.)
+        if (used_us >= static_cast<double>(tolerance)) return now + tolerance;
+        return now + static_cast<std::int64_t>(used_us);
+    }
+    return std::min(tat, now + tolerance);
+}
 
 }  // namespace
 
@@ -238,7 +256,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             c.tat = now;
             if (found)
                 if (const auto* bucket = std::get_if<TokenBucket>(found))
-                    c.tat = std::max(bucket->tat, now);
+                    c.tat = bucket_tat(bucket->tat, bucket->interval, now, c.interval, c.tolerance);
             c.next_tat = c.tat + c.interval * c.cost;
             const std::int64_t allow_at = c.next_tat - c.tolerance;
             c.allowed = allow_at <= now;
@@ -333,7 +351,9 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                    limit.algorithm == config::Algorithm::leaky_bucket) {
             if (consumed) r.wait = std::chrono::microseconds(c.wait_us);
             const std::int64_t tat = consumed ? c.next_tat : c.tat;
-            if (consumed) (existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state) = TokenBucket{c.next_tat};
+            if (consumed)
+                (existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state) =
+                    TokenBucket{c.next_tat, limit.keeps_used ? c.interval : 0};
             r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));
             r.reset = ceil_to_ms(tat - now);
         } else {

@@ -68,10 +68,14 @@ public:
 
 private:
     struct TokenBucket {
-        // When the bucket is full again. No initialiser here: State, which holds this type
-        // first, must be default-constructible inside this class already (Entry); a variant
-        // value-initialises it, so it starts at 0.
+        // When the bucket is full again, and for a limit that keeps what was used
+        // (LimitConfig::keeps_used) the interval (time for one token) it is counted in (else
+        // 0: whatever interval reads it). Read under another interval (the client's plan
+        // changed), what was used is kept (lua/token_bucket.lua). No initialisers here:
+        // State, which holds this type first, must be default-constructible inside this class
+        // already (Entry); a variant value-initialises it, so both start at 0.
         std::int64_t tat;
+        std::int64_t interval;
     };
     struct SlidingWindow {
         std::deque<std::int64_t> times;  // admitted requests, ascending

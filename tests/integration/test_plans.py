@@ -5,7 +5,8 @@ plan's (or its own override's) limit across both; a map edit moves a client with
 without a reload signal and without resetting what it consumed; the plan header counts only
 from a trusted peer; the access line and the summary name the plan; the admin look-up finds
 the client's plan by its identity; the memory store decides alike, from a CSV map; a
-verified token's subject can be the identity; HTTP/2 requests are decided alike.
+verified token's subject can be the identity; HTTP/2 requests are decided alike; a token
+bucket keeps the tokens a client used when the client's plan changes, in both stores.
 """
 
 import json
@@ -35,6 +36,9 @@ PLANS = {
     "free": [{"name": "quota", "algorithm": "sliding_window", "limit": 3, "window": "1h"}],
     "pro": [{"name": "quota", "algorithm": "sliding_window", "limit": 6, "window": "1h"}],
     "internal": [],
+    # Buckets of one name: a token an hour (4 at most), and a token a minute (5 at most).
+    "small": [{"name": "bucket", "algorithm": "token_bucket", "rate": 1, "per": "1h", "burst": 4}],
+    "big": [{"name": "bucket", "algorithm": "token_bucket", "rate": 1, "per": "1m", "burst": 5}],
 }
 
 
@@ -157,6 +161,32 @@ class PlansTest(SluiceTestCase):
         self.assertEqual(self.statuses(4, "/hop/x", "key-h5", headers=free, source="127.0.0.2"), [200] * 3 + [429])
         self.assertEqual(self.statuses(4, "/hop/x", "key-h5", headers=pro, source="127.0.0.2"), [200] * 3 + [429])
         self.assertEqual(len(self.up.requests), 12)
+
+    def bucket_moves(self):
+        """A client the hop moves between plans whose bucket has one name: it keeps the tokens it used."""
+        small, big = [("X-Plan", "small")], [("X-Plan", "big")]
+        # 3 of small's 4 used: moved to big, 2 of its 5 are left (read as the time until
+        # small's bucket is full again, 3 hours, big's would be empty).
+        self.assertEqual(self.statuses(3, "/hop/x", "key-b", headers=small, source="127.0.0.2"), [200] * 3)
+        moved = [self.request(i, "/hop/x", "key-b", big, source="127.0.0.2") for i in range(3)]
+        self.assertEqual([r.status for r in moved], [200, 200, 429])
+        self.assertEqual(moved[1].header("ratelimit"), '"bucket";r=0;t=300')
+        # Back to small with 5 used of 4: an empty bucket (never more than empty), a token in
+        # an hour, not in five.
+        back = self.request(0, "/hop/x", "key-b", small, source="127.0.0.2")
+        self.assertEqual(back.status, 429)
+        self.assertEqual(back.header("retry-after"), "3600")
+
+    def test_a_bucket_keeps_what_a_client_used_when_its_plan_changes(self):
+        self.start_two()
+        self.bucket_moves()
+        self.assertEqual(len(self.up.requests), 5)
+        # The memory store alike.
+        port = free_port()
+        self.ports = [port, port]
+        self.start_sluice(self.config(port, {"type": "memory"}))
+        self.bucket_moves()
+        self.assertEqual(len(self.up.requests), 10)
 
     def test_the_admin_look_up_finds_the_plan_by_identity(self):
         self.start_two()

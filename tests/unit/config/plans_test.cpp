@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/loader.hpp"
+#include "limit/decide_script.hpp"
 #include "limit/limit_key.hpp"
 #include "observe/metrics.hpp"
 #include "server/limits_api.hpp"
@@ -121,6 +122,31 @@ TEST_CASE("plans: the loader builds one set per plan and one per client with ove
     CHECK(own.limits[2].burst == 5);
     CHECK(pro[0].limit == 10000);
     CHECK(pro[1].burst == 100);
+    // Every limit of a route with plans keeps what a client used when the client's numbers
+    // change (a bucket writes the interval it counts in: lua/token_bucket.lua), overrides too.
+    for (const auto& set : plans.sets)
+        for (const auto& limit : set.limits) CHECK(limit.keeps_used);
+}
+
+TEST_CASE("plans: a route without plans keeps its buckets' values plain", "[config][plans]") {
+    const auto result = config::load_string(R"(upstreams: {app: {servers: ["127.0.0.1:8081"]}}
+routes:
+  - name: api
+    match: {path_prefix: /}
+    upstream: app
+    limits:
+      - {name: burst, algorithm: token_bucket, rate: 50, burst: 100}
+)", "sluice.yaml");
+    REQUIRE(result.ok());
+    CHECK_FALSE(result.config->routes.at(0).limits.at(0).keeps_used);
+    std::vector<std::string> args;
+    limit::append_decide_args(result.config->routes.at(0).limits.at(0), args);
+    CHECK(args.back() == "100");
+    auto kept = result.config->routes.at(0).limits.at(0);
+    kept.keeps_used = true;
+    args.clear();
+    limit::append_decide_args(kept, args);
+    CHECK(args.back() == "100,kept");
 }
 
 TEST_CASE("plans: a client keeps its keys across plans and overrides", "[config][plans]") {

@@ -25,12 +25,16 @@ struct ScriptLimit {
     std::int64_t a;  // interval_us | limit | limit
     std::int64_t b;  // burst | window_us | window_us
     std::int64_t cost = 1;
-    std::string calendar;  // fixed_window: "b0,b1,b2,b3" instead of b
+    std::string calendar;  // y's text instead of b: a fixed window's "b0,b1,b2,b3", a bucket's "burst,kept"
     std::string token = {};  // concurrency: the request's owner token
 };
 
 ScriptLimit bucket(std::string key, std::int64_t interval_us, std::int64_t burst, bool shadow = false) {
     return {std::move(key), "token_bucket", shadow, interval_us, burst, 1, {}};
+}
+// A bucket of a route with plans: it keeps what was used when read under another interval.
+ScriptLimit kept_bucket(std::string key, std::int64_t interval_us, std::int64_t burst) {
+    return {std::move(key), "token_bucket", false, interval_us, burst, 1, std::to_string(burst) + ",kept"};
 }
 ScriptLimit fixed(std::string key, std::int64_t limit, std::int64_t window_us, std::int64_t cost = 1) {
     return {std::move(key), "fixed_window", false, limit, window_us, cost, {}};
@@ -1090,5 +1094,82 @@ TEST_CASE("decide script: it knows every algorithm by the name the configuration
             INFO(name);
             CHECK(code.script.find("  " + std::string(name) + " = ") != std::string::npos);
         }
+    }
+}
+
+TEST_CASE("decide script: a bucket of a route with plans keeps what was used under another interval",
+          "[lua][redis][plans]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const std::int64_t second = 1'000'000, tenth = 100'000;
+    // Four requests at once from a bucket of 10 refilled a token a second: 4 s used.
+    auto use_four = [&](const ScriptLimit& limit) {
+        const auto replies = decide.batch(std::vector<std::vector<ScriptLimit>>(4, {limit}));
+        REQUIRE(replies.back().results[0].allowed);
+        REQUIRE(replies.back().results[0].remaining == 6);
+        return replies.back().now_us + 4 * second;  // the tat
+    };
+
+    SECTION("its value is the tat, then the interval; a reader that takes one number reads the tat") {
+        const std::int64_t tat = use_four(kept_bucket("k", second, 10));
+        CHECK(redis.text({"GET", "k"}) == std::to_string(tat) + ".0" + std::to_string(second));
+        CHECK(redis.integer({"PEXPIRETIME", "k"}) == ceil_ms(tat));
+        // As the script before this one read it (tonumber), during a rolling upgrade.
+        CHECK(redis.text({"EVAL",
+                          "local v = tonumber(redis.call('GET', KEYS[1])) "
+                          "if v % 1 ~= 0 then return 'not whole' end return string.format('%d', v)",
+                          "1", "k"}) == std::to_string(tat));
+    }
+    SECTION("moved to a bigger plan: what was used is counted in the new interval") {
+        use_four(kept_bucket("k", second, 10));
+        // 4 s of one-a-second tokens are 0.4 s of ten-a-second ones: 96 of 100 left, then 95.
+        // (Read as the time until full, 4 s would be 40 tokens used: 59 left.)
+        const auto r = decide({kept_bucket("k", tenth, 100)});
+        CHECK(r.results[0].allowed);
+        CHECK(r.results[0].remaining == 95);
+        const std::string value = redis.text({"GET", "k"});
+        CHECK(value.substr(value.size() - 8) == ".0100000");
+        CHECK(decide({kept_bucket("k", tenth, 100)}).results[0].remaining == 94);
+    }
+    SECTION("moved to a smaller plan: a bucket is never more than empty") {
+        const auto sixty = decide.batch(std::vector<std::vector<ScriptLimit>>(60, {kept_bucket("k", tenth, 100)}));
+        REQUIRE(sixty.back().results[0].remaining == 40);
+        const std::string value = redis.text({"GET", "k"});
+        // 6 s of ten-a-second tokens are 60 one-a-second ones, of a bucket of 10: empty,
+        // refilling from now (not 60 s), and a refused request writes nothing.
+        const auto r = decide({kept_bucket("k", second, 10)});
+        CHECK_FALSE(r.results[0].allowed);
+        CHECK(r.results[0].remaining == 0);
+        CHECK(r.results[0].retry_after.count() == 1000);
+        CHECK(r.results[0].reset.count() == 10'000);
+        CHECK(redis.text({"GET", "k"}) == value);
+    }
+    SECTION("a bucket of a route without plans keeps the time until it is full, also when it reads a kept value") {
+        use_four(bucket("plain", second, 10));
+        CHECK(redis.text({"GET", "plain"}).find('.') == std::string::npos);
+        // The rate changed on reload: 4 s until full are 40 tenths of a second.
+        CHECK(decide({bucket("plain", tenth, 100)}).results[0].remaining == 59);
+        // A plain value read by a kept limit (plans added on reload): the same.
+        use_four(bucket("then_kept", second, 10));
+        CHECK(decide({kept_bucket("then_kept", tenth, 100)}).results[0].remaining == 59);
+        // A kept value says its interval, whoever reads it (plans taken away on reload).
+        use_four(kept_bucket("then_plain", second, 10));
+        CHECK(decide({bucket("then_plain", tenth, 100)}).results[0].remaining == 95);
+        CHECK(redis.text({"GET", "then_plain"}).find('.') == std::string::npos);
+    }
+    SECTION("with another limit (check, commit), and a leaky bucket") {
+        auto leaky = [](std::string key, std::int64_t interval, bool kept) {
+            return ScriptLimit{std::move(key), "leaky_bucket", false, interval, 0, 1,
+                               "10,0,60000000" + std::string(kept ? ",kept" : "")};
+        };
+        decide.batch(std::vector<std::vector<ScriptLimit>>(4, {kept_bucket("tb", second, 10), leaky("lb", second, true)}));
+        const auto r = decide({kept_bucket("tb", tenth, 100), leaky("lb", tenth, true)});
+        CHECK(r.results[0].remaining == 95);
+        // The leaky bucket's queue: 4 requests of a second each, 0.4 s at a tenth: the fifth
+        // waits 0.4 s less what passed since, not 4 s.
+        CHECK(r.results[1].allowed);
+        CHECK(r.results[1].wait.count() <= 400'000);
+        CHECK(r.results[1].wait.count() > 300'000);
     }
 }

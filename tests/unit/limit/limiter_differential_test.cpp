@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <chrono>
 #include <optional>
 #include <random>
@@ -326,4 +327,50 @@ TEST_CASE("differential: batches agree with the memory limiter asked in order", 
     CHECK(repeated_keys > 150);  // clients came back within their batch (13 routes: about 220)
     CHECK(limited > 100);
     CHECK(allowed > 100);
+}
+
+TEST_CASE("differential: a bucket read under another plan's numbers decides alike in both stores",
+          "[differential][redis][plans]") {
+    // A route with plans: one client's key of a limit name is read under whichever plan the
+    // client is on now, and a bucket keeps what was used (counted again in the new plan's
+    // interval; never more than empty). Limits of a route without plans (not kept: a reload
+    // changed the rate) keep the time until the bucket is full. Both stores, the same sums.
+    Differential d;
+    auto kept = [](config::LimitConfig limit) {
+        limit.keeps_used = true;
+        return limit;
+    };
+    // One route name (one key per client and limit name), several sets of numbers.
+    const std::vector<std::vector<config::LimitConfig>> sets{
+        {kept(token_bucket("quota", 4, 100ms, 3))},                   // a token every 25 ms
+        {kept(token_bucket("quota", 20, 100ms, 10))},                 // every 5 ms
+        {kept(token_bucket("quota", 3, 100ms, 2))},                   // every 33.333 ms
+        {token_bucket("quota", 7, 100ms, 5)},                         // not kept
+        {kept(token_bucket("quota", 10, 100ms, 4)), kept(leaky_bucket("shape", 30, 1s, 6, 1))},
+        {kept(token_bucket("quota", 2, 100ms, 6)), kept(leaky_bucket("shape", 50, 1s, 3, 0, 40ms))},
+        {token_bucket("quota", 5, 100ms, 2), leaky_bucket("shape", 40, 1s, 4)},
+    };
+    std::vector<limit::RouteLimits> routes;
+    for (const auto& limits : sets) routes.push_back({"plans", limits});
+    std::map<const std::string*, std::size_t> last_set;
+    int moved = 0, allowed = 0, limited = 0;
+    for (int i = 0; i < 1500; ++i) {
+        const auto client = d.any_client();
+        // Mostly the client's plan of before, sometimes another.
+        std::size_t set = d.random() % routes.size();
+        if (auto at = last_set.find(client.ip); at != last_set.end() && d.random() % 3 != 0) set = at->second;
+        if (auto at = last_set.find(client.ip); at != last_set.end() && at->second != set) ++moved;
+        last_set[client.ip] = set;
+        std::optional<Decision> from_redis;
+        d.redis_limiter->decide(routes[set], client.values(), [&](Decision decision) { from_redis = std::move(decision); });
+        REQUIRE(run_until(d.io, [&] { return from_redis.has_value(); }));
+        INFO("request " << i << ", set " << set);
+        d.compare(routes[set], client, *from_redis);
+        allowed += from_redis->outcome == Decision::Outcome::allowed;
+        limited += from_redis->outcome == Decision::Outcome::limited;
+        std::this_thread::sleep_for(std::chrono::microseconds(d.random() % 3'000));
+    }
+    CHECK(moved > 300);
+    CHECK(allowed > 200);
+    CHECK(limited > 200);
 }
