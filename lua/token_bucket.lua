@@ -78,10 +78,13 @@ local function token_bucket_algorithm(read_failed, leaky)
         tat = tonumber(value)
       elseif byte(value, dot + 1) == 48 then  -- "TAT.0INTERVAL"
         tat, interval = tonumber(sub(value, 1, dot - 1)), tonumber(sub(value, dot + 2))
-        if not interval or interval < 1 then tat = nil end
+        -- (`x ~= x`: not a number; tonumber reads "nan" and "inf" too)
+        if not interval or interval < 1 or interval >= 2^53 or interval ~= interval then tat = nil end
       end
     end
-    if not tat or tat < 0 then tat, interval = false, nil end  -- (negative: not ours; and the sign is taken)
+    -- Negative, not a number, infinite or past the year 2255: not ours, a full bucket. (The
+    -- sign is taken for "still to be written".)
+    if not tat or tat < 0 or tat >= 2^53 or tat ~= tat then tat, interval = false, nil end
     known[key] = tat
     if interval then count_in(key, interval) end  -- (read only when nothing was known)
     return tat

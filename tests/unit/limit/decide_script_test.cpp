@@ -1158,6 +1158,21 @@ TEST_CASE("decide script: a bucket of a route with plans keeps what was used und
         CHECK(decide({bucket("then_plain", tenth, 100)}).results[0].remaining == 95);
         CHECK(redis.text({"GET", "then_plain"}).find('.') == std::string::npos);
     }
+    SECTION("a value that is not a tat sluice wrote reads as a full bucket and is replaced") {
+        for (const std::string value : {"nan", "inf", "-inf", "1e400", "-5", "1795738700922926.0nan",
+                                        "1795738700922926.0inf", "1795738700922926.00", "1795738700922926.5",
+                                        "nan.01000000", "1e300.01000000", "99999999999999999999"}) {
+            INFO(value);
+            redis.must({"SET", "odd", value});
+            const auto r = decide({kept_bucket("odd", second, 10)});
+            CHECK(r.results[0].allowed);
+            CHECK(r.results[0].remaining == 9);
+            CHECK(r.results[0].reset.count() == 1000);
+            CHECK(redis.text({"GET", "odd"}) == std::to_string(r.now_us + second) + ".0" + std::to_string(second));
+            redis.must({"SET", "odd_plain", value});
+            CHECK(decide({bucket("odd_plain", second, 10)}).results[0].remaining == 9);
+        }
+    }
     SECTION("with another limit (check, commit), and a leaky bucket") {
         auto leaky = [](std::string key, std::int64_t interval, bool kept) {
             return ScriptLimit{std::move(key), "leaky_bucket", false, interval, 0, 1,
