@@ -12,6 +12,8 @@
 #   BATCHES="1 8 32 64" KEYSPACES="1 100000" CALLS=20000 CONNS=8
 #   CPUS_REDIS=12 CPUS_LOAD=0-3              (taskset lists; unset: anywhere)
 #   SLUICE=path                              (default build/sluice)
+#   KEPT=1                                   the buckets of a route with plans (their values
+#                                            carry the interval: lua/token_bucket.lua)
 #
 # Prints a table (markdown) on stdout; needs redis-server, redis-cli, redis-benchmark.
 set -euo pipefail
@@ -43,7 +45,9 @@ trap cleanup EXIT
 
 $(pin redis) redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
   --maxmemory 4gb --maxmemory-policy noeviction --daemonize yes --logfile "$W/redis.log" --dir "$W" >/dev/null
-for _ in $(seq 50); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && break; sleep 0.1; done
+up=""
+for _ in $(seq 50); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && { up=1; break; }; sleep 0.1; done
+[ -n "$up" ] || { echo "decide_cost: redis-server did not answer:" >&2; cat "$W/redis.log" >&2; exit 1; }
 
 # sluice loads its decide library on connecting; its name says which code it is.
 proxy_port=$(free_port)
@@ -66,7 +70,7 @@ done
 kill "$SLUICE_PID" 2>/dev/null || true
 wait "$SLUICE_PID" 2>/dev/null || true
 SLUICE_PID=""
-[ -n "$FUNCTION" ] || { echo "decide_cost: sluice did not load its library (see $W/sluice.log)" >&2; cat "$W/sluice.log" >&2; exit 1; }
+[ -n "$FUNCTION" ] || { echo "decide_cost: sluice did not load its library; its log:" >&2; cat "$W/sluice.log" >&2; exit 1; }
 
 # The same call with nothing decided: TIME, and a reply of the same shape.
 redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE >/dev/null <<'EOF'
@@ -82,6 +86,10 @@ redis.register_function('bench_empty', function(keys, args)
 end)
 EOF
 
+# A token a minute, a burst of 1,000,000: a key of 100,000 sees a few dozen requests; the one
+# key is emptied again before each measurement, which never takes it past 910,000 (checked).
+PLAN="token_bucket 0 1 60000000 1000000"
+[ "${KEPT:-}" = 1 ] && PLAN="$PLAN,kept"
 cpu_usec() { redis-cli -p "$PORT" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.0f\n", s * 1000000 }'; }
 # call FUNCTION B KEYSPACE N: N calls of B requests, keys drawn from KEYSPACE (1: one key)
 call() {
@@ -91,13 +99,14 @@ call() {
   for i in $(seq "$b"); do keys="$keys $key"; ones="$ones 1"; done
   # shellcheck disable=SC2086
   $(pin load) redis-benchmark -p "$PORT" -q -n "$n" -r "$space" -c "$CONNS" \
-    FCALL "$f" "$b" $keys 1 "token_bucket 0 1 60000000 1000000" $ones >"$W/bench.out" 2>&1 ||
+    FCALL "$f" "$b" $keys 1 "$PLAN" $ones >"$W/bench.out" 2>&1 ||
     { echo "decide_cost: redis-benchmark failed:" >&2; cat "$W/bench.out" >&2; exit 1; }
   if grep -q ERR "$W/bench.out"; then echo "decide_cost: $(grep -m1 ERR "$W/bench.out")" >&2; exit 1; fi
 }
 # per_decision FUNCTION B KEYSPACE: µs of Redis CPU per decision
 per_decision() {
   local n=$(( CALLS > 100000 / $2 ? CALLS : 100000 / $2 )) c0 c1
+  [ "$3" = 1 ] && [ $(( n * $2 )) -gt 900000 ] && n=$(( 900000 / $2 ))
   c0=$(cpu_usec); call "$1" "$2" "$3" "$n"; c1=$(cpu_usec)
   awk -v c=$((c1 - c0)) -v d=$((n * $2)) 'BEGIN { printf "%.2f", c / d }'
 }
@@ -112,17 +121,29 @@ c1=$(cpu_usec)
 floor=$(awk -v c=$((c1 - c0)) 'BEGIN { printf "%.2f", c / 400000 }')
 redis-cli -p "$PORT" FLUSHALL >/dev/null
 
-echo "Redis CPU per decision (µs), $CONNS connections with one call each in flight;"
+echo "Redis CPU per decision (µs), $CONNS connections with one call each in flight${KEPT:+, buckets of a route with plans};"
 echo "floor: a pipelined SET PXAT over 100,000 keys costs $floor µs."
 echo
 echo "| keys | batch | decide | x floor | call and arguments only | decide less that |"
 echo "|---|---|---|---|---|---|"
-for space in $KEYSPACES; do
+# The keys afresh, nearly every one there before measuring (a per-client bucket's keys mostly
+# exist): decisions for 4 per key.
+fresh_keys() {
   redis-cli -p "$PORT" FLUSHALL >/dev/null
-  # Every key there before measuring (a per-client bucket's keys mostly exist).
-  call "$FUNCTION" 8 "$space" $(( space > 1 ? space / 2 : 1000 ))
+  call "$FUNCTION" 8 "$1" $(( $1 > 1 ? $1 / 2 : 1000 ))
+}
+# What was measured was decided, not refused: the bucket still admits.
+still_admits() {
+  local key='sluice:{bench:one}:tb' allowed
+  [ "$1" = 1 ] || key='sluice:{bench:1}:tb'
+  allowed=$(redis-cli -p "$PORT" FCALL "$FUNCTION" 1 "$key" 1 "$PLAN" 1 | sed -n 2p | tr -d '\r')
+  [ "$allowed" = 1 ] || { echo "decide_cost: the bucket refused ($1 keys): the figures would be refusals" >&2; exit 1; }
+}
+for space in $KEYSPACES; do
   for b in $BATCHES; do
+    fresh_keys "$space"
     d=$(per_decision "$FUNCTION" "$b" "$space")
+    still_admits "$space"
     e=$(per_decision bench_empty "$b" "$space")
     awk -v s="$space" -v b="$b" -v d="$d" -v e="$e" -v f="$floor" \
       'BEGIN { printf "| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", s, b, d, d / f, e, d - e }'

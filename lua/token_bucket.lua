@@ -21,7 +21,7 @@
 -- (the client moved to another plan, or has overrides). Its value is "TAT.0INTERVAL": the
 -- tat, then the interval it is counted in. Read under another interval, what was used is
 -- kept: (tat - now) / old interval tokens, counted again in the new one. (Not for every limit:
--- a value that is not a whole number costs Redis about a sixth more CPU per decision and 48
+-- a value that is not a whole number costs Redis about a sixth more CPU per decision and 32
 -- more bytes per key.) A plain value is read in the current interval: the time until the
 -- bucket is full is kept, as when a reload changes a route's rate. Either way a bucket is
 -- never more than empty: a tat beyond now + tolerance (a smaller burst now) reads as an empty
