@@ -83,6 +83,12 @@ class PlansTest(SluiceTestCase):
             s.wait_store_connected(2)
         wait_admin(self.admin)
 
+    def memory_config(self, map_path=None):
+        """The config of one instance on the memory store; every request goes to its port."""
+        port = free_port()
+        self.ports = [port, port]
+        return self.config(port, {"type": "memory"}, map_path=map_path)
+
     def request(self, n, target, key=None, headers=(), source=None):
         """One request on a connection of its own, to instance n % 2."""
         fields = ([("X-Api-Key", key)] if key else []) + list(headers)
@@ -182,9 +188,7 @@ class PlansTest(SluiceTestCase):
         self.bucket_moves()
         self.assertEqual(len(self.up.requests), 5)
         # The memory store alike.
-        port = free_port()
-        self.ports = [port, port]
-        self.start_sluice(self.config(port, {"type": "memory"}))
+        self.start_sluice(self.memory_config())
         self.bucket_moves()
         self.assertEqual(len(self.up.requests), 10)
 
@@ -208,9 +212,7 @@ class PlansTest(SluiceTestCase):
         csv_path = os.path.join(self.dir, "plans.csv")
         with open(csv_path, "w", encoding="utf-8") as f:
             f.write("identity,plan,quota.limit\nkey-pro,pro,\nkey-vip,pro,9\nkey-free,free,\n")
-        port = free_port()
-        self.ports = [port, port]
-        self.start_sluice(self.config(port, {"type": "memory"}, map_path=csv_path))
+        self.start_sluice(self.memory_config(map_path=csv_path))
         for key, allowed in [("key-free", 3), ("key-vip", 9), ("nobody", 3)]:
             self.assertEqual(self.statuses(allowed + 1, "/api/x", key), [200] * allowed + [429], key)
         self.assertEqual(self.request(0, "/api/x").status, 401)
@@ -219,9 +221,7 @@ class PlansTest(SluiceTestCase):
         jwt_map = os.path.join(self.dir, "subjects.yaml")
         with open(jwt_map, "w", encoding="utf-8") as f:
             f.write("alice: pro\n")
-        port = free_port()
-        self.ports = [port, port]
-        config = self.config(port, {"type": "memory"})
+        config = self.memory_config()
         config["jwt"] = {"keys": [{"alg": "HS256", "secret": SECRET}]}
         config["routes"].append({"name": "jwt", "match": {"path_prefix": "/jwt"}, "upstream": "app",
                                  "identity": "jwt:sub", "plan_map": jwt_map, "default_plan": "free"})
@@ -242,9 +242,8 @@ class PlansTest(SluiceTestCase):
         self.assertEqual(len(self.up.requests), 9)
 
     def test_http2_requests_are_decided_by_plan_alike(self):
-        port = free_port()
-        self.ports = [port, port]
-        config = self.config(port, {"type": "memory"})
+        config = self.memory_config()
+        port = self.ports[0]
         config["server"]["listen"] = [{"address": f"127.0.0.1:{port}", "http2": "prior_knowledge"}]
         self.start_sluice(config, port=port)
 

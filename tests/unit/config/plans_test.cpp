@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/limit_configs.hpp"
 #include "config/loader.hpp"
 #include "limit/decide_script.hpp"
 #include "limit/limit_key.hpp"
@@ -434,18 +435,8 @@ routes:
 }
 
 TEST_CASE("plans: overrides are held to what a plan's own bucket is held to", "[config][plans]") {
-    config::LimitConfig daily;
-    daily.name = "d";
-    daily.algorithm = config::Algorithm::leaky_bucket;
-    daily.rate = 1;
-    daily.per = std::chrono::hours(24);
-    daily.burst = 10;
-    config::LimitConfig fast;
-    fast.name = "f";
-    fast.algorithm = config::Algorithm::token_bucket;
-    fast.rate = 1;
-    fast.per = std::chrono::milliseconds(1);
-    fast.burst = 1;
+    const auto daily = test::leaky_bucket("d", 1, std::chrono::hours(24), 10);
+    const auto fast = test::token_bucket("f", 1, std::chrono::milliseconds(1), 1);
     const std::vector<config::PlanConfig> top{{"p", {daily, fast}, {false, false}}};
     struct Case {
         std::string yaml;
