@@ -1,6 +1,7 @@
 #include "limit/decide_script.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdint>
 #include <iterator>
@@ -140,7 +141,8 @@ void DecideArgs::end_request() {
         plan_ids_.push_back(known_by_ids ? current_ids_ : std::vector<std::uint64_t>{});
         number = plans_.size();
     }
-    requests_.push_back(std::to_string(number));
+    plan_of_.push_back(static_cast<std::uint32_t>(number - 1));
+    tokens_.emplace_back();
     current_.clear();
     current_ids_.clear();
     owned_.clear();
@@ -148,22 +150,80 @@ void DecideArgs::end_request() {
 
 void DecideArgs::end_request(std::string token) {
     end_request();
-    requests_.push_back(std::move(token));
+    tokens_.back() = std::move(token);
 }
+
+namespace {
+
+// A plan's number as the script reads it: "1" to P.
+void append_plan_number(std::size_t index, std::vector<std::string>& argv) {
+    char digits[24];
+    auto [end, ec] = std::to_chars(digits, digits + sizeof digits, index + 1);
+    argv.emplace_back(digits, end);
+}
+
+}  // namespace
 
 std::vector<std::string> DecideArgs::take() {
     std::vector<std::string> argv;
-    argv.reserve(1 + plans_.size() + requests_.size());
+    argv.reserve(1 + plans_.size() + plan_of_.size());
     argv.push_back(std::to_string(plans_.size()));
     std::move(plans_.begin(), plans_.end(), std::back_inserter(argv));
-    std::move(requests_.begin(), requests_.end(), std::back_inserter(argv));
+    for (std::size_t r = 0; r < plan_of_.size(); ++r) {
+        append_plan_number(plan_of_[r], argv);
+        if (!tokens_[r].empty()) argv.push_back(std::move(tokens_[r]));
+    }
+    clear();
+    return argv;
+}
+
+DecideParts DecideArgs::take_parts() {
+    DecideParts parts{std::move(plans_), std::move(plan_of_), std::move(tokens_)};
+    clear();
+    return parts;
+}
+
+void DecideArgs::clear() {
     plans_.clear();
     plan_args_.clear();
     plan_ids_.clear();
-    requests_.clear();
+    plan_of_.clear();
+    tokens_.clear();
     current_.clear();
     current_ids_.clear();
     owned_.clear();
+}
+
+std::vector<std::string> decide_argv(const std::vector<const DecideParts*>& parts) {
+    // Few plans per part (one per route and set of limits, and the parts mostly hold the
+    // same routes'): a linear search finds a plan's text among those already sent.
+    std::vector<const std::string*> plans;
+    std::size_t requests = 0;
+    std::vector<std::uint32_t> number;  // the current part's plans' numbers in the call
+    for (const auto* part : parts) requests += part->requests() * 2;
+    std::vector<std::string> argv;
+    argv.reserve(1 + requests);
+    argv.emplace_back();  // the number of plans, once known
+    std::vector<std::string> tail;
+    tail.reserve(requests);
+    for (const auto* part : parts) {
+        number.clear();
+        for (const auto& text : part->plans) {
+            std::size_t p = 0;
+            while (p < plans.size() && *plans[p] != text) ++p;
+            if (p == plans.size()) {
+                plans.push_back(&text);
+                argv.push_back(text);
+            }
+            number.push_back(static_cast<std::uint32_t>(p));
+        }
+        for (std::size_t r = 0; r < part->plan_of.size(); ++r) {
+            append_plan_number(number.at(part->plan_of[r]), tail);
+            if (!part->tokens[r].empty()) tail.push_back(part->tokens[r]);
+        }
+    }
+    argv.front() = std::to_string(plans.size());
+    std::move(tail.begin(), tail.end(), std::back_inserter(argv));
     return argv;
 }
 

@@ -70,6 +70,19 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
 // The same for a limit whose arguments do not vary: its fixed (or default) cost.
 void append_decide_args(const config::LimitConfig& limit, std::vector<std::string>& args);
 
+// A call's ARGV in parts: the batches of several workers, each built by its own DecideArgs,
+// go to Redis as one call (decide_argv).
+struct DecideParts {
+    std::vector<std::string> plans;      // each plan's text
+    std::vector<std::uint32_t> plan_of;  // each request's plan, from 0
+    std::vector<std::string> tokens;     // each request's owner token; "" where it has none
+    std::size_t requests() const { return plan_of.size(); }
+};
+
+// The ARGV of one call deciding the requests of `parts`, one part after the other, in order:
+// a plan with the same text in several parts is sent once.
+std::vector<std::string> decide_argv(const std::vector<const DecideParts*>& parts);
+
 // The ARGV of one call, built request by request: requests with the same limits share one
 // plan. For each request: `limit` with the append_decide_args of each limit it is decided
 // against, in the order of its keys, then `end_request`. The referenced arguments must stay
@@ -91,17 +104,21 @@ public:
     void end_request();
     // The same for a request with a concurrency limit: `token` names its slots.
     void end_request(std::string token);
-    std::size_t requests() const { return requests_.size(); }
+    std::size_t requests() const { return plan_of_.size(); }
     // The whole ARGV; the builder is empty again after it.
     std::vector<std::string> take();
+    // The same in parts (to be merged with other batches by decide_argv).
+    DecideParts take_parts();
 
 private:
+    void clear();
     std::vector<std::string> plans_;                  // each plan's text (see lua/decide.lua)
     std::vector<std::vector<std::string>> plan_args_;  // each plan: 5 arguments per limit
     // Each plan's ids where all its arguments came with one; else empty.
     std::vector<std::vector<std::uint64_t>> plan_ids_;
     std::vector<std::uint64_t> current_ids_;  // the current request's, of the lists that came with one
-    std::vector<std::string> requests_;       // each request's plan number
+    std::vector<std::uint32_t> plan_of_;      // each request's plan, from 0
+    std::vector<std::string> tokens_;         // each request's owner token, or ""
     std::vector<const std::vector<std::string>*> current_;
     // The current request's own arguments (where current_ points; allocated only when used).
     std::vector<std::unique_ptr<std::vector<std::string>>> owned_;

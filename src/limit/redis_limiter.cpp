@@ -126,7 +126,14 @@ struct RedisLimiter::DeadlineTimer {
     asio::steady_timer timer;
 };
 
-RedisLimiter::~RedisLimiter() = default;
+RedisLimiter::~RedisLimiter() {
+    if (member_ != 0) shared_->leave(member_);
+    // Decisions handed to other workers' calls and not answered yet: answered now, while the
+    // limiter exists (as the topology's stop answers those of its own calls).
+    auto handed = std::move(handed_);
+    for (auto& [id, batch] : handed)
+        for (auto& pending : batch->pending) pending->answer(Decision::store_failure("shutting down"));
+}
 
 void RedisLimiter::watch_deadlines(bool poll) {
     const auto now = std::chrono::steady_clock::now();
@@ -159,7 +166,8 @@ void RedisLimiter::watch_deadlines(bool poll) {
 }
 
 RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topology, std::string key_prefix,
-                           std::chrono::milliseconds timeout, bool remember_rejections)
+                           std::chrono::milliseconds timeout, bool remember_rejections,
+                           std::shared_ptr<SharedBatches> shared)
     : io_context_(io_context),
       topology_(topology),
       sharded_(topology.sharded()),
@@ -175,6 +183,38 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topolo
     char text[24];
     std::snprintf(text, sizeof text, "%016llx-", static_cast<unsigned long long>(id));
     token_prefix_ = text;
+    if (shared && !sharded_) {
+        shared_ = std::move(shared);
+        member_ = shared_->join(
+            io_context_,
+            [this, alive = std::weak_ptr<int>(alive_)](const std::shared_ptr<const SharedBatches::Call>& call,
+                                                       std::size_t index) {
+                if (!alive.expired()) receive(call, index);
+            },
+            [this, alive = std::weak_ptr<int>(alive_)] {
+                if (!alive.expired()) schedule_flush();
+            });
+    }
+}
+
+void RedisLimiter::stop(std::function<void()> then) {
+    if (member_ == 0) return then();
+    shared_->leave(member_);
+    member_ = 0;
+    auto handed = std::move(handed_);
+    handed_.clear();
+    for (auto& [id, batch] : handed)
+        for (auto& pending : batch->pending) pending->answer(Decision::store_failure("shutting down"));
+    if (shared_sent_ == 0) return then();
+    // Answered (send_shared's callback) or at the deadline, whichever comes first: once.
+    auto once = std::make_shared<std::function<void()>>(std::move(then));
+    stopped_ = [once] {
+        if (auto f = std::exchange(*once, nullptr)) f();
+    };
+    auto timer = std::make_shared<asio::steady_timer>(io_context_, timeout_);
+    timer->async_wait([timer, once](const boost::system::error_code&) {
+        if (auto f = std::exchange(*once, nullptr)) f();
+    });
 }
 
 std::optional<Decision> RedisLimiter::remembered(const std::vector<std::optional<std::string>>& keys,
@@ -374,7 +414,8 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
             if ((*it)->connection != connection) continue;
             auto full = std::move(*it);
             batches_.erase(it);
-            send(std::move(full));
+            if (member_ != 0) offer(std::move(full), connection, true, false);
+            else send(std::move(full));
             break;
         }
     } else {
@@ -402,6 +443,17 @@ RedisLimiter::Batch& RedisLimiter::batch_for(redis::RedisConnection* connection)
 }
 
 void RedisLimiter::flush(bool write_now) {
+    if (member_ != 0) {
+        auto batches = std::move(batches_);
+        batches_.clear();
+        // Nothing of its own: a wake-up to send what others handed over.
+        if (batches.empty()) return offer(nullptr, topology_.route(0), false, write_now);
+        for (auto& batch : batches) {
+            auto* connection = batch->connection;
+            offer(std::move(batch), connection, false, write_now);
+        }
+        return;
+    }
     if (batches_.empty()) return;
     auto batches = std::move(batches_);
     batches_.clear();
@@ -464,6 +516,87 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch) {
     argv.insert(argv.end(), batch->keys.begin(), batch->keys.end());
     std::move(args.begin(), args.end(), std::back_inserter(argv));
     connection->evalsha(script_, {}, argv, std::move(on_reply));
+}
+
+void RedisLimiter::offer(std::shared_ptr<Batch> batch, redis::RedisConnection* connection, bool force,
+                         bool write_now) {
+    std::optional<SharedBatches::Part> part;
+    if (batch) {
+        if (batch->pending.empty()) return;
+        part.emplace();
+        part->member = member_;
+        part->id = ++parts_made_;
+        part->keys = std::move(batch->keys);
+        part->args = batch->args.take_parts();
+        handed_.emplace(part->id, std::move(batch));
+    }
+    const bool ready = connection != nullptr && connection->ready();
+    if (!part && !ready) return;
+    auto call = shared_->offer(std::move(part), ready, force, timeout_);
+    if (!call) return;  // handed over: the next call takes it
+    send_shared(connection, std::move(call));
+    // Under load the loop's queue is long; waiting for the next writable event would
+    // cost the decisions another turn of it.
+    if (write_now && ready) connection->flush_output();
+}
+
+void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_ptr<SharedBatches::Call> call) {
+    std::vector<std::string> keys;
+    keys.reserve(call->keys);
+    std::vector<const DecideParts*> args;
+    args.reserve(call->parts.size());
+    bool carries_others = false;
+    for (const auto& part : call->parts) {
+        keys.insert(keys.end(), part.keys.begin(), part.keys.end());
+        args.push_back(&part.args);
+        carries_others |= part.member != member_;
+    }
+    if (carries_others) ++shared_sent_;
+    auto on_reply = [this, call, carries_others, shared = shared_, member = member_,
+                     alive = std::weak_ptr<int>(alive_)](redis::RedisResult result) {
+        call->result = std::move(result);
+        call->well_formed = call->result.ok() && is_decide_reply(call->result.reply, call->keys);
+        // A worker that stopped (or is gone) concludes nothing more; one still in the queue
+        // concludes its own parts here.
+        const bool here = !alive.expired();
+        const bool member_now = here && member_ == member;
+        // Others' parts are posted to their workers. Parts waiting for a call are sent by this
+        // worker on the next turn of its loop (never from inside a reply callback, which also
+        // runs while its connection is failing), or, where it stopped, by the worker whose
+        // part waits longest.
+        const bool waiting = shared->answered(call, member_now ? member : 0);
+        if (!here) return;
+        if (waiting && member_now) schedule_flush();
+        if (carries_others && --shared_sent_ == 0 && stopped_) asio::post(io_context_, std::exchange(stopped_, nullptr));
+        const std::shared_ptr<const SharedBatches::Call> done = call;
+        if (member_now)
+            for (std::size_t i = 0; i < done->parts.size(); ++i)
+                if (done->parts[i].member == member) receive(done, i);
+    };
+    connection->evalsha(script_, keys, decide_argv(args), std::move(on_reply));
+}
+
+void RedisLimiter::receive(const std::shared_ptr<const SharedBatches::Call>& call, std::size_t index) {
+    const auto& part = call->parts[index];
+    auto it = handed_.find(part.id);
+    if (it == handed_.end()) return;  // answered when the worker stopped
+    auto batch = std::move(it->second);
+    handed_.erase(it);
+    const auto& result = call->result;
+    if (!result.ok()) {
+        for (auto& pending : batch->pending) pending->answer(Decision::store_failure(result.error->message));
+        return;
+    }
+    if (!call->well_formed) {
+        for (auto& pending : batch->pending)
+            pending->answer(Decision::store_failure("malformed reply from the decide script"));
+        return;
+    }
+    const std::size_t first = call->first_key[index];
+    for (auto& pending : batch->pending) {
+        if (pending->answered) continue;  // the deadline already answered
+        conclude(*pending, result.reply, first + pending->first_key, part.keys, pending->first_key, call->sent);
+    }
 }
 
 void RedisLimiter::conclude(Pending& pending, const redis::RedisReply& reply, std::size_t first,

@@ -24,6 +24,7 @@
 #include "limit/decision.hpp"
 #include "limit/keyed_hash.hpp"
 #include "limit/limit_key.hpp"
+#include "limit/shared_batches.hpp"
 #include "redis/redis_connection.hpp"
 
 namespace sluice::redis {
@@ -46,9 +47,19 @@ public:
     // `remember_rejections`: answer repeated requests against a limit Redis rejected from
     // memory until its retry time (see Rejection below); off only where every decision must
     // be Redis's own (the differential test).
+    // `shared`: the process's queue of batches (shared_batches.hpp), for a topology that is
+    // not sharded: this worker's decisions may go out in another worker's call, and its call
+    // may carry theirs. Without it every decision goes on this worker's own connection.
     RedisLimiter(boost::asio::io_context& io_context, redis::Topology& topology,
-                 std::string key_prefix, std::chrono::milliseconds timeout, bool remember_rejections = true);
+                 std::string key_prefix, std::chrono::milliseconds timeout, bool remember_rejections = true,
+                 std::shared_ptr<SharedBatches> shared = {});
     ~RedisLimiter();
+
+    // The worker stops: its batches waiting in the shared queue are dropped and its decisions
+    // not yet answered are answered (store_error). `then` (closing the connection) is posted
+    // once the calls this worker sent with other workers' decisions are answered, or after
+    // the timeout: another worker's decisions are not failed by this one stopping.
+    void stop(std::function<void()> then);
 
     // The callback runs exactly once, on the io_context, never inside this call:
     //  - allowed/limited from Redis;
@@ -110,6 +121,12 @@ private:
     // flush(true) on the next turn of the loop (once, however often it is asked for).
     void schedule_flush();
     void send(std::shared_ptr<Batch> batch);
+    // With a shared queue: `batch` (or nothing, only what others handed over) offered to it;
+    // sent now with what waits there, or handed over. `force`: a full batch.
+    void offer(std::shared_ptr<Batch> batch, redis::RedisConnection* connection, bool force, bool write_now);
+    void send_shared(redis::RedisConnection* connection, std::shared_ptr<SharedBatches::Call> call);
+    // This worker's part `index` of an answered shared call: its decisions answered.
+    void receive(const std::shared_ptr<const SharedBatches::Call>& call, std::size_t index);
     // Answers `pending` from its results in `reply` (its first key's results at `first`);
     // `keys` holds its keys from `keys_first` on.
     struct Pending;
@@ -158,6 +175,15 @@ private:
     std::unordered_map<redis::RedisConnection*, int> in_flight_;  // calls sent, not yet answered
     bool flush_posted_ = false;
     std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted handlers hold it weakly
+    // The shared queue (nullptr: none, or a sharded topology), this worker's number in it,
+    // its parts sent or waiting there (their decisions stay here) by number, the calls it
+    // sent that are not answered yet, and what stop() does when they are.
+    std::shared_ptr<SharedBatches> shared_;
+    std::uint64_t member_ = 0;
+    std::uint64_t parts_made_ = 0;
+    std::unordered_map<std::uint64_t, std::shared_ptr<Batch>> handed_;
+    std::size_t shared_sent_ = 0;
+    std::function<void()> stopped_;
 };
 
 }  // namespace sluice::limit

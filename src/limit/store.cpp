@@ -8,6 +8,7 @@
 #include "config/config.hpp"
 #include "limit/memory_limiter.hpp"
 #include "limit/redis_limiter.hpp"
+#include "limit/shared_batches.hpp"
 
 namespace sluice::limit {
 
@@ -46,9 +47,10 @@ private:
 
 class RedisStore final : public Store {
 public:
-    RedisStore(boost::asio::io_context& io, const config::StoreConfig& config)
+    RedisStore(boost::asio::io_context& io, const config::StoreConfig& config, std::shared_ptr<SharedBatches> shared)
         : topology_(redis::make_topology(io, config.redis)),
-          limiter_(std::make_unique<RedisLimiter>(io, *topology_, config.redis.key_prefix, config.redis.timeout)) {}
+          limiter_(std::make_unique<RedisLimiter>(io, *topology_, config.redis.key_prefix, config.redis.timeout, true,
+                                                  std::move(shared))) {}
 
     ~RedisStore() override {
         // Pending decisions are answered (shutting_down) while the limiter still exists.
@@ -58,7 +60,10 @@ public:
     }
 
     void start() override { topology_->start(); }
-    void stop() override { topology_->stop(); }
+    void stop() override {
+        // Calls this worker sent with other workers' decisions are answered first.
+        limiter_->stop([this] { topology_->stop(); });
+    }
     bool ready() const override { return topology_->ready(); }
     void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) override {
         limiter_->decide(route, request, std::move(callback));
@@ -83,9 +88,14 @@ private:
 }  // namespace
 
 std::unique_ptr<Store> make_store(boost::asio::io_context& io, const config::StoreConfig& config,
-                                  MemoryLimiter* memory) {
+                                  MemoryLimiter* memory, std::shared_ptr<SharedBatches> shared) {
     if (memory != nullptr) return std::make_unique<MemoryStore>(io, *memory);
-    return std::make_unique<RedisStore>(io, config);
+    return std::make_unique<RedisStore>(io, config, std::move(shared));
+}
+
+std::shared_ptr<SharedBatches> make_shared_batches(const config::StoreConfig& config) {
+    if (config.type != config::StoreType::redis || config.redis.mode == config::RedisMode::cluster) return nullptr;
+    return std::make_shared<SharedBatches>();
 }
 
 }  // namespace sluice::limit

@@ -22,6 +22,7 @@ struct StoreConfig;
 namespace sluice::limit {
 
 class MemoryLimiter;
+class SharedBatches;
 
 // One per worker, on the worker's io_context. Not thread-safe.
 class Store {
@@ -62,7 +63,12 @@ public:
 };
 
 // `memory`: the process's shared limiter for store.type memory (nullptr for redis).
+// `shared`: the process's queue of batches (make_shared_batches), or nullptr.
 std::unique_ptr<Store> make_store(boost::asio::io_context& io_context, const config::StoreConfig& config,
-                                  MemoryLimiter* memory);
+                                  MemoryLimiter* memory, std::shared_ptr<SharedBatches> shared = nullptr);
+// One per process, for its workers' stores: their decisions go out as few calls as possible
+// (shared_batches.hpp). nullptr where it does not apply (the memory store; a Redis Cluster,
+// where each master has its own calls).
+std::shared_ptr<SharedBatches> make_shared_batches(const config::StoreConfig& config);
 
 }  // namespace sluice::limit

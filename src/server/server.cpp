@@ -24,6 +24,7 @@
 
 #include "config/loader.hpp"
 #include "limit/memory_limiter.hpp"
+#include "limit/store.hpp"
 #include "observe/admin_server.hpp"
 #include "observe/recent_limited.hpp"
 #include "server/limits_api.hpp"
@@ -294,9 +295,12 @@ bool Server::start() {
     if (config_->store.type == config::StoreType::memory)
         memory_limiter_ = std::make_unique<limit::MemoryLimiter>(
             config_->store.redis.key_prefix, &limit::MemoryLimiter::wall_microseconds, config_->store.memory.max_keys);
+    // redis (standalone or Sentinel): the workers' decisions go out as few calls as possible.
+    const auto shared_batches = limit::make_shared_batches(config_->store);
     const unsigned count = worker_count(config_->server);
     for (unsigned i = 0; i < count; ++i)
-        workers_.push_back(std::make_unique<Worker>(i, snapshot_, connections_, memory_limiter_.get()));
+        workers_.push_back(
+            std::make_unique<Worker>(i, snapshot_, connections_, memory_limiter_.get(), shared_batches));
 
     metrics_.connections_active = [this] { return static_cast<std::uint64_t>(connections_.load()); };
     if (memory_limiter_) {

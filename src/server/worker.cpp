@@ -32,13 +32,13 @@ using tcp = net::ip::tcp;
 using reuse_port = net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
 
 Worker::Worker(unsigned index, std::shared_ptr<const Snapshot> snapshot, std::atomic<std::size_t>& connections,
-               limit::MemoryLimiter* memory)
+               limit::MemoryLimiter* memory, std::shared_ptr<limit::SharedBatches> shared)
     : index_(index),
       snapshot_(worker_local(std::move(snapshot))),
       connections_(connections),
       guard_(net::make_work_guard(io_)),
       pool_(io_.get_executor()),
-      store_(limit::make_store(io_, snapshot_->config->store, memory)) {}
+      store_(limit::make_store(io_, snapshot_->config->store, memory, std::move(shared))) {}
 
 Worker::~Worker() {
     stop_now();

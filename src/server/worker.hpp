@@ -30,6 +30,7 @@ class ClientSession;
 }
 namespace sluice::limit {
 class MemoryLimiter;
+class SharedBatches;
 class Store;
 }  // namespace sluice::limit
 
@@ -38,9 +39,10 @@ namespace sluice::server {
 class Worker {
 public:
     // `memory` is the process's in-memory limiter for store.type memory, else nullptr
-    // (then the worker keeps its own Redis connections).
+    // (then the worker keeps its own Redis connections); `shared` the process's queue of
+    // Redis batches (limit::make_shared_batches), or nullptr.
     Worker(unsigned index, std::shared_ptr<const Snapshot> snapshot, std::atomic<std::size_t>& connections,
-           limit::MemoryLimiter* memory);
+           limit::MemoryLimiter* memory, std::shared_ptr<limit::SharedBatches> shared = nullptr);
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
     ~Worker();

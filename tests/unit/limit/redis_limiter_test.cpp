@@ -2,7 +2,10 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <atomic>
+#include <functional>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -12,6 +15,7 @@
 #include "../support/limit_configs.hpp"
 #include "../support/redis_server.hpp"
 #include "limit/redis_limiter.hpp"
+#include "limit/shared_batches.hpp"
 #include "redis/topology.hpp"
 
 using namespace sluice;
@@ -36,8 +40,11 @@ redis::RedisConnectionOptions options_for(std::uint16_t port) {
 struct Fixture {
     // A long default deadline: on a loaded machine a working Redis must not turn a decision
     // into a store error. The deadline test passes a short one.
-    explicit Fixture(std::uint16_t port, std::chrono::milliseconds timeout = 2s)
-        : connection(io, options_for(port)), topology(redis::topology_of(connection)), limiter(io, *topology, "sluice", timeout) {
+    explicit Fixture(std::uint16_t port, std::chrono::milliseconds timeout = 2s,
+                     std::shared_ptr<limit::SharedBatches> shared = {})
+        : connection(io, options_for(port)),
+          topology(redis::topology_of(connection)),
+          limiter(io, *topology, "sluice", timeout, true, std::move(shared)) {
         connection.start();
     }
 
@@ -274,4 +281,345 @@ TEST_CASE("redis limiter: a rejection is remembered until its retry time, withou
         CHECK(f.decide(per_user, "bob").outcome == Outcome::allowed);
         CHECK(script_calls(check) == calls + 1);
     }
+}
+
+// ---- several workers, one queue of batches (shared_batches.hpp) ------------------------
+
+namespace {
+
+// Clients of Redis whose last command was `command` (CLIENT LIST's cmd=).
+int clients_last_sending(SyncRedis& redis, const std::string& command) {
+    const auto list = redis.text({"CLIENT", "LIST"});
+    int count = 0;
+    for (std::size_t at = 0; (at = list.find(" cmd=" + command + " ", at)) != std::string::npos; ++at) ++count;
+    return count;
+}
+
+// Runs two workers' loops by turns (as their threads would) until `done()`.
+bool run_both_until(boost::asio::io_context& a, boost::asio::io_context& b, const std::function<bool()>& done,
+                    std::chrono::milliseconds limit = 5s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+        run_slice(a, 1ms);
+        run_slice(b, 1ms);
+    }
+    return done();
+}
+
+// Runs what is ready; the number of handlers run.
+std::size_t polled(boost::asio::io_context& io) {
+    io.restart();
+    return io.poll();
+}
+
+limit::SharedBatches::Part part_of(std::uint64_t member, std::uint64_t id, std::size_t requests) {
+    limit::SharedBatches::Part part;
+    part.member = member;
+    part.id = id;
+    for (std::size_t r = 0; r < requests; ++r) {
+        part.keys.push_back("k" + std::to_string(member) + "." + std::to_string(id) + "." + std::to_string(r));
+        part.args.plan_of.push_back(0);
+        part.args.tokens.emplace_back();
+    }
+    part.args.plans.push_back("token_bucket 0 1 1000 5");
+    return part;
+}
+
+}  // namespace
+
+TEST_CASE("decide script: batches built apart go as one call, each plan sent once", "[lua][shared_batches]") {
+    const std::vector<std::string> tb{"token_bucket", "0", "1", "1000", "5"};
+    const std::vector<std::string> sw{"sliding_window", "0", "1", "10", "60000000"};
+    const std::vector<std::string> cc{"concurrency", "0", "1", "3", "30000000"};
+    auto fill = [&](limit::DecideArgs& args) {
+        args.limit(tb);
+        args.end_request();
+        args.limit(sw);
+        args.end_request();
+        args.limit(tb);
+        args.end_request();
+    };
+    limit::DecideArgs first;
+    fill(first);
+    limit::DecideArgs second;
+    second.limit(cc);
+    second.end_request("owner-1");
+    second.limit(sw);
+    second.end_request();
+    second.limit(cc);
+    second.end_request("owner-2");
+    limit::DecideArgs alone;  // the same requests, taken alone
+    fill(alone);
+    const auto a = first.take_parts();
+    const auto b = second.take_parts();
+    CHECK(a.requests() == 3);
+    CHECK(b.requests() == 3);
+    CHECK(limit::decide_argv({&a}) == alone.take());
+    // The second batch's sliding window is the first's plan 2; its concurrency plan is new.
+    CHECK(limit::decide_argv({&a, &b}) ==
+          std::vector<std::string>{"3", "token_bucket 0 1 1000 5", "sliding_window 0 1 10 60000000",
+                                   "concurrency 0 1 3 30000000", "1", "2", "1", "3", "owner-1", "2", "3", "owner-2"});
+    CHECK(limit::decide_argv({&b, &a}) ==
+          std::vector<std::string>{"3", "concurrency 0 1 3 30000000", "sliding_window 0 1 10 60000000",
+                                   "token_bucket 0 1 1000 5", "1", "owner-1", "2", "1", "owner-2", "3", "2", "3"});
+    CHECK(first.requests() == 0);
+}
+
+TEST_CASE("shared batches: calls in flight, the queue, whole batches and stale calls", "[shared_batches]") {
+    boost::asio::io_context io_a, io_b;
+    limit::SharedBatches shared(1, 8);
+    std::vector<std::pair<std::uint64_t, std::size_t>> delivered_a, delivered_b;  // call, part index
+    int woken_a = 0, woken_b = 0;
+    const auto a = shared.join(
+        io_a, [&](const auto& call, std::size_t i) { delivered_a.emplace_back(call->number, i); }, [&] { ++woken_a; });
+    const auto b = shared.join(
+        io_b, [&](const auto& call, std::size_t i) { delivered_b.emplace_back(call->number, i); }, [&] { ++woken_b; });
+    REQUIRE(a != b);
+
+    // Nothing in flight: sent at once, alone.
+    auto first = shared.offer(part_of(a, 1, 3), true, false, 10s);
+    REQUIRE(first);
+    CHECK(first->parts.size() == 1);
+    CHECK(first->keys == 3);
+    CHECK(shared.in_flight() == 1);
+    // One call in flight: the next batches wait, whoever's they are.
+    CHECK_FALSE(shared.offer(part_of(b, 1, 2), true, false, 10s));
+    CHECK_FALSE(shared.offer(part_of(a, 2, 4), true, false, 10s));
+    CHECK_FALSE(shared.offer(part_of(b, 2, 3), true, false, 10s));
+    CHECK(shared.waiting() == 3);
+    // A full batch never waits, and a connection that is not ready sends only its own.
+    auto forced = shared.offer(part_of(b, 3, 1), false, true, 10s);
+    REQUIRE(forced);
+    CHECK(forced->parts.size() == 1);
+    CHECK(shared.waiting() == 3);
+    CHECK(shared.in_flight() == 2);
+
+    // Answered where `a` concludes its own: nothing is posted to it, `b` gets nothing from
+    // this call, and parts wait, which `a` sends next (nobody is woken).
+    CHECK(shared.answered(first, a));
+    CHECK(polled(io_a) == 0);
+    CHECK(polled(io_b) == 0);
+    CHECK(shared.in_flight() == 1);
+    // The forced call still counts: nothing goes until it is answered too...
+    CHECK_FALSE(shared.offer(std::nullopt, true, false, 10s));
+    CHECK(shared.answered(forced, 0));  // answered where `b` cannot conclude it: posted to b
+    CHECK(polled(io_b) == 2);             // its part, and the wake-up (b's part waits longest)
+    CHECK(delivered_b == std::vector<std::pair<std::uint64_t, std::size_t>>{{forced->number, 0}});
+    CHECK(woken_b == 1);
+    CHECK(woken_a == 0);
+    // ... then whoever sends takes the waiting batches in order, up to 8 requests (2 + 4).
+    auto next = shared.offer(std::nullopt, true, false, 10s);
+    REQUIRE(next);
+    REQUIRE(next->parts.size() == 2);
+    CHECK(next->parts[0].member == b);
+    CHECK(next->parts[0].id == 1);
+    CHECK(next->parts[1].member == a);
+    CHECK(next->first_key == std::vector<std::size_t>{0, 2});
+    CHECK(next->keys == 6);
+    CHECK(shared.waiting() == 1);
+    // A call older than `stale_after` no longer holds the others back.
+    CHECK_FALSE(shared.offer(part_of(a, 3, 1), true, false, 10s));
+    std::this_thread::sleep_for(30ms);
+    auto past_stale = shared.offer(part_of(a, 4, 6), true, false, 20ms);
+    REQUIRE(past_stale);
+    // Its own batch first and whole; what waits joins while the call stays within 8 requests.
+    REQUIRE(past_stale->parts.size() == 1);
+    CHECK(past_stale->parts[0].id == 4);
+    CHECK(shared.waiting() == 2);
+
+    // A member that leaves: its waiting parts are dropped and nothing is posted to it.
+    // The member whose part waits longest is woken: the one leaving may have been the one
+    // to send it.
+    shared.leave(b);
+    CHECK(shared.waiting() == 1);
+    CHECK(polled(io_a) == 1);
+    CHECK(woken_a == 1);
+    CHECK(shared.answered(next, a));
+    CHECK(polled(io_b) == 0);
+    CHECK(polled(io_a) == 0);  // a's part of `next` is a's to conclude itself
+    CHECK(shared.answered(past_stale, 0));
+    CHECK(polled(io_a) == 2);  // its part, and the wake-up for its waiting one
+    CHECK(woken_a == 2);
+    CHECK(shared.in_flight() == 0);
+}
+
+TEST_CASE("redis limiter: workers sharing a queue send their batches in one call", "[redis_limiter][redis][shared_batches]") {
+    RedisServer server;
+    SyncRedis check(server.port());
+    auto shared = std::make_shared<limit::SharedBatches>(1);
+    Fixture a(server.port(), 2s, shared);
+    Fixture b(server.port(), 2s, shared);
+    a.wait_ready();
+    b.wait_ready();
+    const std::vector<config::LimitConfig> limits{token_bucket("tb", 1, 3600s, 10)};
+
+    server.suspend();  // the first call stays in flight
+    a.decide_async(limits);
+    run_for(a.io, 20ms);
+    CHECK(shared->in_flight() == 1);
+    b.decide_async(limits);
+    run_for(b.io, 20ms);
+    a.decide_async(limits);
+    run_for(a.io, 20ms);
+    CHECK(shared->waiting() == 2);  // b's batch, then a's second
+    server.resume();
+    REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 2 && b.decisions.size() == 1; }));
+    // One key, decided in the order the batches were handed over: a, then b, then a.
+    REQUIRE(a.decisions[0].outcome == Outcome::allowed);
+    CHECK(a.decisions[0].limits[0].remaining == 9);
+    REQUIRE(b.decisions[0].outcome == Outcome::allowed);
+    CHECK(b.decisions[0].limits[0].remaining == 8);
+    REQUIRE(a.decisions[1].outcome == Outcome::allowed);
+    CHECK(a.decisions[1].limits[0].remaining == 7);
+    // Two calls for three decisions, both on a's connection: b's never called the function.
+    CHECK(command_calls(check, "fcall") == 2);
+    CHECK(clients_last_sending(check, "fcall") == 1);
+    CHECK(shared->in_flight() == 0);
+    CHECK(shared->waiting() == 0);
+
+    SECTION("a rejection decided in another worker's call is remembered by its own") {
+        const std::vector<config::LimitConfig> one{token_bucket("one", 1, 3600s, 1)};
+        REQUIRE(a.decide(one).outcome == Outcome::allowed);
+        server.suspend();
+        a.decide_async(one);
+        run_for(a.io, 20ms);
+        b.decide_async(one);
+        run_for(b.io, 20ms);
+        server.resume();
+        REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 4 && b.decisions.size() == 2; }));
+        CHECK(b.decisions[1].outcome == Outcome::limited);
+        CHECK(b.limiter.remembered_rejections() == 1);
+        CHECK(b.decide(one).outcome == Outcome::limited);
+        // a's decide, a's and b's calls; b's last decision answered from its memory.
+        CHECK(command_calls(check, "fcall") == 5);
+    }
+}
+
+TEST_CASE("redis limiter: a shared call that fails fails every worker's part; a stopping worker's do not wait",
+          "[redis_limiter][redis][shared_batches]") {
+    RedisServer server;
+    auto shared = std::make_shared<limit::SharedBatches>(1);
+    // a's short timeout makes its first call stale, so that its second call (carrying b's
+    // batch) goes while the first is still unanswered; b's long one keeps b's decision from
+    // being answered by its deadline.
+    Fixture a(server.port(), 100ms, shared);
+    Fixture b(server.port(), 10s, shared);
+    a.wait_ready();
+    b.wait_ready();
+    const std::vector<config::LimitConfig> limits{token_bucket("tb", 1, 3600s, 10)};
+    server.suspend();
+    a.decide_async(limits);
+    run_for(a.io, 20ms);
+    b.decide_async(limits);
+    run_for(b.io, 20ms);
+    REQUIRE(shared->waiting() == 1);
+    REQUIRE(run_until(a.io, [&] { return a.decisions.size() == 1; }));  // its deadline
+    CHECK(a.decisions[0].outcome == Outcome::store_error);
+    std::this_thread::sleep_for(20ms);
+    a.decide_async(limits);  // the first call is stale now: a sends its own and b's batch
+    run_for(a.io, 20ms);
+    REQUIRE(shared->waiting() == 0);
+    REQUIRE(shared->in_flight() == 2);
+
+    SECTION("the connection drops") {
+        server.kill();
+        REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 2 && b.decisions.size() == 1; }));
+        CHECK(a.decisions[1].outcome == Outcome::store_error);
+        CHECK(b.decisions[0].outcome == Outcome::store_error);
+        CHECK_THAT(b.decisions[0].error, !Catch::Contains("within"));  // the call's error, not b's deadline
+        CHECK(shared->in_flight() == 0);
+    }
+    SECTION("the worker that sent it stops: its connection closes once the call is answered") {
+        bool closed = false;
+        a.limiter.stop([&] {
+            closed = true;
+            a.connection.stop();
+        });
+        run_for(a.io, 50ms);
+        CHECK_FALSE(closed);
+        server.resume();
+        REQUIRE(run_both_until(a.io, b.io, [&] { return b.decisions.size() == 1 && closed; }));
+        CHECK(b.decisions[0].outcome == Outcome::allowed);
+        CHECK(b.decisions[0].limits[0].remaining == 7);  // a's two went first
+        CHECK(a.decisions.size() == 2);  // a's own: answered once, when it stopped
+        CHECK(a.decisions[1].outcome == Outcome::store_error);
+    }
+    SECTION("the worker whose batch is in the call stops: answered once, and nothing posted to it") {
+        bool closed = false;
+        b.limiter.stop([&] { closed = true; });
+        CHECK(closed);  // it sent nothing of others': closes at once
+        REQUIRE(b.decisions.size() == 1);
+        CHECK(b.decisions[0].outcome == Outcome::store_error);
+        server.resume();
+        REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 2; }));
+        CHECK(a.decisions[1].outcome == Outcome::allowed);
+        run_for(b.io, 50ms);
+        CHECK(b.decisions.size() == 1);
+    }
+}
+
+TEST_CASE("redis limiter: workers on their own threads sharing a queue: every decision exact, once",
+          "[redis_limiter][redis][shared_batches]") {
+    RedisServer server;
+    SyncRedis check(server.port());
+    auto shared = std::make_shared<limit::SharedBatches>(1);
+    constexpr int workers = 4;
+    constexpr int rounds = 40;
+    constexpr int per_round = 5;
+    // One key every worker decides (burst 300 of 800 requests) and one of each worker's own.
+    const std::vector<config::LimitConfig> limits{token_bucket("all", 1, 3600s, 300),
+                                                  token_bucket("own", 1, 3600s, 1000, {header("x-user")})};
+    std::vector<std::unique_ptr<Fixture>> fixtures;
+    for (int w = 0; w < workers; ++w) {
+        fixtures.push_back(std::make_unique<Fixture>(server.port(), 10s, shared));
+        fixtures.back()->wait_ready();
+    }
+    std::atomic<int> started{0};
+    std::atomic<int> done{0};
+    std::vector<std::thread> threads;
+    std::vector<bool> finished(workers, false);
+    for (int w = 0; w < workers; ++w)
+        threads.emplace_back([&, w] {
+            auto& f = *fixtures[w];
+            ++started;
+            while (started < workers) std::this_thread::yield();
+            std::size_t asked = 0;
+            for (int r = 0; r < rounds; ++r) {
+                for (int i = 0; i < per_round; ++i) f.decide_async(limits, "user" + std::to_string(w));
+                asked += per_round;
+                // Half the rounds wait for their answers, half go on: batches of several sizes.
+                if (r % 2 == 0) run_until(f.io, [&] { return f.decisions.size() == asked; }, 10s);
+                else f.io.poll();
+            }
+            finished[w] = run_until(f.io, [&] { return f.decisions.size() == asked; }, 10s);
+            // A worker's loop runs on while the others need it: it may be the one to send
+            // what they handed over.
+            ++done;
+            run_until(f.io, [&] { return done == workers; }, 10s);
+        });
+    for (auto& t : threads) t.join();
+    int allowed = 0;
+    for (int w = 0; w < workers; ++w) {
+        INFO("worker " << w);
+        const auto& f = *fixtures[w];
+        CHECK(finished[w]);
+        REQUIRE(f.decisions.size() == static_cast<std::size_t>(rounds * per_round));
+        std::uint64_t last_own = 1000;
+        for (const auto& d : f.decisions) {
+            INFO(d.error);
+            REQUIRE(d.outcome != Outcome::store_error);
+            REQUIRE(d.limits.size() == 2);
+            if (d.outcome == Outcome::allowed) {
+                ++allowed;
+                // The worker's own key: its decisions in the order it asked for them.
+                CHECK(d.limits[1].remaining == last_own - 1);
+                last_own = d.limits[1].remaining;
+            } else {
+                CHECK(d.limited_by == 0u);
+            }
+        }
+    }
+    CHECK(allowed == 300);
+    CHECK(shared->in_flight() == 0);
+    CHECK(shared->waiting() == 0);
 }

@@ -1,0 +1,100 @@
+#include "limit/shared_batches.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+namespace sluice::limit {
+
+namespace asio = boost::asio;
+
+SharedBatches::SharedBatches(std::size_t max_in_flight, std::size_t max_requests)
+    : max_in_flight_(std::max<std::size_t>(max_in_flight, 1)), max_requests_(max_requests) {}
+
+std::uint64_t SharedBatches::join(asio::io_context& io_context, Deliver deliver, Wake wake) {
+    std::lock_guard lock(mutex_);
+    members_.push_back(Member{++members_made_, &io_context, std::move(deliver), std::move(wake)});
+    return members_made_;
+}
+
+void SharedBatches::leave(std::uint64_t member) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(members_, [member](const Member& m) { return m.id == member; });
+    std::erase_if(waiting_, [member](const Part& part) { return part.member == member; });
+    // It may have been the one to send what waits (answered() said so): the member whose
+    // part waits longest does instead.
+    if (!waiting_.empty())
+        if (const auto* m = this->member(waiting_.front().member)) asio::post(*m->io_context, m->wake);
+}
+
+const SharedBatches::Member* SharedBatches::member(std::uint64_t id) const {
+    for (const auto& m : members_)
+        if (m.id == id) return &m;
+    return nullptr;
+}
+
+std::shared_ptr<SharedBatches::Call> SharedBatches::offer(std::optional<Part> part, bool take_others, bool force,
+                                                          std::chrono::steady_clock::duration stale_after) {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard lock(mutex_);
+    if (!force) {
+        std::size_t busy = 0;
+        for (const auto& [number, sent] : in_flight_)
+            if (now - sent < stale_after) ++busy;
+        if (busy >= max_in_flight_) {
+            if (part) waiting_.push_back(std::move(*part));
+            return nullptr;
+        }
+    }
+    auto call = std::make_shared<Call>();
+    std::size_t requests = 0;
+    auto add = [&](Part&& p) {
+        call->first_key.push_back(call->keys);
+        call->keys += p.keys.size();
+        requests += p.args.requests();
+        call->parts.push_back(std::move(p));
+    };
+    if (part) add(std::move(*part));
+    if (take_others)
+        while (!waiting_.empty() &&
+               (call->parts.empty() || requests + waiting_.front().args.requests() <= max_requests_)) {
+            add(std::move(waiting_.front()));
+            waiting_.pop_front();
+        }
+    if (call->parts.empty()) return nullptr;
+    call->number = ++calls_made_;
+    call->sent = now;
+    in_flight_.emplace_back(call->number, now);
+    return call;
+}
+
+bool SharedBatches::answered(const std::shared_ptr<Call>& call, std::uint64_t here) {
+    std::shared_ptr<const Call> done = call;
+    std::lock_guard lock(mutex_);
+    std::erase_if(in_flight_, [&](const auto& entry) { return entry.first == call->number; });
+    for (std::size_t i = 0; i < done->parts.size(); ++i) {
+        const auto owner = done->parts[i].member;
+        if (owner == here) continue;
+        // Posted under the lock: a member that has not left yet has its io_context still.
+        if (const auto* m = member(owner))
+            asio::post(*m->io_context, [deliver = m->deliver, done, i] { deliver(done, i); });
+    }
+    if (waiting_.empty()) return false;
+    if (here == 0)
+        if (const auto* m = member(waiting_.front().member)) asio::post(*m->io_context, m->wake);
+    return true;
+}
+
+std::size_t SharedBatches::waiting() const {
+    std::lock_guard lock(mutex_);
+    return waiting_.size();
+}
+
+std::size_t SharedBatches::in_flight() const {
+    std::lock_guard lock(mutex_);
+    return in_flight_.size();
+}
+
+}  // namespace sluice::limit
