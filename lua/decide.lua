@@ -14,7 +14,8 @@
 -- another global before the first call.) As a script, everything is built anew per call.
 --
 -- A worker sends every decision that became due in one turn of its event loop as one call
--- (a batch of one when it is not busy). The requests are decided one after the other, in
+-- (a batch of one when it is not busy), with the batches other workers of the process handed
+-- over meanwhile (limit/shared_batches.hpp). The requests are decided one after the other, in
 -- order, exactly as if each had been its own call at the same Redis TIME: a later request
 -- sees what an earlier one consumed. Batching only saves the per-call cost in Redis (command
 -- parsing, script setup, TIME, and a key's reads and writes when a client has several

@@ -532,7 +532,7 @@ void RedisLimiter::offer(std::shared_ptr<Batch> batch, redis::RedisConnection* c
     }
     const bool ready = connection != nullptr && connection->ready();
     if (!part && !ready) return;
-    auto call = shared_->offer(std::move(part), ready, force, timeout_);
+    auto call = shared_->offer(member_, std::move(part), ready, force);
     if (!call) return;  // handed over: the next call takes it
     send_shared(connection, std::move(call));
     // Under load the loop's queue is long; waiting for the next writable event would
@@ -552,6 +552,7 @@ void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_p
         carries_others |= part.member != member_;
     }
     if (carries_others) ++shared_sent_;
+    call->sent = std::chrono::steady_clock::now();
     auto on_reply = [this, call, carries_others, shared = shared_, member = member_,
                      alive = std::weak_ptr<int>(alive_)](redis::RedisResult result) {
         call->result = std::move(result);

@@ -8,6 +8,12 @@
 // hash tag, so one slot). On a cluster, a request the node could not decide (its slot moved
 // or is migrating) is sent again on its own, following MOVED and ASK; nothing is resent
 // after it may have run.
+//
+// On one Redis (standalone or Sentinel) the workers share a queue (shared_batches.hpp): a
+// batch due while its worker's call is in flight rides with the next call any worker sends.
+// Decisions in flight at the same time (concurrent requests) may then run in another order
+// than they were asked for, as those of two workers or two instances always could; each is
+// still decided once, atomically, against what the ones before it in Redis consumed.
 #pragma once
 
 #include <chrono>

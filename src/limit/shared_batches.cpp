@@ -10,8 +10,7 @@ namespace sluice::limit {
 
 namespace asio = boost::asio;
 
-SharedBatches::SharedBatches(std::size_t max_in_flight, std::size_t max_requests)
-    : max_in_flight_(std::max<std::size_t>(max_in_flight, 1)), max_requests_(max_requests) {}
+SharedBatches::SharedBatches(std::size_t max_requests) : max_requests_(max_requests) {}
 
 std::uint64_t SharedBatches::join(asio::io_context& io_context, Deliver deliver, Wake wake) {
     std::lock_guard lock(mutex_);
@@ -23,10 +22,7 @@ void SharedBatches::leave(std::uint64_t member) {
     std::lock_guard lock(mutex_);
     std::erase_if(members_, [member](const Member& m) { return m.id == member; });
     std::erase_if(waiting_, [member](const Part& part) { return part.member == member; });
-    // It may have been the one to send what waits (answered() said so): the member whose
-    // part waits longest does instead.
-    if (!waiting_.empty())
-        if (const auto* m = this->member(waiting_.front().member)) asio::post(*m->io_context, m->wake);
+    if (!waiting_.empty()) wake_oldest();
 }
 
 const SharedBatches::Member* SharedBatches::member(std::uint64_t id) const {
@@ -35,18 +31,19 @@ const SharedBatches::Member* SharedBatches::member(std::uint64_t id) const {
     return nullptr;
 }
 
-std::shared_ptr<SharedBatches::Call> SharedBatches::offer(std::optional<Part> part, bool take_others, bool force,
-                                                          std::chrono::steady_clock::duration stale_after) {
-    const auto now = std::chrono::steady_clock::now();
+void SharedBatches::wake_oldest() {
+    // Posted under the lock: a member that has not left yet has its io_context still.
+    if (const auto* m = member(waiting_.front().member)) asio::post(*m->io_context, m->wake);
+}
+
+std::shared_ptr<SharedBatches::Call> SharedBatches::offer(std::uint64_t member, std::optional<Part> part,
+                                                          bool take_others, bool force) {
     std::lock_guard lock(mutex_);
-    if (!force) {
-        std::size_t busy = 0;
-        for (const auto& [number, sent] : in_flight_)
-            if (now - sent < stale_after) ++busy;
-        if (busy >= max_in_flight_) {
-            if (part) waiting_.push_back(std::move(*part));
-            return nullptr;
-        }
+    const bool busy = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                  [member](const auto& entry) { return entry.second == member; });
+    if (busy && !force) {
+        if (part) waiting_.push_back(std::move(*part));
+        return nullptr;
     }
     auto call = std::make_shared<Call>();
     std::size_t requests = 0;
@@ -65,8 +62,8 @@ std::shared_ptr<SharedBatches::Call> SharedBatches::offer(std::optional<Part> pa
         }
     if (call->parts.empty()) return nullptr;
     call->number = ++calls_made_;
-    call->sent = now;
-    in_flight_.emplace_back(call->number, now);
+    call->sender = member;
+    in_flight_.emplace_back(call->number, member);
     return call;
 }
 
@@ -77,13 +74,11 @@ bool SharedBatches::answered(const std::shared_ptr<Call>& call, std::uint64_t he
     for (std::size_t i = 0; i < done->parts.size(); ++i) {
         const auto owner = done->parts[i].member;
         if (owner == here) continue;
-        // Posted under the lock: a member that has not left yet has its io_context still.
         if (const auto* m = member(owner))
             asio::post(*m->io_context, [deliver = m->deliver, done, i] { deliver(done, i); });
     }
     if (waiting_.empty()) return false;
-    if (here == 0)
-        if (const auto* m = member(waiting_.front().member)) asio::post(*m->io_context, m->wake);
+    if (here == 0) wake_oldest();
     return true;
 }
 
