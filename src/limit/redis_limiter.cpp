@@ -515,7 +515,7 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch) {
     argv.push_back(std::to_string(batch->keys.size()));
     argv.insert(argv.end(), batch->keys.begin(), batch->keys.end());
     std::move(args.begin(), args.end(), std::back_inserter(argv));
-    connection->evalsha(script_, {}, argv, std::move(on_reply));
+    connection->evalsha(script_, {}, std::move(argv), std::move(on_reply));
 }
 
 void RedisLimiter::offer(std::shared_ptr<Batch> batch, redis::RedisConnection* connection, bool force,
@@ -574,7 +574,7 @@ void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_p
             for (std::size_t i = 0; i < done->parts.size(); ++i)
                 if (done->parts[i].member == member) receive(done, i);
     };
-    connection->evalsha(script_, keys, decide_argv(args), std::move(on_reply));
+    connection->evalsha(script_, std::move(keys), decide_argv(args), std::move(on_reply));
 }
 
 void RedisLimiter::receive(const std::shared_ptr<const SharedBatches::Call>& call, std::size_t index) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <string_view>
@@ -168,8 +169,7 @@ public:
         send(std::move(request), args);
     }
 
-    void evalsha(ScriptId script, const std::vector<std::string>& keys,
-                 const std::vector<std::string>& args, Callback callback) {
+    void evalsha(ScriptId script, std::vector<std::string> keys, std::vector<std::string> args, Callback callback) {
         if (!ready_) return fail_later(std::move(callback), RedisError::Code::not_connected);
         auto request = std::make_unique<Request>(Request{std::move(callback), {}, script});
         auto& argv = request->argv;
@@ -183,8 +183,8 @@ public:
             argv.push_back(code.sha);
         }
         argv.push_back(std::to_string(keys.size()));
-        argv.insert(argv.end(), keys.begin(), keys.end());
-        argv.insert(argv.end(), args.begin(), args.end());
+        std::move(keys.begin(), keys.end(), std::back_inserter(argv));
+        std::move(args.begin(), args.end(), std::back_inserter(argv));
         const auto& sent = request->argv;
         send(std::move(request), sent);
     }
@@ -646,9 +646,9 @@ void RedisConnection::command(const std::vector<std::string>& args, Callback cal
     impl_->command(args, std::move(callback));
 }
 
-void RedisConnection::evalsha(ScriptId script, const std::vector<std::string>& keys,
-                              const std::vector<std::string>& args, Callback callback) {
-    impl_->evalsha(script, keys, args, std::move(callback));
+void RedisConnection::evalsha(ScriptId script, std::vector<std::string> keys, std::vector<std::string> args,
+                              Callback callback) {
+    impl_->evalsha(script, std::move(keys), std::move(args), std::move(callback));
 }
 
 }  // namespace sluice::redis
