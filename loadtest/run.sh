@@ -15,6 +15,7 @@
 #   DURATION=10s  ROUNDS=2  WARMUP=1s  THREADS=2 (wrk)  WORKERS=2 (sluice and the nginx proxy)
 #   CONNS="64 1000"  SCENARIOS="none@64 token_bucket@1000 ... idle10k"  IDLE_CONNS=10000
 #   UPSTREAM_WORKERS=1  SLUICE=build/sluice  RESULTS=loadtest/results  KEEP=1 (keep the work dir)
+#   SHARED_BATCHES=1 (store.redis.shared_batches: true in every Redis scenario)
 #   CPUS_LOAD= CPUS_PROXY= CPUS_UPSTREAM= CPUS_REDIS=  (taskset CPU lists, e.g. CPUS_LOAD=0-3
 #     CPUS_PROXY=4-7 CPUS_UPSTREAM=8-11 CPUS_REDIS=12: each role on cores of its own; unset: anywhere)
 set -uo pipefail
@@ -283,6 +284,10 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
   type: redis
   redis:
     address: \"127.0.0.1:$REDIS_PORT\""
+  # SHARED_BATCHES=1: store.redis.shared_batches (a worker's waiting batch rides with another
+  # worker's call), for before/after runs of one build.
+  [ "${SHARED_BATCHES:-0}" = 1 ] && store="$store
+    shared_batches: true"
   # The same token bucket decided in process, without Redis: what the limiter costs sluice
   # itself, apart from the round trip and Redis's own CPU.
   case "$scenario" in *_memory|*_limit_req) store="

@@ -115,6 +115,9 @@ struct RedisConfig {
     std::vector<Endpoint> nodes;      // cluster mode: seeds
     Duration timeout = 25ms;
     std::string key_prefix = "sluice";
+    // A worker's batch due while its own call is in flight rides with the next call any
+    // worker sends (limit/shared_batches.hpp). Not cluster.
+    bool shared_batches = false;
 };
 
 // store.memory: the in-process store's bound (least recently used keys evicted past it).

@@ -41,7 +41,7 @@ const Keys certificate_keys{"cert", "key"};
 const Keys upstream_tls_keys{"ca", "server_name", "verify", "cert", "key"};
 const Keys redis_keys{"mode",       "address",     "username",          "password",          "database",
                       "timeout",    "key_prefix",  "sentinels",         "master_name",       "sentinel_username",
-                      "sentinel_password", "nodes"};
+                      "sentinel_password", "nodes",       "shared_batches"};
 const Keys route_keys{"name",   "match",    "action",   "upstream",    "on_error",    "limited_status",
                       "limits", "exempt",   "identity", "plan_map",    "plan_header", "default_plan"};
 const Keys plan_entry_keys{"plan", "overrides"};
@@ -879,6 +879,7 @@ void ConfigReader::read_redis(const Field& field) {
     if (const Field* f = section.find("sentinel_username")) assign(redis.sentinel_username, text(*f));
     if (const Field* f = section.find("sentinel_password")) assign(redis.sentinel_password, text(*f));
     if (const Field* f = section.find("nodes")) redis.nodes = read_redis_endpoints(*f);
+    if (const Field* f = section.find("shared_batches")) assign(redis.shared_batches, boolean(*f));
 
     // Which keys go with which mode.
     const char* mode_name = redis.mode == RedisMode::sentinel  ? "sentinel"
@@ -900,6 +901,11 @@ void ConfigReader::read_redis(const Field& field) {
             only_with(key, "sentinel");
     }
     if (redis.mode != RedisMode::cluster) only_with("nodes", "cluster");
+    // A cluster master's calls are its own: a batch for one master cannot ride another's call.
+    if (redis.mode == RedisMode::cluster)
+        if (const Field* f = section.find("shared_batches"); f && redis.shared_batches)
+            diagnostics_.error(f->at, "store.redis.shared_batches is only used with mode: standalone or sentinel "
+                                      "(mode is cluster)");
     if (redis.mode == RedisMode::sentinel) {
         required("sentinels", "the sentinels to ask for the master, host:port each");
         required("master_name", "the name the sentinels monitor the master under");

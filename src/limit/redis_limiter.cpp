@@ -565,14 +565,17 @@ void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_p
         // worker on the next turn of its loop (never from inside a reply callback, which also
         // runs while its connection is failing), or, where it stopped, by the worker whose
         // part waits longest.
-        const bool waiting = shared->answered(call, member_now ? member : 0);
+        std::vector<SharedBatches::Answered> ready;
+        const bool waiting = shared->answered(call, member_now ? member : 0, ready);
         if (!here) return;
         if (waiting && member_now) schedule_flush();
         if (carries_others && --shared_sent_ == 0 && stopped_) asio::post(io_context_, std::exchange(stopped_, nullptr));
         const std::shared_ptr<const SharedBatches::Call> done = call;
-        if (member_now)
-            for (std::size_t i = 0; i < done->parts.size(); ++i)
-                if (done->parts[i].member == member) receive(done, i);
+        if (!member_now) return;
+        for (std::size_t i = 0; i < done->parts.size(); ++i)
+            if (done->parts[i].member == member) receive(done, i);
+        // This worker's batches that rode other workers' calls, answered meanwhile.
+        for (const auto& [other, index] : ready) receive(other, index);
     };
     connection->evalsha(script_, std::move(keys), decide_argv(args), std::move(on_reply));
 }

@@ -1,6 +1,7 @@
 #include "limit/shared_batches.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
@@ -27,6 +28,12 @@ void SharedBatches::leave(std::uint64_t member) {
 
 const SharedBatches::Member* SharedBatches::member(std::uint64_t id) const {
     for (const auto& m : members_)
+        if (m.id == id) return &m;
+    return nullptr;
+}
+
+SharedBatches::Member* SharedBatches::member(std::uint64_t id) {
+    for (auto& m : members_)
         if (m.id == id) return &m;
     return nullptr;
 }
@@ -67,16 +74,25 @@ std::shared_ptr<SharedBatches::Call> SharedBatches::offer(std::uint64_t member, 
     return call;
 }
 
-bool SharedBatches::answered(const std::shared_ptr<Call>& call, std::uint64_t here) {
+bool SharedBatches::answered(const std::shared_ptr<Call>& call, std::uint64_t here, std::vector<Answered>& ready) {
     std::shared_ptr<const Call> done = call;
     std::lock_guard lock(mutex_);
     std::erase_if(in_flight_, [&](const auto& entry) { return entry.first == call->number; });
     for (std::size_t i = 0; i < done->parts.size(); ++i) {
         const auto owner = done->parts[i].member;
         if (owner == here) continue;
-        if (const auto* m = member(owner))
-            asio::post(*m->io_context, [deliver = m->deliver, done, i] { deliver(done, i); });
+        auto* m = member(owner);
+        if (m == nullptr) continue;
+        const bool busy = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                      [owner](const auto& entry) { return entry.second == owner; });
+        if (busy) m->kept.emplace_back(done, i);
+        else asio::post(*m->io_context, [deliver = m->deliver, done, i] { deliver(done, i); });
     }
+    if (here != 0)
+        if (auto* m = member(here)) {
+            std::move(m->kept.begin(), m->kept.end(), std::back_inserter(ready));
+            m->kept.clear();
+        }
     if (waiting_.empty()) return false;
     if (here == 0) wake_oldest();
     return true;

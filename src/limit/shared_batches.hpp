@@ -89,10 +89,15 @@ public:
     // its own, which fails at once). `force`: send even with a call in flight (a full batch
     // never waits).
     std::shared_ptr<Call> offer(std::uint64_t member, std::optional<Part> part, bool take_others, bool force);
-    // `call` was answered (its result is set): each member's part is posted to it, except
-    // `here`'s (0: none), which its caller concludes itself. Returns whether parts wait, which
-    // `here` sends next; with `here` 0 the member whose part waits longest is woken to do it.
-    bool answered(const std::shared_ptr<Call>& call, std::uint64_t here);
+    // A part of an answered call, for its member.
+    using Answered = std::pair<std::shared_ptr<const Call>, std::size_t>;
+    // `call` was answered (its result is set). `here` (0: none) concludes its own parts of it
+    // itself. Another member's part is kept for it while it has a call of its own in flight
+    // (it takes them when that call is answered: no wake-up of its thread, and no later than
+    // its batch would have been answered without riding), else posted to it. `ready` gets what
+    // was kept for `here`. Returns whether parts wait, which `here` sends next; with `here` 0
+    // the member whose part waits longest is woken to do it.
+    bool answered(const std::shared_ptr<Call>& call, std::uint64_t here, std::vector<Answered>& ready);
 
     // For tests: parts waiting, calls in flight.
     std::size_t waiting() const;
@@ -104,7 +109,9 @@ private:
         boost::asio::io_context* io_context;
         Deliver deliver;
         Wake wake;
+        std::vector<Answered> kept;  // its parts answered while it had a call in flight
     };
+    Member* member(std::uint64_t id);  // under the lock
     const Member* member(std::uint64_t id) const;  // under the lock
     void wake_oldest();                            // under the lock
 

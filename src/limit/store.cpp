@@ -94,7 +94,9 @@ std::unique_ptr<Store> make_store(boost::asio::io_context& io, const config::Sto
 }
 
 std::shared_ptr<SharedBatches> make_shared_batches(const config::StoreConfig& config) {
-    if (config.type != config::StoreType::redis || config.redis.mode == config::RedisMode::cluster) return nullptr;
+    if (config.type != config::StoreType::redis || config.redis.mode == config::RedisMode::cluster ||
+        !config.redis.shared_batches)
+        return nullptr;
     return std::make_shared<SharedBatches>();
 }
 

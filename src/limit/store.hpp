@@ -66,9 +66,9 @@ public:
 // `shared`: the process's queue of batches (make_shared_batches), or nullptr.
 std::unique_ptr<Store> make_store(boost::asio::io_context& io_context, const config::StoreConfig& config,
                                   MemoryLimiter* memory, std::shared_ptr<SharedBatches> shared = nullptr);
-// One per process, for its workers' stores: their decisions go out as few calls as possible
-// (shared_batches.hpp). nullptr where it does not apply (the memory store; a Redis Cluster,
-// where each master has its own calls).
+// One per process, for its workers' stores (shared_batches.hpp), where store.redis.shared_batches
+// asks for it; else nullptr (always for the memory store and a Redis Cluster, where each
+// master has its own calls).
 std::shared_ptr<SharedBatches> make_shared_batches(const config::StoreConfig& config);
 
 }  // namespace sluice::limit

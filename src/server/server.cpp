@@ -75,7 +75,8 @@ std::vector<std::string> restart_only_changes(const config::Config& before, cons
         a.redis.database != b.redis.database || a.redis.timeout != b.redis.timeout ||
         a.redis.key_prefix != b.redis.key_prefix || addresses(a.redis.sentinels) != addresses(b.redis.sentinels) ||
         a.redis.master_name != b.redis.master_name || a.redis.sentinel_username != b.redis.sentinel_username ||
-        a.redis.sentinel_password != b.redis.sentinel_password || addresses(a.redis.nodes) != addresses(b.redis.nodes))
+        a.redis.sentinel_password != b.redis.sentinel_password || addresses(a.redis.nodes) != addresses(b.redis.nodes) ||
+        a.redis.shared_batches != b.redis.shared_batches)
         changed.push_back("store (type, redis)");
     return changed;
 }
@@ -295,7 +296,7 @@ bool Server::start() {
     if (config_->store.type == config::StoreType::memory)
         memory_limiter_ = std::make_unique<limit::MemoryLimiter>(
             config_->store.redis.key_prefix, &limit::MemoryLimiter::wall_microseconds, config_->store.memory.max_keys);
-    // redis (standalone or Sentinel): the workers' decisions go out as few calls as possible.
+    // store.redis.shared_batches: a worker's waiting batch rides with another worker's call.
     const auto shared_batches = limit::make_shared_batches(config_->store);
     const unsigned count = worker_count(config_->server);
     for (unsigned i = 0; i < count; ++i)

@@ -20,6 +20,8 @@ LIMIT = 100
 
 
 class AccuracyTest(SluiceTestCase):
+    WORKERS_EACH = WORKERS
+
     def store(self):
         """The `store` section both instances share (test_redis_cluster runs this test
         against a Redis Cluster by overriding it)."""
@@ -40,13 +42,13 @@ class AccuracyTest(SluiceTestCase):
         for _ in range(INSTANCES):
             port = free_port()
             s = self.start_sluice(proxy_config(
-                port, {"app": self.up.address}, routes, server={"workers": WORKERS},
+                port, {"app": self.up.address}, routes, server={"workers": self.WORKERS_EACH},
                 extra={"store": store}))
             s.wait_store_connected(self.connections_per_instance())
             self.instances.append(s)
 
     def connections_per_instance(self):
-        return WORKERS
+        return self.WORKERS_EACH
 
     def hammer(self, prefix):
         """CONNECTIONS threads, alternating between the instances, each sending
@@ -88,7 +90,7 @@ class AccuracyTest(SluiceTestCase):
         upstream = sum(1 for r in self.up.requests if r.target.startswith(prefix + "/"))
         per_instance = ", ".join(f"instance {i + 1}: {c[200]}" for i, c in enumerate(results))
         print(f"\n    accuracy {algorithm} ({detail}{self.where()}): limit={LIMIT} instances={INSTANCES} "
-              f"workers_each={WORKERS} connections={CONNECTIONS} requests={requests} "
+              f"workers_each={self.WORKERS_EACH} connections={CONNECTIONS} requests={requests} "
               f"admitted={total[200]} ({per_instance}) limited={total[429]} "
               f"upstream_saw={upstream} in {took:.2f}s")
         self.assertEqual(sum(total.values()), requests)
@@ -114,6 +116,20 @@ class AccuracyTest(SluiceTestCase):
 
     def test_token_bucket_exact_across_two_instances(self):
         self.check("/tb", "token_bucket", "burst 100, rate 1 per 1h")
+
+
+class SharedBatchesAccuracyTest(AccuracyTest):
+    """The same with store.redis.shared_batches: four workers per instance, whose batches ride
+    each other's calls while their own is in flight; still exactly the limit."""
+    WORKERS_EACH = 4
+
+    def store(self):
+        store = super().store()
+        store["redis"]["shared_batches"] = True
+        return store
+
+    def where(self):
+        return ", shared batches"
 
 
 if __name__ == "__main__":

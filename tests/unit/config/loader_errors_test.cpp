@@ -82,7 +82,7 @@ TEST_CASE("loader errors: unknown keys at every level, with suggestions", "[conf
         {"store:\n  typ: memory\n", {"2:3: unknown key 'typ' in store (did you mean 'type'?)"}},
         {"store:\n  redis:\n    db: 1\n",
          {"3:5: unknown key 'db' in store.redis (known keys: mode, address, username, password, database, timeout, "
-          "key_prefix, sentinels, master_name, sentinel_username, sentinel_password, nodes)"}},
+          "key_prefix, sentinels, master_name, sentinel_username, sentinel_password, nodes, shared_batches)"}},
         {"upstreams:\n  app:\n    servers: [\"h:1\"]\n    timout: 1s\n",
          {"4:5: unknown key 'timout' in upstream (did you mean 'timeout'?)"}},
         {"responses:\n  status: 429\n", {"2:3: unknown key 'status' in responses (known keys: limited_status, headers)"}},
@@ -180,6 +180,10 @@ TEST_CASE("loader errors: store.redis modes", "[config][loader]") {
          {"5:5: store.redis.master_name is only used with mode: sentinel (mode is cluster)"}},
         {"store:\n  redis:\n    nodes: [\"10.0.0.1:7000\"]\n",
          {"3:5: store.redis.nodes is only used with mode: cluster (mode is standalone)"}},
+        {"store:\n  redis:\n    mode: cluster\n    nodes: [\"10.0.0.1:7000\"]\n    shared_batches: true\n",
+         {"5:21: store.redis.shared_batches is only used with mode: standalone or sentinel (mode is cluster)"}},
+        {"store:\n  redis:\n    shared_batches: sometimes\n",
+         {"3:21: 'shared_batches' must be true or false, got 'sometimes'"}},
         {"store:\n  redis:\n    username: u\n", {"3:5: store.redis.username needs store.redis.password"}},
     });
 }

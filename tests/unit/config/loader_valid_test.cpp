@@ -47,6 +47,7 @@ store:
     database: 2
     timeout: 50ms
     key_prefix: rl
+    shared_batches: true
   memory:
     max_keys: 5000
   on_error: deny
@@ -131,6 +132,7 @@ TEST_CASE("loader: a config with every key maps onto the structs", "[config][loa
     CHECK(config.store.redis.database == 2);
     CHECK(config.store.redis.timeout == 50ms);
     CHECK(config.store.redis.key_prefix == "rl");
+    CHECK(config.store.redis.shared_batches);
     CHECK(config.store.on_error == OnError::deny);
 
     REQUIRE(config.upstreams.size() == 2);

@@ -416,16 +416,28 @@ TEST_CASE("shared batches: a batch waits while its worker has a call in flight a
     CHECK(alone->parts.size() == 1);
     CHECK(shared.waiting() == 1);
 
-    // Answered where b concludes its own: a's two parts are posted to a, nothing to b; b's
-    // part waits, which b (free again) sends next: nobody is woken.
-    CHECK(shared.answered(second, b));
-    CHECK(polled(io_a) == 2);
-    CHECK(delivered_a == std::vector<std::pair<std::uint64_t, std::size_t>>{{second->number, 1}, {second->number, 2}});
+    // Answered where b concludes its own: a has calls of its own in flight, so its two parts
+    // are kept for it (no wake-up of its thread); nothing to b. b's part waits, which b (free
+    // again) sends next: nobody is woken.
+    std::vector<limit::SharedBatches::Answered> ready;
+    CHECK(shared.answered(second, b, ready));
+    CHECK(ready.empty());
+    CHECK(polled(io_a) == 0);
     CHECK(polled(io_b) == 0);
     CHECK(woken_a + woken_b + woken_c == 0);
-    // Answered where its sender cannot conclude it (it stopped): posted to its owner, and the
-    // member whose part waits longest is woken to send it.
-    CHECK(shared.answered(alone, 0));
+    // a's own call is answered: a takes what was kept for it.
+    CHECK(shared.answered(first, a, ready));
+    REQUIRE(ready.size() == 2);
+    CHECK(ready[0].first == second);
+    CHECK(ready[0].second == 1);
+    CHECK(ready[1].second == 2);
+    ready.clear();
+    CHECK(polled(io_a) == 0);
+    CHECK(delivered_a.empty());
+    // Answered where its sender cannot conclude it (it stopped): its owner, with no call in
+    // flight, gets its part posted, and the member whose part waits longest is woken to send it.
+    CHECK(shared.answered(alone, 0, ready));
+    CHECK(ready.empty());
     CHECK(polled(io_b) == 1);
     CHECK(woken_b == 1);
     CHECK(polled(io_c) == 1);  // its part (its limiter, gone or stopped, concludes nothing)
@@ -438,24 +450,24 @@ TEST_CASE("shared batches: a batch waits while its worker has a call in flight a
     // A member that leaves: its waiting parts are dropped and nothing is posted to it; the
     // member whose part waits longest is woken, should the one leaving have been the one to
     // send it.
-    CHECK_FALSE(shared.offer(a, part_of(a, 5, 1), true, false));  // a: first and forced in flight
+    CHECK_FALSE(shared.offer(a, part_of(a, 5, 1), true, false));  // a: `forced` in flight
     CHECK_FALSE(shared.offer(b, part_of(b, 3, 1), true, false));
     shared.leave(a);
     CHECK(shared.waiting() == 1);
     CHECK(polled(io_b) == 1);
     CHECK(woken_b == 2);
-    CHECK(shared.answered(first, 0));  // b's part waits: b is woken each time
-    CHECK(shared.answered(forced, 0));
+    CHECK(shared.answered(forced, 0, ready));  // b's part waits: b is woken
     CHECK(polled(io_a) == 0);
-    CHECK(polled(io_b) == 2);
-    CHECK(woken_b == 4);
-    CHECK(shared.answered(next, b));
+    CHECK(polled(io_b) == 1);
+    CHECK(woken_b == 3);
+    CHECK(shared.answered(next, b, ready));
     CHECK(shared.in_flight() == 0);
     auto last = shared.offer(b, std::nullopt, true, false);
     REQUIRE(last);
     CHECK(last->parts[0].id == 3);
-    CHECK_FALSE(shared.answered(last, b));
+    CHECK_FALSE(shared.answered(last, b, ready));
     CHECK(shared.waiting() == 0);
+    CHECK(ready.empty());
 }
 
 TEST_CASE("redis limiter: a batch due while its worker's call is in flight goes with another worker's call",
