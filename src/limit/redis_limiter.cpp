@@ -1,5 +1,6 @@
 #include "limit/redis_limiter.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -150,6 +151,9 @@ void RedisLimiter::watch_deadlines(bool poll) {
             // is late only if Redis is. (Callbacks may add and drop deadlines: start over.)
             poll = false;
             topology_.poll_replies();
+            // And what other workers' calls answered for it, kept while its own call is late.
+            if (member_ != 0)
+                for (const auto& [call, index] : shared_->take_kept(member_)) receive(call, index);
             continue;
         }
         deadlines_.pop_front();
@@ -198,6 +202,14 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topolo
 }
 
 void RedisLimiter::stop(std::function<void()> then) {
+    if (stopped_) {
+        // Stopped already, and still waiting for calls carrying others' decisions: after those.
+        stopped_ = [first = std::move(stopped_), then = std::move(then)] {
+            first();
+            then();
+        };
+        return;
+    }
     if (member_ == 0) return then();
     shared_->leave(member_);
     member_ = 0;
@@ -206,14 +218,13 @@ void RedisLimiter::stop(std::function<void()> then) {
     for (auto& [id, batch] : handed)
         for (auto& pending : batch->pending) pending->answer(Decision::store_failure("shutting down"));
     if (shared_sent_ == 0) return then();
-    // Answered (send_shared's callback) or at the deadline, whichever comes first: once.
-    auto once = std::make_shared<std::function<void()>>(std::move(then));
-    stopped_ = [once] {
-        if (auto f = std::exchange(*once, nullptr)) f();
-    };
-    auto timer = std::make_shared<asio::steady_timer>(io_context_, timeout_);
-    timer->async_wait([timer, once](const boost::system::error_code&) {
-        if (auto f = std::exchange(*once, nullptr)) f();
+    // When they are answered (send_shared's callback), or at the deadline: whichever is first.
+    stopped_ = std::move(then);
+    stop_timer_ = std::make_unique<DeadlineTimer>(io_context_);
+    stop_timer_->timer.expires_after(timeout_);
+    stop_timer_->timer.async_wait([this, alive = std::weak_ptr<int>(alive_)](const boost::system::error_code& ec) {
+        if (ec || alive.expired()) return;
+        if (auto f = std::exchange(stopped_, nullptr)) f();
     });
 }
 
@@ -520,6 +531,26 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch) {
 
 void RedisLimiter::offer(std::shared_ptr<Batch> batch, redis::RedisConnection* connection, bool force,
                          bool write_now) {
+    // Parts whose decisions were all answered (by their deadlines) need nothing more: a late
+    // reply for them finds nothing to answer.
+    std::erase_if(handed_, [](const auto& entry) {
+        const auto& pending = entry.second->pending;
+        return std::all_of(pending.begin(), pending.end(), [](const auto& p) { return p->answered; });
+    });
+    const bool ready = connection != nullptr && connection->ready();
+    if (!ready) {
+        // The connection is down: this worker's batches fail now, as they would without the
+        // queue, not at their deadline (and are never sent when Redis is back).
+        for (auto& waiting : shared_->withdraw(member_)) {
+            auto it = handed_.find(waiting.id);
+            if (it == handed_.end()) continue;
+            for (auto& pending : it->second->pending)
+                pending->answer(Decision::store_failure("not connected to redis"));
+            handed_.erase(it);
+        }
+        if (!batch) return;
+        force = true;  // its own batch goes alone, and fails at once
+    }
     std::optional<SharedBatches::Part> part;
     if (batch) {
         if (batch->pending.empty()) return;
@@ -528,10 +559,9 @@ void RedisLimiter::offer(std::shared_ptr<Batch> batch, redis::RedisConnection* c
         part->id = ++parts_made_;
         part->keys = std::move(batch->keys);
         part->args = batch->args.take_parts();
+        part->expires = batch->pending.back()->deadline;
         handed_.emplace(part->id, std::move(batch));
     }
-    const bool ready = connection != nullptr && connection->ready();
-    if (!part && !ready) return;
     auto call = shared_->offer(member_, std::move(part), ready, force);
     if (!call) return;  // handed over: the next call takes it
     send_shared(connection, std::move(call));
@@ -569,7 +599,13 @@ void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_p
         const bool waiting = shared->answered(call, member_now ? member : 0, ready);
         if (!here) return;
         if (waiting && member_now) schedule_flush();
-        if (carries_others && --shared_sent_ == 0 && stopped_) asio::post(io_context_, std::exchange(stopped_, nullptr));
+        if (carries_others && --shared_sent_ == 0 && stopped_) {
+            if (stop_timer_) stop_timer_->timer.cancel();
+            asio::post(io_context_, [this, alive] {
+                if (alive.expired()) return;
+                if (auto f = std::exchange(stopped_, nullptr)) f();
+            });
+        }
         const std::shared_ptr<const SharedBatches::Call> done = call;
         if (!member_now) return;
         for (std::size_t i = 0; i < done->parts.size(); ++i)

@@ -190,6 +190,7 @@ private:
     std::unordered_map<std::uint64_t, std::shared_ptr<Batch>> handed_;
     std::size_t shared_sent_ = 0;
     std::function<void()> stopped_;
+    std::unique_ptr<DeadlineTimer> stop_timer_;
 };
 
 }  // namespace sluice::limit

@@ -43,9 +43,34 @@ void SharedBatches::wake_oldest() {
     if (const auto* m = member(waiting_.front().member)) asio::post(*m->io_context, m->wake);
 }
 
+std::vector<SharedBatches::Part> SharedBatches::withdraw(std::uint64_t member) {
+    std::vector<Part> own;
+    std::lock_guard lock(mutex_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+        if (it->member != member) {
+            ++it;
+            continue;
+        }
+        own.push_back(std::move(*it));
+        it = waiting_.erase(it);
+    }
+    return own;
+}
+
+std::vector<SharedBatches::Answered> SharedBatches::take_kept(std::uint64_t member) {
+    std::lock_guard lock(mutex_);
+    auto* m = this->member(member);
+    if (m == nullptr) return {};
+    return std::exchange(m->kept, {});
+}
+
 std::shared_ptr<SharedBatches::Call> SharedBatches::offer(std::uint64_t member, std::optional<Part> part,
                                                           bool take_others, bool force) {
+    const auto now = std::chrono::steady_clock::now();
     std::lock_guard lock(mutex_);
+    // Parts whose every decision was answered by its deadline: sending them would count
+    // requests already answered (they are their owners' to forget).
+    std::erase_if(waiting_, [now](const Part& p) { return p.expires <= now; });
     const bool busy = std::any_of(in_flight_.begin(), in_flight_.end(),
                                   [member](const auto& entry) { return entry.second == member; });
     if (busy && !force) {

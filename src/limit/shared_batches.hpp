@@ -52,6 +52,9 @@ public:
         std::uint64_t id = 0;      // which, in its member's numbering
         std::vector<std::string> keys;
         DecideParts args;
+        // When its last decision's deadline has passed: every decision of it was answered
+        // then (a store error), so it is no longer worth sending and is dropped from the queue.
+        std::chrono::steady_clock::time_point expires = std::chrono::steady_clock::time_point::max();
     };
     // One call: its parts in order and, once answered, its result. Read only once sent; the
     // members read their parts from any thread.
@@ -98,6 +101,13 @@ public:
     // was kept for `here`. Returns whether parts wait, which `here` sends next; with `here` 0
     // the member whose part waits longest is woken to do it.
     bool answered(const std::shared_ptr<Call>& call, std::uint64_t here, std::vector<Answered>& ready);
+
+    // The member's own waiting parts, taken out of the queue (its connection is down: they
+    // fail now, as they would have without the queue, rather than at their deadline and then
+    // be sent anyway when Redis is back).
+    std::vector<Part> withdraw(std::uint64_t member);
+    // What was kept for the member (its own call is late: its deadline looks before failing).
+    std::vector<Answered> take_kept(std::uint64_t member);
 
     // For tests: parts waiting, calls in flight.
     std::size_t waiting() const;

@@ -313,6 +313,18 @@ std::size_t polled(boost::asio::io_context& io) {
     return io.poll();
 }
 
+// Two workers' limiters on one Redis sharing a queue of batches, connected.
+struct TwoWorkers {
+    TwoWorkers(std::uint16_t port, std::chrono::milliseconds timeout)
+        : shared(std::make_shared<limit::SharedBatches>()), a(port, timeout, shared), b(port, timeout, shared) {
+        a.wait_ready();
+        b.wait_ready();
+    }
+    std::shared_ptr<limit::SharedBatches> shared;
+    Fixture a;
+    Fixture b;
+};
+
 limit::SharedBatches::Part part_of(std::uint64_t member, std::uint64_t id, std::size_t requests) {
     limit::SharedBatches::Part part;
     part.member = member;
@@ -470,15 +482,74 @@ TEST_CASE("shared batches: a batch waits while its worker has a call in flight a
     CHECK(ready.empty());
 }
 
+TEST_CASE("shared batches: expired parts are dropped, a member's own are withdrawn, kept answers taken early",
+          "[shared_batches]") {
+    boost::asio::io_context io_a, io_b;
+    limit::SharedBatches shared;
+    const auto a = shared.join(io_a, [](const auto&, std::size_t) {}, [] {});
+    const auto b = shared.join(io_b, [](const auto&, std::size_t) {}, [] {});
+    auto own = shared.offer(a, part_of(a, 1, 1), true, false);
+    REQUIRE(own);
+    auto late = part_of(a, 2, 1);
+    late.expires = std::chrono::steady_clock::now() - 1ms;  // every decision of it answered
+    CHECK_FALSE(shared.offer(a, std::move(late), true, false));
+    CHECK_FALSE(shared.offer(a, part_of(a, 3, 2), true, false));
+    CHECK_FALSE(shared.offer(a, part_of(a, 4, 3), true, false));
+    // b sends: the expired part is dropped, never sent; the others ride.
+    auto rides = shared.offer(b, std::nullopt, true, false);
+    REQUIRE(rides);
+    REQUIRE(rides->parts.size() == 2);
+    CHECK(rides->parts[0].id == 3);
+    CHECK(rides->parts[1].id == 4);
+    // Answered while a's own call is still out: kept for a, and a's deadline can take it.
+    std::vector<limit::SharedBatches::Answered> ready;
+    CHECK_FALSE(shared.answered(rides, b, ready));
+    CHECK(polled(io_a) == 0);
+    const auto kept = shared.take_kept(a);
+    REQUIRE(kept.size() == 2);
+    CHECK(kept[1].second == 1);
+    CHECK(shared.take_kept(a).empty());
+    // a's connection went down: its waiting parts come back to it, b's stay.
+    CHECK_FALSE(shared.offer(a, part_of(a, 5, 1), true, false));
+    CHECK_FALSE(shared.offer(b, part_of(b, 1, 1), false, false) == nullptr);  // b: a call in flight
+    CHECK_FALSE(shared.offer(b, part_of(b, 2, 1), true, false));
+    const auto withdrawn = shared.withdraw(a);
+    REQUIRE(withdrawn.size() == 1);
+    CHECK(withdrawn[0].id == 5);
+    CHECK(shared.waiting() == 1);
+}
+
+TEST_CASE("redis limiter: with its connection gone, a worker's waiting batch fails at once, not at its deadline",
+          "[redis_limiter][redis][shared_batches]") {
+    RedisServer server;
+    TwoWorkers workers(server.port(), 5s);
+    auto& shared = workers.shared;
+    auto& a = workers.a;
+    const std::vector<config::LimitConfig> limits{token_bucket("tb", 1, 3600s, 10)};
+    server.suspend();
+    a.decide_async(limits);
+    run_for(a.io, 20ms);
+    a.decide_async(limits);  // waits behind a's call: b sends nothing to take it along
+    run_for(a.io, 20ms);
+    REQUIRE(shared->waiting() == 1);
+    const auto start = std::chrono::steady_clock::now();
+    server.kill();
+    REQUIRE(run_both_until(a.io, workers.b.io, [&] { return a.decisions.size() == 2; }));
+    CHECK(std::chrono::steady_clock::now() - start < 3s);  // far from the 5 s deadline
+    CHECK(a.decisions[0].outcome == Outcome::store_error);
+    CHECK(a.decisions[1].outcome == Outcome::store_error);
+    CHECK_THAT(a.decisions[1].error, !Catch::Contains("within"));
+    CHECK(shared->waiting() == 0);
+}
+
 TEST_CASE("redis limiter: a batch due while its worker's call is in flight goes with another worker's call",
           "[redis_limiter][redis][shared_batches]") {
     RedisServer server;
     SyncRedis check(server.port());
-    auto shared = std::make_shared<limit::SharedBatches>();
-    Fixture a(server.port(), 2s, shared);
-    Fixture b(server.port(), 2s, shared);
-    a.wait_ready();
-    b.wait_ready();
+    TwoWorkers workers(server.port(), 2s);
+    auto& shared = workers.shared;
+    auto& a = workers.a;
+    auto& b = workers.b;
     const std::vector<config::LimitConfig> limits{token_bucket("tb", 1, 3600s, 10)};
 
     server.suspend();  // the first call stays in flight
@@ -535,12 +606,11 @@ TEST_CASE("redis limiter: a batch due while its worker's call is in flight goes 
 TEST_CASE("redis limiter: a shared call that fails fails every worker's part; a stopping worker's do not wait",
           "[redis_limiter][redis][shared_batches]") {
     RedisServer server;
-    auto shared = std::make_shared<limit::SharedBatches>();
     // Long deadlines: every answer below is the call's, never a deadline's.
-    Fixture a(server.port(), 10s, shared);
-    Fixture b(server.port(), 10s, shared);
-    a.wait_ready();
-    b.wait_ready();
+    TwoWorkers workers(server.port(), 10s);
+    auto& shared = workers.shared;
+    auto& a = workers.a;
+    auto& b = workers.b;
     const std::vector<config::LimitConfig> limits{token_bucket("tb", 1, 3600s, 10)};
     server.suspend();
     a.decide_async(limits);
@@ -621,7 +691,7 @@ TEST_CASE("redis limiter: workers on their own threads sharing a queue: every de
     std::atomic<int> started{0};
     std::atomic<int> done{0};
     std::vector<std::thread> threads;
-    std::vector<bool> finished(workers, false);
+    std::vector<char> finished(workers, 0);  // one element per thread (not vector<bool>'s shared bits)
     for (int w = 0; w < workers; ++w)
         threads.emplace_back([&, w] {
             auto& f = *fixtures[w];
