@@ -89,6 +89,7 @@ std::shared_ptr<SharedBatches::Call> SharedBatches::offer(std::uint64_t member, 
     if (take_others)
         while (!waiting_.empty() &&
                (call->parts.empty() || requests + waiting_.front().args.requests() <= max_requests_)) {
+            if (waiting_.front().member != member) ++carried_;
             add(std::move(waiting_.front()));
             waiting_.pop_front();
         }
@@ -126,6 +127,11 @@ bool SharedBatches::answered(const std::shared_ptr<Call>& call, std::uint64_t he
 std::size_t SharedBatches::waiting() const {
     std::lock_guard lock(mutex_);
     return waiting_.size();
+}
+
+std::uint64_t SharedBatches::carried() const {
+    std::lock_guard lock(mutex_);
+    return carried_;
 }
 
 std::size_t SharedBatches::in_flight() const {

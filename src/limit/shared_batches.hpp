@@ -112,6 +112,8 @@ public:
     // For tests: parts waiting, calls in flight.
     std::size_t waiting() const;
     std::size_t in_flight() const;
+    // Batches sent in another member's call so far (sluice_redis_shared_batches_total).
+    std::uint64_t carried() const;
 
 private:
     struct Member {
@@ -132,6 +134,7 @@ private:
     std::vector<std::pair<std::uint64_t, std::uint64_t>> in_flight_;  // call number, sender
     std::uint64_t members_made_ = 0;
     std::uint64_t calls_made_ = 0;
+    std::uint64_t carried_ = 0;
 };
 
 }  // namespace sluice::limit

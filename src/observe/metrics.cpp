@@ -185,6 +185,12 @@ std::string prometheus_text(const Metrics& m) {
                        "to stay within store.memory.max_keys.\n"
                        "# TYPE sluice_memory_store_evictions_total counter\nsluice_memory_store_evictions_total {}\n",
                        m.memory_store_keys(), m.memory_store_evictions());
+    if (m.redis_shared_batches)
+        fmt::format_to(it,
+                       "# HELP sluice_redis_shared_batches_total Batches of decisions sent in another worker's Redis "
+                       "call (store.redis.shared_batches).\n"
+                       "# TYPE sluice_redis_shared_batches_total counter\nsluice_redis_shared_batches_total {}\n",
+                       m.redis_shared_batches());
     const auto nodes = m.store_nodes();
     if (!nodes.empty()) {
         std::size_t up = 0;

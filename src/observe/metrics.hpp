@@ -198,6 +198,8 @@ public:
     // store.type memory only (unset: not exported).
     std::function<std::uint64_t()> memory_store_keys;
     std::function<std::uint64_t()> memory_store_evictions;
+    // store.redis.shared_batches only (unset: not exported): batches sent in another worker's call.
+    std::function<std::uint64_t()> redis_shared_batches;
     std::function<bool()> store_ready = [] { return true; };
     // The store's servers (Redis nodes, sentinels); `up` when every worker talks to it.
     struct StoreNode {

@@ -24,6 +24,7 @@
 
 #include "config/loader.hpp"
 #include "limit/memory_limiter.hpp"
+#include "limit/shared_batches.hpp"
 #include "limit/store.hpp"
 #include "observe/admin_server.hpp"
 #include "observe/recent_limited.hpp"
@@ -304,6 +305,7 @@ bool Server::start() {
             std::make_unique<Worker>(i, snapshot_, connections_, memory_limiter_.get(), shared_batches));
 
     metrics_.connections_active = [this] { return static_cast<std::uint64_t>(connections_.load()); };
+    if (shared_batches) metrics_.redis_shared_batches = [shared_batches] { return shared_batches->carried(); };
     if (memory_limiter_) {
         metrics_.memory_store_keys = [this] { return static_cast<std::uint64_t>(memory_limiter_->size()); };
         metrics_.memory_store_evictions = [this] { return memory_limiter_->evictions(); };

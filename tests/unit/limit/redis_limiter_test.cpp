@@ -325,6 +325,12 @@ struct TwoWorkers {
     Fixture b;
 };
 
+// A decision asked for goes out (or into the queue) on its worker's next turn: runs `f`'s loop
+// until the queue is as `expected` says, however busy the machine.
+void run_until_queue(Fixture& f, const std::function<bool()>& expected) {
+    REQUIRE(run_until(f.io, expected));
+}
+
 limit::SharedBatches::Part part_of(std::uint64_t member, std::uint64_t id, std::size_t requests) {
     limit::SharedBatches::Part part;
     part.member = member;
@@ -419,6 +425,7 @@ TEST_CASE("shared batches: a batch waits while its worker has a call in flight a
     CHECK(second->first_key == std::vector<std::size_t>{0, 1, 3});
     CHECK(second->keys == 7);
     CHECK(shared.waiting() == 0);
+    CHECK(shared.carried() == 2);  // a's two, in b's call
     CHECK(shared.in_flight() == 3);
     // A connection that is not ready sends only its own; nothing to send is no call.
     CHECK_FALSE(shared.offer(c, std::nullopt, true, false));
@@ -458,6 +465,7 @@ TEST_CASE("shared batches: a batch waits while its worker has a call in flight a
     REQUIRE(next);
     CHECK(next->parts.size() == 1);
     CHECK(next->parts[0].id == 2);
+    CHECK(shared.carried() == 2);  // b's own, in b's call: not another worker's
 
     // A member that leaves: its waiting parts are dropped and nothing is posted to it; the
     // member whose part waits longest is woken, should the one leaving have been the one to
@@ -528,10 +536,9 @@ TEST_CASE("redis limiter: with its connection gone, a worker's waiting batch fai
     const std::vector<config::LimitConfig> limits{token_bucket("tb", 1, 3600s, 10)};
     server.suspend();
     a.decide_async(limits);
-    run_for(a.io, 20ms);
+    run_until_queue(a, [&] { return shared->in_flight() == 1; });
     a.decide_async(limits);  // waits behind a's call: b sends nothing to take it along
-    run_for(a.io, 20ms);
-    REQUIRE(shared->waiting() == 1);
+    run_until_queue(a, [&] { return shared->waiting() == 1; });
     const auto start = std::chrono::steady_clock::now();
     server.kill();
     REQUIRE(run_both_until(a.io, workers.b.io, [&] { return a.decisions.size() == 2; }));
@@ -554,15 +561,12 @@ TEST_CASE("redis limiter: a batch due while its worker's call is in flight goes 
 
     server.suspend();  // the first call stays in flight
     a.decide_async(limits);
-    run_for(a.io, 20ms);
-    CHECK(shared->in_flight() == 1);
+    run_until_queue(a, [&] { return shared->in_flight() == 1; });
     a.decide_async(limits);
-    run_for(a.io, 20ms);
-    CHECK(shared->waiting() == 1);  // a's second, behind its first
+    run_until_queue(a, [&] { return shared->waiting() == 1; });  // a's second, behind its first
     b.decide_async(limits);
-    run_for(b.io, 20ms);
+    run_until_queue(b, [&] { return shared->in_flight() == 2; });
     CHECK(shared->waiting() == 0);  // b sent it with its own
-    CHECK(shared->in_flight() == 2);
     server.resume();
     REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 2 && b.decisions.size() == 1; }));
     // One key, three decisions in two calls on two connections (which Redis runs in either
@@ -585,11 +589,11 @@ TEST_CASE("redis limiter: a batch due while its worker's call is in flight goes 
         REQUIRE(b.decide(one).outcome == Outcome::allowed);
         server.suspend();
         a.decide_async(one);
-        run_for(a.io, 20ms);
+        run_until_queue(a, [&] { return shared->in_flight() == 1; });
         a.decide_async(one);
-        run_for(a.io, 20ms);
+        run_until_queue(a, [&] { return shared->waiting() == 1; });
         b.decide_async(one);
-        run_for(b.io, 20ms);
+        run_until_queue(b, [&] { return shared->in_flight() == 2 && shared->waiting() == 0; });
         server.resume();
         REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 5 && b.decisions.size() == 3; }));
         // b's decide took the one token: every one of these was refused, wherever it was sent.
@@ -614,13 +618,12 @@ TEST_CASE("redis limiter: a shared call that fails fails every worker's part; a 
     const std::vector<config::LimitConfig> limits{token_bucket("tb", 1, 3600s, 10)};
     server.suspend();
     a.decide_async(limits);
-    run_for(a.io, 20ms);
+    run_until_queue(a, [&] { return shared->in_flight() == 1; });
     a.decide_async(limits);
-    run_for(a.io, 20ms);
+    run_until_queue(a, [&] { return shared->waiting() == 1; });
     b.decide_async(limits);  // b's call carries a's second
-    run_for(b.io, 20ms);
+    run_until_queue(b, [&] { return shared->in_flight() == 2; });
     REQUIRE(shared->waiting() == 0);
-    REQUIRE(shared->in_flight() == 2);
 
     SECTION("the connection drops") {
         server.kill();
