@@ -607,6 +607,43 @@ TEST_CASE("redis limiter: a batch due while its worker's call is in flight goes 
     }
 }
 
+TEST_CASE("redis limiter: concurrency slots taken in another worker's call are the request's own",
+          "[redis_limiter][redis][shared_batches]") {
+    RedisServer server;
+    SyncRedis check(server.port());
+    TwoWorkers workers(server.port(), 2s);
+    auto& shared = workers.shared;
+    auto& a = workers.a;
+    auto& b = workers.b;
+    // A concurrency limit and a token bucket in one plan: owner tokens travel after the plan
+    // numbers, each request's own, also when batches are merged.
+    const std::vector<config::LimitConfig> limits{slots_limit("c", 3, 60s), token_bucket("tb", 1, 3600s, 10)};
+    server.suspend();
+    a.decide_async(limits);
+    run_until_queue(a, [&] { return shared->in_flight() == 1; });
+    a.decide_async(limits);
+    run_until_queue(a, [&] { return shared->waiting() == 1; });
+    b.decide_async(limits);  // b's call: b's request, then a's second
+    run_until_queue(b, [&] { return shared->in_flight() == 2; });
+    server.resume();
+    REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 2 && b.decisions.size() == 1; }));
+    std::set<std::string> tokens;
+    for (const auto* d : {&a.decisions[0], &a.decisions[1], &b.decisions[0]}) {
+        REQUIRE(d->outcome == Outcome::allowed);
+        REQUIRE(d->slots.keys.size() == 1);
+        tokens.insert(d->slots.token);
+    }
+    CHECK(tokens.size() == 3);
+    const std::string key = "sluice:{login:203.0.113.7}:c";
+    CHECK(check.integer({"ZCARD", key}) == 3);
+    for (const auto& token : tokens) CHECK(check.run({"ZSCORE", key, token}).reply.type == redis::RedisReply::Type::string);
+    // The fourth finds the three slots taken; a's second gives its slot back, by its token.
+    CHECK(b.decide(limits).outcome == Outcome::limited);
+    a.limiter.release(a.decisions[1].slots, false);
+    REQUIRE(run_until(a.io, [&] { return check.integer({"ZCARD", key}) == 2; }));
+    CHECK(check.run({"ZSCORE", key, a.decisions[1].slots.token}).reply.type == redis::RedisReply::Type::nil);
+}
+
 TEST_CASE("redis limiter: a shared call that fails fails every worker's part; a stopping worker's do not wait",
           "[redis_limiter][redis][shared_batches]") {
     RedisServer server;
