@@ -288,14 +288,6 @@ TEST_CASE("redis limiter: a rejection is remembered until its retry time, withou
 
 namespace {
 
-// Clients of Redis whose last command was `command` (CLIENT LIST's cmd=).
-int clients_last_sending(SyncRedis& redis, const std::string& command) {
-    const auto list = redis.text({"CLIENT", "LIST"});
-    int count = 0;
-    for (std::size_t at = 0; (at = list.find(" cmd=" + command + " ", at)) != std::string::npos; ++at) ++count;
-    return count;
-}
-
 // Runs two workers' loops by turns (as their threads would) until `done()`.
 bool run_both_until(boost::asio::io_context& a, boost::asio::io_context& b, const std::function<bool()>& done,
                     std::chrono::milliseconds limit = 5s) {
@@ -313,6 +305,12 @@ std::size_t polled(boost::asio::io_context& io) {
     return io.poll();
 }
 
+// A decision asked for goes out (or into the queue) on its worker's next turn: runs `f`'s loop
+// until the queue is as `expected` says, however busy the machine.
+void run_until_queue(Fixture& f, const std::function<bool()>& expected) {
+    REQUIRE(run_until(f.io, expected));
+}
+
 // Two workers' limiters on one Redis sharing a queue of batches, connected.
 struct TwoWorkers {
     TwoWorkers(std::uint16_t port, std::chrono::milliseconds timeout)
@@ -320,16 +318,20 @@ struct TwoWorkers {
         a.wait_ready();
         b.wait_ready();
     }
+    // With Redis suspended: a's first decision goes in a's call, a's second waits behind it,
+    // then b's call carries b's own and a's second.
+    void a_twice_then_b(const std::vector<config::LimitConfig>& limits) {
+        a.decide_async(limits);
+        run_until_queue(a, [&] { return shared->in_flight() == 1; });
+        a.decide_async(limits);
+        run_until_queue(a, [&] { return shared->waiting() == 1; });
+        b.decide_async(limits);
+        run_until_queue(b, [&] { return shared->in_flight() == 2 && shared->waiting() == 0; });
+    }
     std::shared_ptr<limit::SharedBatches> shared;
     Fixture a;
     Fixture b;
 };
-
-// A decision asked for goes out (or into the queue) on its worker's next turn: runs `f`'s loop
-// until the queue is as `expected` says, however busy the machine.
-void run_until_queue(Fixture& f, const std::function<bool()>& expected) {
-    REQUIRE(run_until(f.io, expected));
-}
 
 limit::SharedBatches::Part part_of(std::uint64_t member, std::uint64_t id, std::size_t requests) {
     limit::SharedBatches::Part part;
@@ -560,13 +562,7 @@ TEST_CASE("redis limiter: a batch due while its worker's call is in flight goes 
     const std::vector<config::LimitConfig> limits{token_bucket("tb", 1, 3600s, 10)};
 
     server.suspend();  // the first call stays in flight
-    a.decide_async(limits);
-    run_until_queue(a, [&] { return shared->in_flight() == 1; });
-    a.decide_async(limits);
-    run_until_queue(a, [&] { return shared->waiting() == 1; });  // a's second, behind its first
-    b.decide_async(limits);
-    run_until_queue(b, [&] { return shared->in_flight() == 2; });
-    CHECK(shared->waiting() == 0);  // b sent it with its own
+    workers.a_twice_then_b(limits);
     server.resume();
     REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 2 && b.decisions.size() == 1; }));
     // One key, three decisions in two calls on two connections (which Redis runs in either
@@ -588,12 +584,7 @@ TEST_CASE("redis limiter: a batch due while its worker's call is in flight goes 
         const std::vector<config::LimitConfig> one{token_bucket("one", 1, 3600s, 1)};
         REQUIRE(b.decide(one).outcome == Outcome::allowed);
         server.suspend();
-        a.decide_async(one);
-        run_until_queue(a, [&] { return shared->in_flight() == 1; });
-        a.decide_async(one);
-        run_until_queue(a, [&] { return shared->waiting() == 1; });
-        b.decide_async(one);
-        run_until_queue(b, [&] { return shared->in_flight() == 2 && shared->waiting() == 0; });
+        workers.a_twice_then_b(one);
         server.resume();
         REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 5 && b.decisions.size() == 3; }));
         // b's decide took the one token: every one of these was refused, wherever it was sent.
@@ -612,19 +603,13 @@ TEST_CASE("redis limiter: concurrency slots taken in another worker's call are t
     RedisServer server;
     SyncRedis check(server.port());
     TwoWorkers workers(server.port(), 2s);
-    auto& shared = workers.shared;
     auto& a = workers.a;
     auto& b = workers.b;
     // A concurrency limit and a token bucket in one plan: owner tokens travel after the plan
     // numbers, each request's own, also when batches are merged.
     const std::vector<config::LimitConfig> limits{slots_limit("c", 3, 60s), token_bucket("tb", 1, 3600s, 10)};
     server.suspend();
-    a.decide_async(limits);
-    run_until_queue(a, [&] { return shared->in_flight() == 1; });
-    a.decide_async(limits);
-    run_until_queue(a, [&] { return shared->waiting() == 1; });
-    b.decide_async(limits);  // b's call: b's request, then a's second
-    run_until_queue(b, [&] { return shared->in_flight() == 2; });
+    workers.a_twice_then_b(limits);
     server.resume();
     REQUIRE(run_both_until(a.io, b.io, [&] { return a.decisions.size() == 2 && b.decisions.size() == 1; }));
     std::set<std::string> tokens;
@@ -654,13 +639,7 @@ TEST_CASE("redis limiter: a shared call that fails fails every worker's part; a 
     auto& b = workers.b;
     const std::vector<config::LimitConfig> limits{token_bucket("tb", 1, 3600s, 10)};
     server.suspend();
-    a.decide_async(limits);
-    run_until_queue(a, [&] { return shared->in_flight() == 1; });
-    a.decide_async(limits);
-    run_until_queue(a, [&] { return shared->waiting() == 1; });
-    b.decide_async(limits);  // b's call carries a's second
-    run_until_queue(b, [&] { return shared->in_flight() == 2; });
-    REQUIRE(shared->waiting() == 0);
+    workers.a_twice_then_b(limits);
 
     SECTION("the connection drops") {
         server.kill();
