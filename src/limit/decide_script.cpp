@@ -165,16 +165,8 @@ void append_plan_number(std::size_t index, std::vector<std::string>& argv) {
 }  // namespace
 
 std::vector<std::string> DecideArgs::take() {
-    std::vector<std::string> argv;
-    argv.reserve(1 + plans_.size() + plan_of_.size());
-    argv.push_back(std::to_string(plans_.size()));
-    std::move(plans_.begin(), plans_.end(), std::back_inserter(argv));
-    for (std::size_t r = 0; r < plan_of_.size(); ++r) {
-        append_plan_number(plan_of_[r], argv);
-        if (!tokens_[r].empty()) argv.push_back(std::move(tokens_[r]));
-    }
-    clear();
-    return argv;
+    auto parts = take_parts();
+    return decide_argv({&parts});
 }
 
 DecideParts DecideArgs::take_parts() {
@@ -194,36 +186,32 @@ void DecideArgs::clear() {
     owned_.clear();
 }
 
-std::vector<std::string> decide_argv(const std::vector<const DecideParts*>& parts) {
-    // Few plans per part (one per route and set of limits, and the parts mostly hold the
-    // same routes'): a linear search finds a plan's text among those already sent.
-    std::vector<const std::string*> plans;
+std::vector<std::string> decide_argv(const std::vector<DecideParts*>& parts) {
     std::size_t requests = 0;
-    std::vector<std::uint32_t> number;  // the current part's plans' numbers in the call
-    for (const auto* part : parts) requests += part->requests() * 2;
+    for (const auto* part : parts) requests += part->requests();
     std::vector<std::string> argv;
-    argv.reserve(1 + requests);
+    argv.reserve(1 + 2 * requests);
     argv.emplace_back();  // the number of plans, once known
-    std::vector<std::string> tail;
-    tail.reserve(requests);
-    for (const auto* part : parts) {
-        number.clear();
-        for (const auto& text : part->plans) {
-            std::size_t p = 0;
-            while (p < plans.size() && *plans[p] != text) ++p;
-            if (p == plans.size()) {
-                plans.push_back(&text);
-                argv.push_back(text);
-            }
-            number.push_back(static_cast<std::uint32_t>(p));
+    // The plans, each text once: few per part (one per route and set of limits), and the
+    // parts mostly hold the same routes', so a linear search over those sent finds them.
+    // `number` holds each part's plans' numbers in the call, one part after the other.
+    std::vector<std::uint32_t> number;
+    for (auto* part : parts)
+        for (auto& text : part->plans) {
+            std::size_t p = 1;
+            while (p < argv.size() && argv[p] != text) ++p;
+            if (p == argv.size()) argv.push_back(std::move(text));
+            number.push_back(static_cast<std::uint32_t>(p - 1));
         }
+    argv.front() = std::to_string(argv.size() - 1);
+    std::size_t first_plan = 0;
+    for (auto* part : parts) {
         for (std::size_t r = 0; r < part->plan_of.size(); ++r) {
-            append_plan_number(number.at(part->plan_of[r]), tail);
-            if (!part->tokens[r].empty()) tail.push_back(part->tokens[r]);
+            append_plan_number(number[first_plan + part->plan_of[r]], argv);
+            if (!part->tokens[r].empty()) argv.push_back(std::move(part->tokens[r]));
         }
+        first_plan += part->plans.size();
     }
-    argv.front() = std::to_string(plans.size());
-    std::move(tail.begin(), tail.end(), std::back_inserter(argv));
     return argv;
 }
 

@@ -80,8 +80,8 @@ struct DecideParts {
 };
 
 // The ARGV of one call deciding the requests of `parts`, one part after the other, in order:
-// a plan with the same text in several parts is sent once.
-std::vector<std::string> decide_argv(const std::vector<const DecideParts*>& parts);
+// a plan with the same text in several parts is sent once. Their texts are moved into it.
+std::vector<std::string> decide_argv(const std::vector<DecideParts*>& parts);
 
 // The ARGV of one call, built request by request: requests with the same limits share one
 // plan. For each request: `limit` with the append_decide_args of each limit it is decided

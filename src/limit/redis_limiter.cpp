@@ -573,10 +573,10 @@ void RedisLimiter::offer(std::shared_ptr<Batch> batch, redis::RedisConnection* c
 void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_ptr<SharedBatches::Call> call) {
     std::vector<std::string> keys;
     keys.reserve(call->keys);
-    std::vector<const DecideParts*> args;
+    std::vector<DecideParts*> args;  // moved into the call: only the keys are read after it
     args.reserve(call->parts.size());
     bool carries_others = false;
-    for (const auto& part : call->parts) {
+    for (auto& part : call->parts) {
         keys.insert(keys.end(), part.keys.begin(), part.keys.end());
         args.push_back(&part.args);
         carries_others |= part.member != member_;

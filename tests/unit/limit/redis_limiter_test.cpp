@@ -375,12 +375,14 @@ TEST_CASE("decide script: batches built apart go as one call, each plan sent onc
     const auto b = second.take_parts();
     CHECK(a.requests() == 3);
     CHECK(b.requests() == 3);
-    CHECK(limit::decide_argv({&a}) == alone.take());
+    // decide_argv moves the texts out of its parts: each call gets its own copies.
+    auto a1 = a, a2 = a, a3 = a, b2 = b, b3 = b;
+    CHECK(limit::decide_argv({&a1}) == alone.take());
     // The second batch's sliding window is the first's plan 2; its concurrency plan is new.
-    CHECK(limit::decide_argv({&a, &b}) ==
+    CHECK(limit::decide_argv({&a2, &b2}) ==
           std::vector<std::string>{"3", "token_bucket 0 1 1000 5", "sliding_window 0 1 10 60000000",
                                    "concurrency 0 1 3 30000000", "1", "2", "1", "3", "owner-1", "2", "3", "owner-2"});
-    CHECK(limit::decide_argv({&b, &a}) ==
+    CHECK(limit::decide_argv({&b3, &a3}) ==
           std::vector<std::string>{"3", "concurrency 0 1 3 30000000", "sliding_window 0 1 10 60000000",
                                    "token_bucket 0 1 1000 5", "1", "owner-1", "2", "1", "owner-2", "3", "2", "3"});
     CHECK(first.requests() == 0);
