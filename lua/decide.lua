@@ -33,7 +33,13 @@
 --                fields separated by single spaces:
 --                  algorithm   "token_bucket" | "sliding_window" | "fixed_window" |
 --                              "concurrency" | "leaky_bucket"
---                  shadow      "1" = report only, "0" = enforced
+--                  flags       "0" = enforced, "1" = shadow (report only), "2" = enforced,
+--                              checked only: it can refuse the request but takes nothing
+--                              (it is charged after the response, `count`), "3" = shadow
+--                              and checked only, "4" = the charge after the response: the
+--                              request's cost is taken whatever the limit holds (a limit
+--                              counted past its capacity refuses until it is back within
+--                              it), and it never refuses
 --                  cost        units the request takes (0 takes nothing and always fits)
 --                  token_bucket:   interval_us (time to refill one token), burst, or
 --                                  "burst,kept": the bucket keeps what was used when its
@@ -62,7 +68,10 @@
 -- Per request, every limit is checked first, without writing. The request is admitted when
 -- every enforced limit allows it; then every enforced limit consumes, and every shadow limit
 -- that allows it consumes too (a shadow limit that would reject consumes nothing, as if it
--- were enforced alone). When the request is rejected, nothing is written for it at all.
+-- were enforced alone). When the request is rejected, nothing is written for it at all. A
+-- limit checked only (flags 2, 3) can refuse the request like any other but never consumes:
+-- the proxy charges it after the response when its status is counted, with a request of its
+-- own whose limits all have flags 4 (always consumes, never refuses).
 --
 -- Reply: an array of integers (Redis writes them without the cost of formatting numbers in
 -- Lua): now_us, then four per limit, in KEYS order:
@@ -154,8 +163,8 @@ local function parse_plan(text)
     local limit = text
     if stop then limit = text:sub(at, stop - 1) elseif at > 1 then limit = text:sub(at) end
     n = n + 1
-    local name, shadow, cost, x, y = match(limit, '^(%S+) ([01]) (%d+) (%d+) (%S+)$')
-    if not name then return nil, 'limit ' .. n .. ' is not "algorithm shadow cost x y"' end
+    local name, flags, cost, x, y = match(limit, '^(%S+) ([0-4]) (%d+) (%d+) (%S+)$')
+    if not name then return nil, 'limit ' .. n .. ' is not "algorithm flags cost x y"' end
     local algorithm = algorithm_named(name)
     if not algorithm then return nil, 'unknown algorithm ' .. name end
     cost, x = tonumber(cost), tonumber(x)
@@ -173,13 +182,17 @@ local function parse_plan(text)
       if not whole(y) then y = nil end
     end
     if not y then return nil, 'parameters of limit ' .. n .. ' are not valid' end
-    plan[n] = { algorithm = algorithm, shadow = shadow == '1', cost = cost, x = x, y = y, kept = kept }
+    plan[n] = { algorithm = algorithm, shadow = flags == '1' or flags == '3', cost = cost, x = x, y = y, kept = kept,
+                checked = flags == '2' or flags == '3', charge = flags == '4' }
+    if (flags == '2' or flags == '3' or flags == '4') and (name == 'concurrency' or name == 'leaky_bucket') then
+      return nil, 'limit ' .. n .. ': ' .. name .. ' is not counted after the response'
+    end
     if name == 'concurrency' then plan.tokened = true end
     if not stop then break end
     at = stop + 1
   end
   plan.n, plan.windows = n, windows
-  if n == 1 and plan[1].cost > 0 then
+  if n == 1 and plan[1].cost > 0 and not plan[1].checked and not plan[1].charge then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
     local only = plan[1]
     plan.alone, plan.cost, plan.x, plan.y, plan.kept = only.algorithm.alone, only.cost, only.x, only.y, only.kept
@@ -200,6 +213,7 @@ local checks = {}  -- per limit of the request: its check
 
 -- Appends one limit's result to the reply.
 local function put(allowed, remaining, retry_us, reset_us)
+  if remaining < 0 then remaining = 0 end  -- (a limit charged past its capacity)
   reply[m + 2] = remaining
   if allowed then
     reply[m + 1] = 1
@@ -232,13 +246,19 @@ local function decide_request(plan, n, token)
       local key = call_keys[k + i]
       hand_over(limit.algorithm, key)
       local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost, token, limit.kept)
-      if not c.allowed and not limit.shadow then admit = false end
+      if not c.allowed and not limit.shadow and not limit.charge then admit = false end
       checks[i] = c
     end
     for i = 1, n do
       local c, limit = checks[i], plan[i]
-      -- A request of cost 0 takes nothing: reported as it stands.
-      local consumed = admit and c.allowed and limit.cost > 0
+      -- A request of cost 0 takes nothing: reported as it stands. A limit checked only takes
+      -- nothing now; its charge after the response takes the cost whatever it holds.
+      local consumed
+      if limit.charge then
+        consumed = limit.cost > 0
+      else
+        consumed = admit and c.allowed and limit.cost > 0 and not limit.checked
+      end
       if consumed then limit.algorithm.commit(c) end
       put(c.allowed, limit.algorithm.report(c, consumed))
     end

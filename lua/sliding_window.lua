@@ -140,6 +140,8 @@ local function sliding_window_algorithm(read_failed)
   -- remaining, retry_after_us, reset_us after this request (consumed or not).
   function sliding_window.report(c, consumed)
     if consumed then
+      -- (A charge after the response may be past the limit: then when it has room again.)
+      if not c.allowed then return c.limit - c.count - c.cost, c.retry_us, c.window end
       return c.limit - c.count - c.cost, 0, c.window
     end
     if c.allowed then return c.limit - c.count, 0, c.reset_us end

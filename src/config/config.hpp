@@ -176,6 +176,14 @@ struct KeyPart {
     bool operator==(const KeyPart&) const = default;
 };
 
+// An HTTP status, or a class of them ("4xx"): [first, last].
+struct StatusRange {
+    unsigned first = 0;
+    unsigned last = 0;
+    bool contains(unsigned status) const { return first <= status && status <= last; }
+    bool operator==(const StatusRange&) const = default;
+};
+
 struct LimitConfig {
     std::string name;
     Algorithm algorithm = Algorithm::token_bucket;
@@ -211,6 +219,20 @@ struct LimitConfig {
     // leaky bucket then keeps the interval its state is counted in with the state, so a
     // client moved to another plan keeps what it used (lua/token_bucket.lua).
     bool keeps_used = false;
+    // `count: {statuses: [401, 403, "5xx"]}`: the limit is checked before forwarding (a
+    // request it cannot admit is refused, taking nothing from any limit) and charged only
+    // after the response, when its status is one of these. Empty: charged when admitted.
+    std::vector<StatusRange> count_statuses;
+    // Not read from YAML: this copy of a counted limit is the charge after the response
+    // (server::LimitSet's charge sets): the request's cost is added whatever the limit holds.
+    bool charges = false;
+    bool counted() const { return !count_statuses.empty(); }
+    // Whether a response of `status` is charged to this counted limit.
+    bool counts_status(unsigned status) const {
+        for (const auto& range : count_statuses)
+            if (range.contains(status)) return true;
+        return false;
+    }
 };
 
 // `exempt:` (top level and per route): a request that matches any entry skips every limit

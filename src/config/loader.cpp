@@ -53,7 +53,8 @@ const Keys exempt_header_keys{"name", "value"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
 const Keys limit_keys{"name",      "algorithm", "rate",   "per",    "burst", "limit",        "window",
                       "time_zone", "lease",     "key",    "shadow", "cost",  "default_cost", "delay",
-                      "nodelay",   "max_wait"};
+                      "nodelay",   "max_wait",  "count"};
+const Keys count_keys{"statuses"};
 
 constexpr std::int64_t no_maximum = std::numeric_limits<std::int64_t>::max();
 // Ranges that keep every figure derived from a limit exact and far from overflow: the Redis
@@ -318,6 +319,9 @@ private:
     std::optional<std::string> map_identity(const std::string& written, Position at, const RoutePlans& plans);
     void read_limits(const Field& field, RouteConfig& route, RouteSite& site);
     void read_limit(const Field& field, RouteConfig& route, RouteSite& site);
+    void read_count(const Field& field, LimitConfig& limit);
+    void refuse_counted_limits(const Section& section, const RouteConfig& route);
+    std::optional<StatusRange> status_range(const Field& field);
     void read_token_bucket(const Section& section, LimitConfig& limit);
     void read_sliding_window(const Section& section, LimitConfig& limit);
     void read_fixed_window(const Section& section, LimitConfig& limit);
@@ -1129,6 +1133,7 @@ void ConfigReader::read_route(const Field& field) {
     if (const Field* f = section.find("limits")) read_limits(*f, route, site);
     if (const Field* f = section.find("exempt")) read_exempt(*f, route.exempt, "the exempt of " + named("route", route.name));
     read_route_plans(section, route);
+    if (route.action == RouteAction::check) refuse_counted_limits(section, route);
     config_.routes.push_back(std::move(route));
     route_sites_.push_back(std::move(site));
 }
@@ -1425,6 +1430,7 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
         if (*algorithm == Algorithm::fixed_window) read_fixed_window(section, limit);
         if (*algorithm == Algorithm::concurrency) read_concurrency(section, limit);
         read_cost(section, limit);
+        if (const Field* f = section.find("count")) read_count(*f, limit);
     }
     if (const Field* f = section.find("key")) read_key(*f, limit);
     if (const Field* f = section.find("shadow")) assign(limit.shadow, boolean(*f));
@@ -1627,6 +1633,86 @@ void ConfigReader::read_cost(const Section& section, LimitConfig& limit) {
             check_capacity(*f, limit.default_cost);
         }
     }
+}
+
+// A check route answers for another proxy, which never tells sluice what the response was:
+// a limit it decides cannot be charged after the response.
+void ConfigReader::refuse_counted_limits(const Section& section, const RouteConfig& route) {
+    std::vector<const LimitConfig*> limits;
+    for (const auto& limit : route.limits) limits.push_back(&limit);
+    if (route.plans)
+        for (const auto& set : route.plans->sets)
+            for (const auto& limit : set.limits) limits.push_back(&limit);
+    for (const LimitConfig* limit : limits) {
+        if (!limit->counted()) continue;
+        const Field* action = section.find("action");
+        diagnostics_.error(action ? action->at : section.at(),
+                           named("route", route.name) + " has action: check, but its " + named("limit", limit->name) +
+                               " has 'count': a check route never sees the response, so it could not be charged");
+        return;
+    }
+}
+
+// `count: {statuses: [...]}`: which responses charge the limit (read after the algorithm).
+void ConfigReader::read_count(const Field& field, LimitConfig& limit) {
+    const std::string which = named("limit", limit.name);
+    if (limit.algorithm == Algorithm::concurrency || limit.algorithm == Algorithm::leaky_bucket) {
+        diagnostics_.error(field.key_at, which + ": 'count' does not apply to " +
+                                             std::string(algorithm_name(limit.algorithm)) +
+                                             (limit.algorithm == Algorithm::concurrency
+                                                  ? " (a request holds its slot while it runs, whatever its response)"
+                                                  : " (a request waits for its turn before any response exists)") +
+                                             "; use token_bucket, sliding_window or fixed_window");
+        return;
+    }
+    if (field.empty() || !field.value.IsMap()) {
+        diagnostics_.error(field.at, field.label() + " must be a map such as {statuses: [401, 403]}, got " +
+                                         description_of(field.value));
+        return;
+    }
+    const Section section(field, "in count", count_keys, diagnostics_);
+    const Field* statuses = section.find("statuses");
+    if (!statuses) {
+        diagnostics_.error(field.at, which + ": 'count' needs 'statuses' (the response statuses that are charged, "
+                                             "such as [401, 403] or [\"5xx\"])");
+        return;
+    }
+    if (statuses->empty() || !statuses->value.IsSequence() || statuses->value.size() == 0) {
+        diagnostics_.error(statuses->at, statuses->label() + " must be a list of statuses (100 to 599) or classes "
+                                             "(\"4xx\", \"5xx\"), got " + description_of(statuses->value));
+        return;
+    }
+    std::vector<StatusRange> ranges;
+    for (const Field& item : items_of(*statuses)) {
+        const auto range = status_range(item);
+        if (!range) continue;
+        if (std::find(ranges.begin(), ranges.end(), *range) != ranges.end()) {
+            diagnostics_.error(item.at, which + ": status " + item.value.Scalar() + " is listed twice in 'statuses'");
+            continue;
+        }
+        ranges.push_back(*range);
+    }
+    if (ranges.size() == statuses->value.size()) limit.count_statuses = std::move(ranges);
+}
+
+// One entry of count.statuses: a status (100 to 599) or a class ("4xx").
+std::optional<StatusRange> ConfigReader::status_range(const Field& field) {
+    if (!expect_single_value(field)) return std::nullopt;
+    const std::string& written = field.value.Scalar();
+    if (written.size() == 3 && written[0] >= '1' && written[0] <= '5' && (written[1] == 'x' || written[1] == 'X') &&
+        (written[2] == 'x' || written[2] == 'X')) {
+        const unsigned hundreds = static_cast<unsigned>(written[0] - '0') * 100;
+        return StatusRange{hundreds, hundreds + 99};
+    }
+    if (!written.empty() && std::isdigit(static_cast<unsigned char>(written[0])) &&
+        written.find_first_of("xX") == std::string::npos) {
+        const auto value = integer(field, 100, 599);
+        if (!value) return std::nullopt;
+        return StatusRange{static_cast<unsigned>(*value), static_cast<unsigned>(*value)};
+    }
+    diagnostics_.error(field.at, field.label() + " must be a status (100 to 599) or a class such as \"4xx\", got " +
+                                     quoted(written));
+    return std::nullopt;
 }
 
 // Parameters of another algorithm are errors: they would be silently ignored otherwise.
@@ -2327,6 +2413,7 @@ std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys() 
             {"routes[]", route_keys},
             {"routes[].match", match_keys},
             {"routes[].limits[]", limit_keys},
+            {"routes[].limits[].count", count_keys},
             {"routes[].exempt", exempt_keys},
             {"exempt", exempt_keys},
             {"exempt.headers[]", exempt_header_keys},

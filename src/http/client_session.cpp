@@ -849,6 +849,12 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         response_onward(response, framing, client_version, keep_alive && !worker_.stopping(), rate_headers, head_);
     const bool keep = back.keep_alive;
     rec.status = status;
+    if (const server::ChargeSet* charge = take_charge(x, status)) {
+        const limit::RouteLimits limits = charge->route_limits(x.route->name);
+        const limit::RequestKeyValues values = key_values(x);
+        const limit::Decision outcome = co_await worker_.decide(limits, values);
+        count_charge(x, *charge, status, outcome);
+    }
 
     BodyReader body = response_body_reader(framing);
 

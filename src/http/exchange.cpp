@@ -162,6 +162,21 @@ void warn_store_error(std::string_view route, std::string_view error, config::On
     suppressed = 0;
 }
 
+// A charge after the response that the store could not take: at most a line a second.
+void warn_charge_failed(std::string_view route, unsigned status, std::string_view error) {
+    thread_local Clock::time_point last{};
+    thread_local std::uint64_t suppressed = 0;
+    auto now = Clock::now();
+    if (now - last < std::chrono::seconds(1)) {
+        ++suppressed;
+        return;
+    }
+    last = now;
+    spdlog::warn("route {}: charging a {} response to the limits that count it failed: {} ({} similar errors not logged)",
+                 route, status, error, suppressed);
+    suppressed = 0;
+}
+
 // Per-limit outcomes for sluice_ratelimit_decisions_total, and the route's counters.
 void count_decision(const server::Snapshot& snap, std::size_t route_index, const server::LimitSet& set,
                     const limit::Decision& decision, config::OnError policy) {
@@ -233,7 +248,44 @@ bool original_request(bool peer_trusted, const Request& req, std::string& method
 
 }  // namespace
 
+const server::ChargeSet* take_charge(Exchange& x, unsigned status) {
+    if (!std::exchange(x.charge_pending, false)) return nullptr;
+    return x.limit_set->charge_for(status);
+}
+
+namespace {
+
+void count_charge(const server::Snapshot& snap, std::size_t route_index, const server::LimitSet& set,
+                  const server::ChargeSet& charge, unsigned status, const limit::Decision& outcome) {
+    const bool failed = outcome.outcome == limit::Decision::Outcome::store_error;
+    for (std::size_t i = 0; i < charge.index.size(); ++i) {
+        // (A limit keyed on something the request lacks applies to it no more than before.)
+        if (!failed && (i >= outcome.limits.size() || !outcome.limits[i].applies)) continue;
+        set.metrics[charge.index[i]]->count_charge(!failed);
+    }
+    if (failed) warn_charge_failed(snap.config->routes[route_index].name, status, outcome.error);
+}
+
+}  // namespace
+
+void count_charge(Exchange& x, const server::ChargeSet& charge, unsigned status, const limit::Decision& outcome) {
+    count_charge(x.snap, x.route_index(), *x.limit_set, charge, status, outcome);
+}
+
 bool finish(Exchange& x, bool keep) {
+    // sluice's own 502 or 504 for an upstream that failed, a 101, or any status not charged
+    // where the head was read: charged as the reply leaves, without waiting for the store. A
+    // request whose client went away (499) got no response to count.
+    if (x.charge_pending && x.charge_worker && x.rec.upstream_ms && x.rec.status != 499) {
+        if (const server::ChargeSet* charge = take_charge(x, x.rec.status)) {
+            const unsigned status = x.rec.status;
+            x.charge_worker->charge(charge->route_limits(x.route->name), key_values(x),
+                                    [snapshot = x.snapshot, route_index = x.route_index(), set = x.limit_set, charge,
+                                     status](limit::Decision outcome) {
+                                        count_charge(*snapshot, route_index, *set, *charge, status, outcome);
+                                    });
+        }
+    }
     x.rec.total_ms = ms_since(x.started);
     observe::log_access(x.rec, x.cfg.logging);
     auto& counters = x.route ? *x.snap.route_metrics[x.route_index()] : x.snap.metrics->no_route();
@@ -378,6 +430,10 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
     }
     if (verdict.refusal) return std::move(verdict.refusal);
     x.rate_headers = std::move(verdict.headers);
+    if (x.limit_set->counted()) {
+        x.charge_pending = true;
+        x.charge_worker = &worker;
+    }
     return std::nullopt;
 }
 

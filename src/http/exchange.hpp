@@ -26,6 +26,7 @@
 
 namespace sluice::server {
 class Worker;
+struct ChargeSet;
 }
 
 namespace sluice::http {
@@ -103,6 +104,10 @@ struct Exchange {
     // A leaky bucket's wait before forwarding, and the waiting place it holds meanwhile.
     std::chrono::microseconds wait{0};
     std::optional<WaitingPlace> waiting_place;
+    // Admitted with limits that count statuses (`count`): charged once the response's status
+    // is known (take_charge), by this worker.
+    bool charge_pending = false;
+    server::Worker* charge_worker = nullptr;
 
     std::size_t route_index() const { return static_cast<std::size_t>(route - cfg.routes.data()); }
 };
@@ -126,7 +131,16 @@ limit::RequestKeyValues key_values(Exchange& x);
 std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values);
 std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, server::Worker& worker,
                                         const boost::asio::any_io_executor& executor);
-// Logs the request and counts it on its route; returns `keep`.
+// The response's status is known (the upstream's head): the limits of x.limit_set that
+// count `status` (`count: {statuses}`), once per request; nullptr when there are none, or
+// the request was charged already. The session charges them (the worker's decide with the
+// charge's limits) before the head goes to the client, so a client that has its response
+// finds it counted on every instance; then count_charge.
+const server::ChargeSet* take_charge(Exchange& x, unsigned status);
+void count_charge(Exchange& x, const server::ChargeSet& charge, unsigned status, const limit::Decision& outcome);
+// Logs the request and counts it on its route; returns `keep`. A response not charged yet
+// (sluice's own 502 or 504 for an upstream that failed, a 101) is charged here, without
+// waiting for the store.
 bool finish(Exchange& x, bool keep);
 
 }  // namespace sluice::http

@@ -523,6 +523,17 @@ private:
         const bool upstream_keeps = response.keep_alive;
         using Body = Framing::Body;
         const bool with_body = framing.body != Body::none && !(framing.body == Body::length && framing.length == 0);
+        if (const server::ChargeSet* charge = take_charge(x, status)) {
+            // Counted before the client has the head (as over HTTP/1.1).
+            const limit::RouteLimits limits = charge->route_limits(x.route->name);
+            const limit::RequestKeyValues values = key_values(x);
+            const limit::Decision outcome = co_await worker_.decide(limits, values);
+            count_charge(x, *charge, status, outcome);
+            if (s.closed) {
+                rec.status = 499;
+                co_return;
+            }
+        }
         codec_.respond(s.id, status, response_onward_h2(response, framing, x.rate_headers), with_body);
         rec.status = status;
         kick();

@@ -67,7 +67,9 @@ CalendarArg calendar_arg(const config::LimitConfig& limit, std::int64_t now_us) 
 
 void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, std::string_view window,
                         std::vector<std::string>& args, bool may_wait) {
-    const char* shadow = limit.shadow ? "1" : "0";
+    // The limit's flags (lua/decide.lua): 1 shadow, 2 checked only (charged after the
+    // response), 3 both; 4 the charge after the response.
+    const char* shadow = limit.charges ? "4" : limit.counted() ? (limit.shadow ? "3" : "2") : limit.shadow ? "1" : "0";
     const std::string name(config::algorithm_name(limit.algorithm));  // decide.lua knows them by these names
     switch (limit.algorithm) {
     case config::Algorithm::token_bucket: {

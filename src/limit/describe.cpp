@@ -60,6 +60,15 @@ std::string describe_limit(const config::LimitConfig& limit) {
         out += ", cost header:" + limit.cost_header;
     else if (limit.cost != 1)
         out += fmt::format(", cost {}", limit.cost);
+    if (limit.counted()) {
+        out += ", counts statuses ";
+        for (std::size_t i = 0; i < limit.count_statuses.size(); ++i) {
+            const auto& range = limit.count_statuses[i];
+            if (i > 0) out += ",";
+            if (range.first == range.last) out += std::to_string(range.first);
+            else out += fmt::format("{}xx", range.first / 100);
+        }
+    }
     if (limit.shadow) out += ", shadow";
     return out;
 }

@@ -310,7 +310,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                                  : params.window_us;
             }
         }
-        if (!c.allowed && !limit.shadow) admit = false;
+        if (!c.allowed && !limit.shadow && !limit.charges) admit = false;
     }
 
     // Write all or nothing, then report.
@@ -320,8 +320,9 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         if (!results[i].applies) continue;
         const auto& limit = route.limits[i];
         const Check& c = checks[i];
-        // A request of cost 0 takes nothing: reported as it stands.
-        const bool consumed = admit && c.allowed && c.cost > 0;
+        // A request of cost 0 takes nothing: reported as it stands. A counted limit is only
+        // checked now; its charge after the response takes the cost whatever it holds.
+        const bool consumed = limit.charges ? c.cost > 0 : admit && c.allowed && c.cost > 0 && !limit.counted();
         LimitResult& r = results[i];
         r.allowed = c.allowed;
         r.retry_after = ceil_to_ms(c.allowed ? 0 : c.retry_us);
@@ -366,7 +367,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                 auto& times = window.times;
                 times.erase(times.begin(), std::upper_bound(times.begin(), times.end(), now - params.window_us));
                 times.insert(std::upper_bound(times.begin(), times.end(), now), static_cast<std::size_t>(c.cost), now);
-                r.remaining = static_cast<std::uint64_t>(params.limit - c.count - c.cost);
+                r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(params.limit - c.count - c.cost, 0));
                 r.reset = ceil_to_ms(params.window_us);
             } else {
                 r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(params.limit - c.count, 0));

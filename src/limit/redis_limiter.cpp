@@ -328,7 +328,10 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
     if (!route.plan) own_plan = make_key_plan(route.route, route.limits);
     const KeyPlan& plan = route.plan ? *route.plan : *own_plan;
     auto keys = build_limit_keys(key_prefix_, RouteLimits{route.route, route.limits, &plan}, request);
-    if (auto known = inspect ? std::nullopt : remembered(keys, route, plan)) {
+    // A charge after the response (config::LimitConfig::charges) is always Redis's to make.
+    const bool charge = std::any_of(route.limits.begin(), route.limits.end(),
+                                    [](const config::LimitConfig& limit) { return limit.charges; });
+    if (auto known = inspect || charge ? std::nullopt : remembered(keys, route, plan)) {
         asio::post(io_context_, [callback = std::move(callback), d = std::move(*known)]() mutable { callback(std::move(d)); });
         return;
     }
@@ -376,7 +379,7 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         // A leaky bucket asked with may_wait false rejects what it would otherwise hold back:
         // that rejection is this instance's, not the key's.
         const bool no_wait = !request.may_wait && holds_back(limit);
-        if (!limit.cost_header.empty() || concurrency || inspect || no_wait)
+        if (!limit.cost_header.empty() || concurrency || inspect || no_wait || limit.charges)
             pending->not_remembered |= std::uint64_t{1} << std::min<std::size_t>(i, 63);
         if (concurrency && inspect) {
             pending->token = "inspect";  // required by the script, never written: nothing is taken

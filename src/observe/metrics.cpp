@@ -137,6 +137,20 @@ std::string prometheus_text(const Metrics& m) {
                                label(l.name), n);
     });
     fmt::format_to(it,
+                   "# HELP sluice_ratelimit_charges_total Charges after the response to limits that count statuses "
+                   "(count), by route, limit and result (charged, failed).\n"
+                   "# TYPE sluice_ratelimit_charges_total counter\n");
+    m.for_each_route([&](const RouteMetrics& r) {
+        for (const auto& l : r.limits) {
+            if (auto n = l.charged())
+                fmt::format_to(it, "sluice_ratelimit_charges_total{{route=\"{}\",limit=\"{}\",result=\"charged\"}} {}\n",
+                               label(r.name), label(l.name), n);
+            if (auto n = l.charge_failures())
+                fmt::format_to(it, "sluice_ratelimit_charges_total{{route=\"{}\",limit=\"{}\",result=\"failed\"}} {}\n",
+                               label(r.name), label(l.name), n);
+        }
+    });
+    fmt::format_to(it,
                    "# HELP sluice_store_errors_total Rate-limit decisions the store could not make in time.\n"
                    "# TYPE sluice_store_errors_total counter\nsluice_store_errors_total {}\n",
                    read(m.store_errors));

@@ -106,6 +106,11 @@ struct LimitMetrics {
 
     void count(DecisionKind kind) { add(counts_.mine().decisions[static_cast<std::size_t>(kind)]); }
     void count_reset() { add(counts_.mine().resets); }
+    // A counted limit's charge after the response (`count`): made, or failed (the store
+    // could not take it).
+    void count_charge(bool made) { add(made ? counts_.mine().charged : counts_.mine().charge_failures); }
+    std::uint64_t charged() const { return counts_.sum([](const Counts& c) { return read(c.charged); }); }
+    std::uint64_t charge_failures() const { return counts_.sum([](const Counts& c) { return read(c.charge_failures); }); }
     std::uint64_t decisions(DecisionKind kind) const {
         return counts_.sum([kind](const Counts& c) { return read(c.decisions[static_cast<std::size_t>(kind)]); });
     }
@@ -115,6 +120,8 @@ private:
     struct Counts {
         std::array<Counter, decision_names.size()> decisions{};
         Counter resets{0};  // keys reset through the admin port's /limits
+        Counter charged{0};
+        Counter charge_failures{0};
     };
     Striped<Counts> counts_;
 };

@@ -2,6 +2,7 @@
 
 #include "auth/jwt.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <boost/asio/io_context.hpp>
@@ -27,6 +28,35 @@ tcp::endpoint resolve_endpoint(const config::Endpoint& ep) {
     return results.begin()->endpoint();
 }
 
+void add_charge_sets(LimitSet& set, std::string_view route, std::span<const config::LimitConfig> tag_from) {
+    set.charges.clear();
+    set.charge_of_status.clear();
+    if (std::none_of(set.limits.begin(), set.limits.end(), [](const config::LimitConfig& l) { return l.counted(); }))
+        return;
+    // The counted limits each status charges; one charge set per distinct group of them.
+    set.charge_of_status.assign(500, 0);
+    std::vector<std::vector<std::size_t>> groups;  // in the order first met
+    for (unsigned status = 100; status <= 599; ++status) {
+        std::vector<std::size_t> group;
+        for (std::size_t i = 0; i < set.limits.size(); ++i)
+            if (set.limits[i].counts_status(status)) group.push_back(i);
+        if (group.empty()) continue;
+        auto found = std::find(groups.begin(), groups.end(), group);
+        if (found == groups.end()) found = groups.insert(groups.end(), std::move(group));
+        set.charge_of_status[status - 100] = static_cast<std::uint16_t>(found - groups.begin() + 1);
+    }
+    for (auto& group : groups) {
+        ChargeSet charge;
+        for (const std::size_t i : group) {
+            charge.limits.push_back(set.limits[i]);
+            charge.limits.back().charges = true;
+        }
+        charge.index = std::move(group);
+        charge.key_plan = limit::make_key_plan(route, charge.limits, tag_from);
+        set.charges.push_back(std::move(charge));
+    }
+}
+
 std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Config> config, observe::Metrics& metrics) {
     auto snap = std::make_shared<Snapshot>();
     snap->metrics = &metrics;
@@ -35,8 +65,9 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         snap->route_metrics.push_back(&rm);
         auto& sets = snap->limit_sets.emplace_back();
         if (!route.plans) {
-            LimitSet set{"", route.limits, limit::make_key_plan(route.name, route.limits), {}};
+            LimitSet set{"", route.limits, limit::make_key_plan(route.name, route.limits), {}, {}, {}};
             for (const auto& limit : route.limits) set.metrics.push_back(&metrics.limit(rm, limit.name));
+            add_charge_sets(set, route.name, route.limits);
             sets.push_back(std::move(set));
             continue;
         }
@@ -46,10 +77,11 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         for (const auto& set : route.plans->sets)
             if (set.identity.empty()) every.insert(every.end(), set.limits.begin(), set.limits.end());
         for (const auto& plan_set : route.plans->sets) {
-            LimitSet set{plan_set.plan, plan_set.limits, limit::make_key_plan(route.name, plan_set.limits, every), {}};
+            LimitSet set{plan_set.plan, plan_set.limits, limit::make_key_plan(route.name, plan_set.limits, every), {}, {}, {}};
             // Counted per plan: "PLAN/LIMIT" (a client's overrides count with its plan).
             for (const auto& limit : plan_set.limits)
                 set.metrics.push_back(&metrics.limit(rm, plan_set.plan + "/" + limit.name));
+            add_charge_sets(set, route.name, every);
             sets.push_back(std::move(set));
         }
     }

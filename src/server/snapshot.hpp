@@ -32,13 +32,36 @@ struct UpstreamServer {
 
 // One set of limits a request of a route can be decided by: the route's own, or for a route
 // with plans one plan's (or one client's overrides of it).
+// The charge after the response of some of a set's counted limits (`count: {statuses}`):
+// copies of them that charge (config::LimitConfig::charges), with the keys of the originals.
+struct ChargeSet {
+    std::vector<config::LimitConfig> limits;
+    std::vector<std::size_t> index;  // each one's place in its LimitSet
+    limit::KeyPlan key_plan;
+    limit::RouteLimits route_limits(std::string_view route) const { return {route, limits, &key_plan}; }
+};
+
 struct LimitSet {
     std::string_view plan;  // "" for a route without plans
     std::span<const config::LimitConfig> limits;
     limit::KeyPlan key_plan;
     std::vector<observe::LimitMetrics*> metrics;  // per limit
+    // Where some limits count statuses: one charge set per group of them that a status
+    // charges together, and which one a response of each status (100 to 599) charges.
+    std::vector<ChargeSet> charges;
+    std::vector<std::uint16_t> charge_of_status;  // status - 100 -> index in charges + 1; 0: none
     limit::RouteLimits route_limits(std::string_view route) const { return {route, limits, &key_plan}; }
+    bool counted() const { return !charges.empty(); }
+    // The limits a response of `status` charges, or nullptr.
+    const ChargeSet* charge_for(unsigned status) const {
+        if (status < 100 || status > 599 || charge_of_status.empty()) return nullptr;
+        const auto which = charge_of_status[status - 100];
+        return which == 0 ? nullptr : &charges[which - 1];
+    }
 };
+// Fills in set.charges for the counted limits of `set`; their keys are those of the set
+// (`tag_from`: what the set's key plan was made with).
+void add_charge_sets(LimitSet& set, std::string_view route, std::span<const config::LimitConfig> tag_from);
 
 struct Snapshot {
     std::shared_ptr<const config::Config> config;

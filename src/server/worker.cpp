@@ -66,6 +66,12 @@ net::awaitable<limit::Decision> Worker::decide(const limit::RouteLimits& route, 
         net::use_awaitable);
 }
 
+void Worker::charge(const limit::RouteLimits& route, const limit::RequestKeyValues& request,
+                    std::function<void(limit::Decision)> done) {
+    if (auto now = store_->decide_now(route, request)) return done(std::move(*now));
+    store_->decide(route, request, std::move(done));
+}
+
 void Worker::inspect_limits(std::shared_ptr<const Snapshot> snapshot, std::size_t route, std::size_t set,
                             std::shared_ptr<const limit::OwnedKeyValues> values,
                             std::function<void(limit::Decision)> done) {

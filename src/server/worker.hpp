@@ -78,6 +78,11 @@ public:
     // Decision with Outcome::store_error.
     boost::asio::awaitable<limit::Decision> decide(const limit::RouteLimits& route,
                                                    const limit::RequestKeyValues& request);
+    // The same without waiting: a response's charge to the limits that count its status
+    // (http::settle_response). `done` runs once, on this worker's thread, perhaps inside
+    // this call (the memory store); `route` and `request` are only read during the call.
+    void charge(const limit::RouteLimits& route, const limit::RequestKeyValues& request,
+                std::function<void(limit::Decision)> done);
     // The admin port's /limits, from the main thread: run on this worker's thread, against
     // its store; `done` runs on the worker's thread (post it back where it belongs).
     // `snapshot` and `values` are kept alive until then.

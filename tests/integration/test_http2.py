@@ -244,6 +244,23 @@ class Http2Test(SluiceTestCase):
         self.assertEqual(len(self.upstream.requests), 3)
         self.sluice.wait_access(status="429", version="HTTP/2.0")
 
+    def test_a_limit_counting_failures_charges_streams_as_http1_requests(self):
+        # count: {statuses: [401]}: a stream is checked before it goes upstream and charged
+        # when the upstream's head is a 401, before the client has it.
+        limit = {"name": "failures", "algorithm": "sliding_window", "limit": 2, "window": "1m",
+                 "count": {"statuses": [401]}}
+        self.start([limited_route("login", [limit])],
+                   upstream=by_path({"/login/bad": respond(401, b"no"), "/login/ok": respond(200, b"yes")}))
+        for i in range(3):
+            self.assertTrue(self.curl("/login/ok").startswith("HTTP/2 200"))
+        for i in range(2):
+            self.assertTrue(self.curl("/login/bad").startswith("HTTP/2 401"))
+        refused = self.curl("/login/ok")
+        self.assertTrue(refused.startswith("HTTP/2 429"), refused[:300])
+        with RawClient(self.port) as c:  # the same limit for HTTP/1.1 clients
+            self.assertEqual(c.request("GET", "/login/ok").status, 429)
+        self.assertEqual([r.target for r in self.upstream.requests], ["/login/ok"] * 3 + ["/login/bad"] * 2)
+
     def test_bodies_cross_both_ways_beyond_the_windows(self):
         self.start(upstream=echo_body())
         c = self.client()

@@ -295,6 +295,44 @@ TEST_CASE("loader errors: fixed windows and costs", "[config][loader]") {
     });
 }
 
+TEST_CASE("loader errors: count (charged after the response)", "[config][loader][count]") {
+    const std::string limits = route_head + "    limits:\n";  // the first limit starts on line 8
+    const std::string window = limits + "      - name: w\n        algorithm: sliding_window\n        limit: 5\n"
+                                        "        window: 15m\n";  // count on line 12
+    check_cases({
+        {window + "        count: {statuses: []}\n",
+         {"12:27: 'statuses' must be a list of statuses (100 to 599) or classes (\"4xx\", \"5xx\"), got a list"}},
+        {window + "        count: {statuses: 401}\n",
+         {"12:27: 'statuses' must be a list of statuses (100 to 599) or classes (\"4xx\", \"5xx\"), got '401'"}},
+        {window + "        count: {statuses: [401, 99, 600, 6xx, \"4x\", [1]]}\n",
+         {"12:33: 'statuses' entry must be between 100 and 599, got 99",
+          "12:37: 'statuses' entry must be between 100 and 599, got 600",
+          "12:42: 'statuses' entry must be a status (100 to 599) or a class such as \"4xx\", got '6xx'",
+          "12:47: 'statuses' entry must be a status (100 to 599) or a class such as \"4xx\", got '4x'",
+          "12:53: 'statuses' entry must be a single value, got a list"}},
+        {window + "        count: {statuses: [401, \"4xx\", 401]}\n",
+         {"12:40: limit 'w': status 401 is listed twice in 'statuses'"}},
+        {window + "        count: {status: [401]}\n",
+         {"12:16: limit 'w': 'count' needs 'statuses' (the response statuses that are charged, such as [401, 403] or "
+          "[\"5xx\"])",
+          "12:17: unknown key 'status' in count (did you mean 'statuses'?)"}},
+        {window + "        count: 401\n",
+         {"12:16: 'count' must be a map such as {statuses: [401, 403]}, got '401'"}},
+        {limits + "      - name: c\n        algorithm: concurrency\n        limit: 2\n        count: {statuses: [500]}\n",
+         {"11:9: limit 'c': 'count' does not apply to concurrency (a request holds its slot while it runs, whatever its "
+          "response); use token_bucket, sliding_window or fixed_window"}},
+        {limits + "      - name: s\n        algorithm: leaky_bucket\n        rate: 1\n        burst: 2\n"
+                  "        count: {statuses: [500]}\n",
+         {"12:9: limit 's': 'count' does not apply to leaky_bucket (a request waits for its turn before any response "
+          "exists); use token_bucket, sliding_window or fixed_window"}},
+        {"routes:\n  - name: r\n    match: {path_prefix: /}\n    action: check\n    limits:\n"
+         "      - name: w\n        algorithm: fixed_window\n        limit: 5\n        window: 1h\n"
+         "        count: {statuses: [\"4xx\"]}\n",
+         {"4:13: route 'r' has action: check, but its limit 'w' has 'count': a check route never sees the response, "
+          "so it could not be charged"}},
+    });
+}
+
 TEST_CASE("loader errors: leaky buckets", "[config][loader][leaky]") {
     const std::string limits = route_head + "    limits:\n";  // the first limit starts on line 8
     const std::string leaky = limits + "      - name: s\n        algorithm: leaky_bucket\n";  // parameters from line 10

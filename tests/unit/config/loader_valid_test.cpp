@@ -304,6 +304,32 @@ routes:
     CHECK_FALSE(limits[1].shadow);
 }
 
+TEST_CASE("loader: count statuses and classes", "[config][loader][count]") {
+    const auto result = load_string(R"(upstreams: {app: {servers: ["h:1"]}}
+routes:
+  - name: login
+    match: {path: /login}
+    upstream: app
+    limits:
+      - {name: failures, algorithm: sliding_window, limit: 5, window: 15m, count: {statuses: [401, 403, "5xx", 4XX]}}
+      - {name: all, algorithm: token_bucket, rate: 10, burst: 20}
+)", "c.yaml");
+    REQUIRE(result.ok());
+    const auto& limits = result.config->routes.at(0).limits;
+    REQUIRE(limits[0].count_statuses.size() == 4);
+    CHECK(limits[0].count_statuses[0] == sluice::config::StatusRange{401, 401});
+    CHECK(limits[0].count_statuses[2] == sluice::config::StatusRange{500, 599});
+    CHECK(limits[0].count_statuses[3] == sluice::config::StatusRange{400, 499});
+    CHECK(limits[0].counted());
+    CHECK(limits[0].counts_status(401));
+    CHECK(limits[0].counts_status(404));
+    CHECK(limits[0].counts_status(599));
+    CHECK_FALSE(limits[0].counts_status(200));
+    CHECK_FALSE(limits[0].counts_status(399));
+    CHECK_FALSE(limits[1].counted());
+    CHECK_FALSE(limits[0].charges);
+}
+
 TEST_CASE("loader: warnings do not fail the load", "[config][loader]") {
     struct WarningCase {
         std::string yaml;

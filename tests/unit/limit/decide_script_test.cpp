@@ -27,6 +27,7 @@ struct ScriptLimit {
     std::int64_t cost = 1;
     std::string calendar;  // y's text instead of b: a fixed window's "b0,b1,b2,b3", a bucket's "burst,kept"
     std::string token = {};  // concurrency: the request's owner token
+    std::string flags = {};  // the flags field as written, instead of shadow's "0" or "1"
 };
 
 ScriptLimit bucket(std::string key, std::int64_t interval_us, std::int64_t burst, bool shadow = false) {
@@ -86,7 +87,7 @@ struct Script {
             std::vector<std::vector<std::string>> limit_args;
             for (const auto& l : limits) {
                 keys.push_back(l.key);
-                limit_args.push_back({l.algorithm, l.shadow ? "1" : "0", std::to_string(l.cost), std::to_string(l.a),
+                limit_args.push_back({l.algorithm, !l.flags.empty() ? l.flags : l.shadow ? "1" : "0", std::to_string(l.cost), std::to_string(l.a),
                                       l.calendar.empty() ? std::to_string(l.b) : l.calendar});
             }
             for (const auto& a : limit_args) builder.limit(a);
@@ -655,6 +656,73 @@ TEST_CASE("decide script: a key used by both algorithms in one batch is handed o
     }
 }
 
+TEST_CASE("decide script: a limit checked only takes nothing; its charge takes the cost, past the capacity too",
+          "[lua][redis][count]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    const bool library = GENERATE(true, false);
+    CAPTURE(library);
+    Script decide{redis, false, library};
+    const std::int64_t minute = 60'000'000;
+    auto with = [](ScriptLimit limit, std::string flags) {
+        limit.flags = std::move(flags);
+        return limit;
+    };
+    SECTION("token bucket") {
+        // Checked (flags 2) three times: nothing taken, every one admitted.
+        auto replies = decide.batch({{with(bucket("b", minute, 2), "2")}, {with(bucket("b", minute, 2), "2")},
+                                     {with(bucket("b", minute, 2), "2"), bucket("other", minute, 5)}});
+        for (const auto& reply : replies) {
+            CHECK(reply.results[0].allowed);
+            CHECK(reply.results[0].remaining == 2);
+        }
+        CHECK(replies[2].results[1].remaining == 4);  // the ordinary limit beside it took its token
+        CHECK(redis.integer({"EXISTS", "b"}) == 0);
+        // Charged (flags 4) three times: the third goes past the capacity, and is reported
+        // as a limit with no room (allowed 0), remaining 0.
+        replies = decide.batch({{with(bucket("b", minute, 2), "4")}, {with(bucket("b", minute, 2), "4")},
+                                {with(bucket("b", minute, 2), "4")}});
+        CHECK(replies[0].results[0].remaining == 1);
+        CHECK(replies[1].results[0].remaining == 0);
+        CHECK_FALSE(replies[2].results[0].allowed);
+        CHECK(replies[2].results[0].remaining == 0);
+        // Past the capacity by one: the stored tat is three intervals ahead.
+        CHECK(std::stoll(redis.text({"GET", "b"})) == replies[2].now_us + 3 * minute);
+        // The check refuses now, and a refused request of another limit takes nothing.
+        replies = decide.batch({{with(bucket("b", minute, 2), "2"), bucket("other", minute, 5)}});
+        CHECK_FALSE(replies[0].results[0].allowed);
+        CHECK(replies[0].results[1].allowed);
+        CHECK(replies[0].results[1].remaining == 4);  // (it would take one: the request is refused)
+    }
+    SECTION("sliding window") {
+        auto replies = decide.batch({{with(window("w", 2, minute), "2")}, {with(window("w", 2, minute), "3")}});
+        CHECK(replies[0].results[0].remaining == 2);
+        CHECK(replies[1].results[0].remaining == 2);
+        CHECK(redis.integer({"EXISTS", "w"}) == 0);
+        replies = decide.batch({{with(window("w", 2, minute), "4")}, {with(window("w", 2, minute), "4")},
+                                {with(window("w", 2, minute), "4")}});
+        CHECK(replies[1].results[0].remaining == 0);
+        CHECK_FALSE(replies[2].results[0].allowed);
+        CHECK(redis.integer({"ZCARD", "w"}) == 3);  // every charge counted
+        replies = decide.batch({{with(window("w", 2, minute), "2")}});
+        CHECK_FALSE(replies[0].results[0].allowed);
+        // Room again once two of the three have left: a whole window after the second.
+        CHECK(replies[0].results[0].retry_after.count() > 0);
+    }
+    SECTION("fixed window, with a cost") {
+        ScriptLimit quota = fixed("f", 5, minute, 2);
+        auto replies = decide.batch({{with(quota, "2")}, {with(quota, "4")}, {with(quota, "4")}, {with(quota, "4")}});
+        CHECK(replies[0].results[0].remaining == 5);
+        CHECK(replies[1].results[0].remaining == 3);
+        CHECK(replies[2].results[0].remaining == 1);
+        CHECK_FALSE(replies[3].results[0].allowed);  // 4 + 2 > 5: no room, charged all the same
+        CHECK(replies[3].results[0].remaining == 0);
+        CHECK(redis.text({"GET", "f"}).ends_with(":6"));
+        replies = decide.batch({{with(fixed("f", 5, minute, 1), "2")}});
+        CHECK_FALSE(replies[0].results[0].allowed);
+    }
+}
+
 TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
@@ -679,9 +747,12 @@ TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
                      "plan 1: parameters of limit 1 are not valid");
     // A limit is five fields, separated by single spaces; limits are separated by ";".
     for (const char* plan : {"token_bucket 0 1 1000", "token_bucket 0 1 1000 5 6", "token_bucket  0 1 1000 5",
-                             "token_bucket 2 1 1000 5", "token_bucket 0 -1 1000 5", "token_bucket 0 1 1e3 5", "",
+                             "token_bucket 5 1 1000 5", "token_bucket 0 -1 1000 5", "token_bucket 0 1 1e3 5", "",
                              "token_bucket 0 1 1000 5;", ";token_bucket 0 1 1000 5"})
-        expect_error(run({"k", "1", plan, "1"}, 1), "is not \"algorithm shadow cost x y\"");
+        expect_error(run({"k", "1", plan, "1"}, 1), "is not \"algorithm flags cost x y\"");
+    // Concurrency and leaky buckets are not counted after the response.
+    for (const char* plan : {"concurrency 2 1 5 1000000", "leaky_bucket 4 1 1000 5,0,0"})
+        expect_error(run({"k", "1", plan, "1", "token"}, 1), "is not counted after the response");
     expect_error(run({"k", "1", "token_bucket 0 1 1000 x", "1"}, 1), "plan 1: parameters of limit 1 are not valid");
     expect_error(run({"k", "1", "token_bucket 0 1 1000 5;token_bucket 0 1 1000 y", "1"}, 1),
                  "plan 1: parameters of limit 2 are not valid");

@@ -199,6 +199,8 @@ struct Differential {
     }
 };
 
+bool random_bool(std::mt19937& random) { return random() % 2 == 0; }
+
 }  // namespace
 
 TEST_CASE("differential: redis scripts and memory limiter agree decision by decision",
@@ -327,6 +329,77 @@ TEST_CASE("differential: batches agree with the memory limiter asked in order", 
     CHECK(repeated_keys > 150);  // clients came back within their batch (13 routes: about 220)
     CHECK(limited > 100);
     CHECK(allowed > 100);
+}
+
+TEST_CASE("differential: limits counted after the response are checked and charged alike in both stores",
+          "[differential][redis][count]") {
+    // A login route: failures counted per client in a token bucket, a sliding window and a
+    // fixed window (costs from a header), each checked before forwarding and charged after a
+    // response that counts, with an ordinary bucket beside them. The charges are the
+    // counted limits' copies that charge, keyed as the route's limits (the hash tag made of
+    // what every limit of the route has). Both stores: the same answers to both calls.
+    const bool cluster = GENERATE(false, true);
+    INFO((cluster ? "Redis Cluster of 3 masters" : "one Redis"));
+    Differential d(cluster);
+    const std::vector<config::LimitConfig> route{
+        counting(token_bucket("failures", 4, 100ms, 3)),
+        counting(sliding_window("failures_window", 4, 150ms, {client_ip(), method()})),
+        counting(costing(fixed_window("failures_fixed", 5, 120ms, {client_ip(), method()}), "x-cost", 2)),
+        token_bucket("everything", 20, 100ms, 10),
+    };
+    std::vector<config::LimitConfig> charges;
+    for (const auto& limit : route)
+        if (limit.counted()) charges.push_back(charging(limit));
+    const limit::KeyPlan plan = limit::make_key_plan("counted", route);
+    const limit::KeyPlan charge_plan = limit::make_key_plan("counted", charges, route);
+    const limit::RouteLimits decide{"counted", route, &plan};
+    const limit::RouteLimits charge{"counted", charges, &charge_plan};
+    // Charged under the keys it was checked under: a charge of the window alone keyed with the
+    // route's hash tag (made from that limit alone, the tag would name the method too).
+    {
+        const auto client = d.any_client();
+        const auto checked = limit::build_limit_keys("sluice", decide, client.values());
+        const auto charged = limit::build_limit_keys("sluice", charge, client.values());
+        REQUIRE(charged.size() == 3);
+        for (std::size_t i = 0; i < 3; ++i) CHECK(charged[i] == checked[i]);
+        const std::vector<config::LimitConfig> window_only{charges[1]};
+        const limit::KeyPlan tagged = limit::make_key_plan("counted", window_only, route);
+        const limit::KeyPlan alone = limit::make_key_plan("counted", window_only);
+        CHECK(limit::build_limit_keys("sluice", {"counted", window_only, &tagged}, client.values())[0] == checked[1]);
+        CHECK(limit::build_limit_keys("sluice", {"counted", window_only, &alone}, client.values())[0] != checked[1]);
+    }
+    int allowed = 0, limited = 0, charged = 0, charged_past = 0;
+    for (int i = 0; i < 300; ++i) {
+        const auto client = d.any_client();
+        auto ask = [&](const limit::RouteLimits& limits) {
+            std::optional<Decision> from_redis;
+            d.redis_limiter->decide(limits, client.values(), [&](Decision decision) { from_redis = std::move(decision); });
+            REQUIRE(run_until(d.io, [&] { return from_redis.has_value(); }));
+            d.compare(limits, client, *from_redis);
+            return *from_redis;
+        };
+        INFO("request " << i);
+        const Decision decision = ask(decide);
+        allowed += decision.outcome == Decision::Outcome::allowed;
+        limited += decision.outcome == Decision::Outcome::limited;
+        // A counted limit takes nothing when it admits: what it reports is what it had.
+        if (decision.outcome == Decision::Outcome::allowed && random_bool(d.random)) {
+            // Sometimes charged twice, as two requests checked together and both answered
+            // with a counted status: a limit may then be past its capacity ("allowed" 0: it
+            // had no room left), which the next check refuses until it is back within it.
+            const int times = d.random() % 3 == 0 ? 2 : 1;
+            for (int t = 0; t < times; ++t) {
+                const Decision after = ask(charge);
+                ++charged;
+                for (const auto& result : after.limits) charged_past += !result.allowed;
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(d.random() % 6'000));
+    }
+    CHECK(allowed > 50);
+    CHECK(limited > 50);
+    CHECK(charged > 30);
+    CHECK(charged_past > 5);
 }
 
 TEST_CASE("differential: a bucket read under another plan's numbers decides alike in both stores",

@@ -138,6 +138,52 @@ TEST_CASE("memory limiter: all or nothing, and shadow limits", "[memory_limiter]
     }
 }
 
+TEST_CASE("memory limiter: a counted limit is checked, and charged after the response", "[memory_limiter][count]") {
+    // Five failures a minute: successes (never charged) pass however many; each failure is
+    // charged; the sixth attempt is refused before it reaches the upstream, taking nothing
+    // from the other limit either.
+    Fixture f;
+    const auto failures = counting(sliding_window("failures", 5, 60s));
+    const auto everything = token_bucket("everything", 1, 1s, 100);
+    f.limits = {failures, everything};
+    for (int i = 0; i < 20; ++i) {
+        const auto d = f.at(f.now);
+        REQUIRE(d.outcome == Outcome::allowed);
+        CHECK(d.limits[0].remaining == 5);  // checked only: nothing taken
+    }
+    CHECK(f.at(f.now).limits[1].remaining == 79);
+    auto charge = [&f, &failures] {
+        const std::vector<config::LimitConfig> charges{charging(failures)};
+        return f.limiter.decide(RouteLimits{"login", charges}, RequestKeyValues{f.ip, "GET", "/login", {}});
+    };
+    for (int i = 0; i < 5; ++i) {
+        REQUIRE(f.at(f.now).outcome == Outcome::allowed);
+        const auto charged = charge();
+        CHECK(charged.outcome == Outcome::allowed);
+        CHECK(charged.limits[0].remaining == static_cast<std::uint64_t>(4 - i));
+    }
+    auto refused = f.at(f.now + second);
+    CHECK(refused.outcome == Outcome::limited);
+    CHECK(refused.limited_by == 0u);
+    CHECK(refused.limits[0].retry_after == 59000ms);
+    CHECK(f.at(f.now).limits[1].remaining == 75);  // 74, a token back in that second; the refused took nothing
+    // Two requests checked together, both failing: the window counts both, past its limit,
+    // and admits again only once two have left.
+    f.now += 60 * second;
+    for (int i = 0; i < 4; ++i) charge();
+    CHECK(f.at(f.now).outcome == Outcome::allowed);  // 4 of 5
+    CHECK(f.at(f.now).outcome == Outcome::allowed);
+    const auto first = charge();
+    const auto second_one = charge();
+    CHECK(first.outcome == Outcome::allowed);
+    CHECK_FALSE(second_one.limits[0].allowed);  // no room left when it was charged ...
+    CHECK(second_one.limits[0].remaining == 0);  // ... and still counted (6 in the window)
+    CHECK(f.at(f.now).outcome == Outcome::limited);
+    CHECK(f.at(f.now).limits[0].retry_after == 60000ms);
+    f.now += 60 * second;
+    CHECK(f.at(f.now).outcome == Outcome::allowed);
+}
+
 TEST_CASE("memory limiter: keys whose state is empty again are swept", "[memory_limiter]") {
     Fixture f;
     f.limits = {token_bucket("tb", 1, 1s, 1), sliding_window("sw", 5, 1s)};

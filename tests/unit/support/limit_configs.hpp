@@ -94,4 +94,15 @@ inline config::LimitConfig costing(config::LimitConfig limit, std::string name, 
     return limit;
 }
 
+// Checked before forwarding, charged after a response of one of these statuses (`count`).
+inline config::LimitConfig counting(config::LimitConfig limit, std::vector<config::StatusRange> statuses = {{401, 401}}) {
+    limit.count_statuses = std::move(statuses);
+    return limit;
+}
+// The charge after the response of a counted limit (server::LimitSet's charge sets).
+inline config::LimitConfig charging(config::LimitConfig limit) {
+    limit.charges = true;
+    return limit;
+}
+
 }  // namespace sluice::test
