@@ -464,11 +464,13 @@ TEST_CASE("loader: files", "[config][loader]") {
         CHECK(config.server.max_waiting == 4096);
         CHECK(config.routes[0].name == "login");
         CHECK(config.routes[0].match.methods == std::vector<std::string>{"POST", "GET"});
-        REQUIRE(config.routes[0].limits.size() == 2);
+        REQUIRE(config.routes[0].limits.size() == 3);
         CHECK(config.routes[0].limits[0].rate == 5);
         CHECK(config.routes[0].limits[0].burst == 10);
         CHECK(config.routes[0].limits[1].limit == 30);
         CHECK(config.routes[0].limits[1].window == 1min);
+        CHECK(config.routes[0].limits[2].counts_status(401));
+        CHECK_FALSE(config.routes[0].limits[2].counts_status(200));
         CHECK(config.routes[1].name == "api");
         REQUIRE(config.routes[1].limits.size() == 3);
         // minute is per client: with every limit keyed on the API key, a request without one
