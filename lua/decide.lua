@@ -39,7 +39,10 @@
 --                              and checked only, "4" = the charge after the response: the
 --                              request's cost is taken whatever the limit holds (a limit
 --                              counted past its capacity refuses until it is back within
---                              it), and it never refuses
+--                              it), and it never refuses; "0" or "2" may be followed by
+--                              "b" and a duration in microseconds (`ban`, token_bucket,
+--                              sliding_window, fixed_window): a request this limit refuses
+--                              bans the key for that long (below)
 --                  cost        units the request takes (0 takes nothing and always fits)
 --                  token_bucket:   interval_us (time to refill one token), burst, or
 --                                  "burst,kept": the bucket keeps what was used when its
@@ -73,10 +76,17 @@
 -- the proxy charges it after the response when its status is counted, with a request of its
 -- own whose limits all have flags 4 (always consumes, never refuses).
 --
+-- A limit with a ban: a request it refuses bans the key (SET KEY:ban END PXAT END, the ban's
+-- end in microseconds of TIME, in the key's slot). While the ban lasts every request with
+-- that key is refused at once: nothing else is checked or written for it, and only the
+-- banning limit's result means anything (the others read 1, 0, 0, 0).
+--
 -- Reply: an array of integers (Redis writes them without the cost of formatting numbers in
 -- Lua): now_us, then four per limit, in KEYS order:
---   allowed (1: this limit alone admits the request, 0: it would reject, 2: not decided, a
---     key of the request lives on another cluster node: see cluster_keys.lua),
+--   allowed (1: this limit alone admits the request, 0: it would reject, 3: it rejects, and
+--     the key is banned (retry_after: until the ban's end, or the limit's own retry when that
+--     is later), 2: not decided, a key of the request lives on another cluster node: see
+--     cluster_keys.lua),
 --   remaining (after this request; a rejected request took nothing),
 --   retry_after (when allowed: how long a leaky bucket holds the request back, in
 --     microseconds, else 0; when not: ms until this limit admits, rounded up),
@@ -84,7 +94,7 @@
 local NOT_HERE = {}
 local cluster = false  -- this call's: set by decide()
 -- The globals used per request, as upvalues (set on the first call: see above).
-local find, match, ceil, tostr, protected  -- string.find, string.match, math.ceil, tostring, pcall
+local find, match, ceil, tostr, protected, format  -- string.find, string.match, math.ceil, tostring, pcall, string.format
 local function read_failed(reply)
   if not cluster then return end
   local message = reply.err or ''
@@ -163,8 +173,16 @@ local function parse_plan(text)
     local limit = text
     if stop then limit = text:sub(at, stop - 1) elseif at > 1 then limit = text:sub(at) end
     n = n + 1
-    local name, flags, cost, x, y = match(limit, '^(%S+) ([0-4]) (%d+) (%d+) (%S+)$')
+    local name, flags, banned, cost, x, y = match(limit, '^(%S+) ([0-4])(%S*) (%d+) (%d+) (%S+)$')
     if not name then return nil, 'limit ' .. n .. ' is not "algorithm flags cost x y"' end
+    local ban
+    if banned ~= '' then
+      ban = tonumber(match(banned, '^b(%d+)$'))
+      if not ban or ban < 1 or (flags ~= '0' and flags ~= '2') or
+         (name ~= 'token_bucket' and name ~= 'sliding_window' and name ~= 'fixed_window') then
+        return nil, 'limit ' .. n .. ': flags ' .. flags .. banned .. ' are not valid'
+      end
+    end
     local algorithm = algorithm_named(name)
     if not algorithm then return nil, 'unknown algorithm ' .. name end
     cost, x = tonumber(cost), tonumber(x)
@@ -183,7 +201,8 @@ local function parse_plan(text)
     end
     if not y then return nil, 'parameters of limit ' .. n .. ' are not valid' end
     plan[n] = { algorithm = algorithm, shadow = flags == '1' or flags == '3', cost = cost, x = x, y = y, kept = kept,
-                checked = flags == '2' or flags == '3', charge = flags == '4' }
+                checked = flags == '2' or flags == '3', charge = flags == '4', ban = ban }
+    if ban then plan.banning = true end
     if (flags == '2' or flags == '3' or flags == '4') and (name == 'concurrency' or name == 'leaky_bucket') then
       return nil, 'limit ' .. n .. ': ' .. name .. ' is not counted after the response'
     end
@@ -192,7 +211,7 @@ local function parse_plan(text)
     at = stop + 1
   end
   plan.n, plan.windows = n, windows
-  if n == 1 and plan[1].cost > 0 and not plan[1].checked and not plan[1].charge then
+  if n == 1 and plan[1].cost > 0 and not plan[1].checked and not plan[1].charge and not plan[1].ban then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
     local only = plan[1]
     plan.alone, plan.cost, plan.x, plan.y, plan.kept = only.algorithm.alone, only.cost, only.x, only.y, only.kept
@@ -226,6 +245,61 @@ local function put(allowed, remaining, retry_us, reset_us)
   m = m + 4
 end
 
+-- Bans: the end (microseconds of TIME) of each ban key this call read or wrote, false where
+-- there is none.
+local bans = {}
+local function ban_of(key)
+  local ban_key = key .. ':ban'
+  local ends = bans[ban_key]
+  if ends == nil then
+    local value = redis.pcall('GET', ban_key)
+    if type(value) == 'table' then
+      read_failed(value)
+      value = nil
+    end
+    ends = value and tonumber(value) or false
+    if ends and (ends ~= ends or ends >= 2^53) then ends = false end  -- (not ours)
+    bans[ban_key] = ends
+  end
+  return ends, ban_key
+end
+
+-- The request's first limit whose key is banned now: its result (the ban's end, as a
+-- refusal), four zeros' worth for the others; true. Nothing is written. Else false.
+local function refused_by_ban(plan, n)
+  for i = 1, n do
+    if plan[i].ban then
+      local ends = ban_of(call_keys[k + i])
+      if ends and ends > now then
+        for j = 1, n do
+          if j == i then
+            local left = ceil((ends - now) / 1000)
+            reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 3, 0, left, left
+          else
+            reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 1, 0, 0, 0
+          end
+          m = m + 4
+        end
+        return true
+      end
+    end
+  end
+  return false
+end
+
+-- A refused request's limit with a ban: the ban starts; its result says so (allowed 3), with
+-- the later of the ban's end and the limit's own retry time.
+local function start_ban(limit, key)
+  local ends = now + limit.ban
+  local _, ban_key = ban_of(key)
+  redis.call('SET', ban_key, format('%d', ends), 'PXAT', format('%d', ceil(ends / 1000)))
+  bans[ban_key] = ends
+  reply[m - 3] = 3
+  local left = ceil(limit.ban / 1000)
+  if reply[m - 1] < left then reply[m - 1] = left end
+  if reply[m] < left then reply[m] = left end
+end
+
 local function hand_over(algorithm, key)
   local list = others[algorithm]
   if list then
@@ -240,6 +314,7 @@ local function decide_request(plan, n, token)
     if #built > 1 then hand_over(plan[1].algorithm, key) end
     put(plan.alone(key, now, plan.x, plan.y, plan.cost, token, plan.seen, plan.kept))
   else
+    if plan.banning and refused_by_ban(plan, n) then return end
     local admit = true
     for i = 1, n do
       local limit = plan[i]
@@ -261,15 +336,19 @@ local function decide_request(plan, n, token)
       end
       if consumed then limit.algorithm.commit(c) end
       put(c.allowed, limit.algorithm.report(c, consumed))
+      if limit.ban and not c.allowed and not admit then start_ban(limit, call_keys[k + i]) end
     end
   end
 end
 
 local function decide(KEYS, ARGV, in_cluster)
-  if not find then find, match, ceil, tostr, protected = string.find, string.match, math.ceil, tostring, pcall end
+  if not find then
+    find, match, ceil, tostr, protected, format = string.find, string.match, math.ceil, tostring, pcall, string.format
+  end
   cluster = in_cluster
   -- Every algorithm starts the call knowing nothing (an earlier call may have failed midway).
   for i = 1, #built do built[i].begin() end
+  bans = {}
   local nargs = #ARGV
 
   -- Shape first: the plans, then the requests' plan numbers, then the number of keys.

@@ -227,6 +227,9 @@ struct LimitConfig {
     // (server::LimitSet's charge sets): the request's cost is added whatever the limit holds.
     bool charges = false;
     bool counted() const { return !count_statuses.empty(); }
+    // `ban: 15m`: a request this limit refuses bans its key for this long: every request of
+    // the key on the route is refused at once meanwhile, without further counting.
+    std::optional<Duration> ban;
     // Whether a response of `status` is charged to this counted limit.
     bool counts_status(unsigned status) const {
         for (const auto& range : count_statuses)

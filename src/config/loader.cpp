@@ -53,7 +53,7 @@ const Keys exempt_header_keys{"name", "value"};
 const Keys match_keys{"path", "path_prefix", "methods", "host"};
 const Keys limit_keys{"name",      "algorithm", "rate",   "per",    "burst", "limit",        "window",
                       "time_zone", "lease",     "key",    "shadow", "cost",  "default_cost", "delay",
-                      "nodelay",   "max_wait",  "count"};
+                      "nodelay",   "max_wait",  "count",  "ban"};
 const Keys count_keys{"statuses"};
 
 constexpr std::int64_t no_maximum = std::numeric_limits<std::int64_t>::max();
@@ -320,6 +320,7 @@ private:
     void read_limits(const Field& field, RouteConfig& route, RouteSite& site);
     void read_limit(const Field& field, RouteConfig& route, RouteSite& site);
     void read_count(const Field& field, LimitConfig& limit);
+    void read_ban(const Field& field, LimitConfig& limit);
     void refuse_counted_limits(const Section& section, const RouteConfig& route);
     std::optional<StatusRange> status_range(const Field& field);
     void read_token_bucket(const Section& section, LimitConfig& limit);
@@ -1434,6 +1435,7 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
     }
     if (const Field* f = section.find("key")) read_key(*f, limit);
     if (const Field* f = section.find("shadow")) assign(limit.shadow, boolean(*f));
+    if (const Field* f = section.find("ban"); f && algorithm) read_ban(*f, limit);
     site.limit_name_at.push_back(name_field ? name_field->at : field.at);
     route.limits.push_back(std::move(limit));
 }
@@ -1633,6 +1635,25 @@ void ConfigReader::read_cost(const Section& section, LimitConfig& limit) {
             check_capacity(*f, limit.default_cost);
         }
     }
+}
+
+// `ban: DURATION`: a refusal by the limit bans the key (read after the algorithm and shadow).
+void ConfigReader::read_ban(const Field& field, LimitConfig& limit) {
+    const std::string which = named("limit", limit.name);
+    if (limit.algorithm != Algorithm::token_bucket && limit.algorithm != Algorithm::sliding_window &&
+        limit.algorithm != Algorithm::fixed_window) {
+        diagnostics_.error(field.key_at, which + ": 'ban' does not apply to " + std::string(algorithm_name(limit.algorithm)) +
+                                             (limit.algorithm == Algorithm::concurrency
+                                                  ? " (a slot comes back as soon as a request ends)"
+                                                  : " (a full bucket refuses only until its next place)") +
+                                             "; use token_bucket, sliding_window or fixed_window");
+        return;
+    }
+    if (limit.shadow) {
+        diagnostics_.error(field.key_at, which + ": 'ban' has no effect on a shadow limit, which refuses nothing");
+        return;
+    }
+    assign(limit.ban, duration(field, false));
 }
 
 // A check route answers for another proxy, which never tells sluice what the response was:

@@ -197,6 +197,7 @@ void count_decision(const server::Snapshot& snap, std::size_t route_index, const
         const bool held_back = r.allowed && !r.shadow && r.wait.count() > 0 &&
                                decision.outcome == limit::Decision::Outcome::allowed;
         bump(limits[i], held_back    ? DecisionKind::delayed
+                        : r.banned  ? DecisionKind::banned
                         : r.allowed ? DecisionKind::allowed
                         : r.shadow  ? DecisionKind::shadow_limited
                                     : DecisionKind::limited);

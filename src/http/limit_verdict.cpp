@@ -35,11 +35,15 @@ LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig&
     if (decision.outcome == Outcome::limited) {
         verdict.decision = AccessDecision::limited;
         const std::size_t index = decision.limited_by.value_or(0);
+        const bool banned = index < n && decision.limits[index].banned;
+        if (banned) verdict.decision = AccessDecision::banned;
         const auto retry_after = index < n ? decision.limits[index].retry_after : std::chrono::milliseconds(1000);
         verdict.headers.emplace_back("Retry-After", std::to_string(limit::retry_after_seconds(retry_after)));
         const std::string_view name = index < n ? std::string_view(limits[index].name) : std::string_view("-");
         verdict.refusal = LocalReply{route.limited_status.value_or(cfg.responses.limited_status),
-                                     fmt::format("rate limit '{}' of route '{}' exceeded", name, route.name),
+                                     banned ? fmt::format("rate limit '{}' of route '{}' exceeded: banned for {} s", name,
+                                                          route.name, limit::retry_after_seconds(retry_after))
+                                            : fmt::format("rate limit '{}' of route '{}' exceeded", name, route.name),
                                      LocalReply::Body::problem_with_limit, std::move(verdict.headers)};
         verdict.headers.clear();
         return verdict;

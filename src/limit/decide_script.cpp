@@ -69,7 +69,10 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
                         std::vector<std::string>& args, bool may_wait) {
     // The limit's flags (lua/decide.lua): 1 shadow, 2 checked only (charged after the
     // response), 3 both; 4 the charge after the response.
-    const char* shadow = limit.charges ? "4" : limit.counted() ? (limit.shadow ? "3" : "2") : limit.shadow ? "1" : "0";
+    std::string shadow = limit.charges ? "4" : limit.counted() ? (limit.shadow ? "3" : "2") : limit.shadow ? "1" : "0";
+    // A ban (not of a charge): "b" and its length in microseconds.
+    if (limit.ban && !limit.charges)
+        shadow += "b" + std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count());
     const std::string name(config::algorithm_name(limit.algorithm));  // decide.lua knows them by these names
     switch (limit.algorithm) {
     case config::Algorithm::token_bucket: {
@@ -224,7 +227,8 @@ bool is_decide_reply(const redis::RedisReply& reply, std::size_t limits, bool cl
     for (std::size_t i = 0; i < reply.elements.size(); ++i) {
         const auto& element = reply.elements[i];
         if (element.type != RedisReply::Type::integer || element.integer < 0) return false;
-        if (i % 4 == 1 && element.integer > most_allowed) return false;  // allowed: 0 | 1 (| 2)
+        // allowed: 0 | 1 | 3 (banned) (| 2)
+        if (i % 4 == 1 && element.integer > most_allowed && element.integer != 3) return false;
     }
     return true;
 }
@@ -239,7 +243,8 @@ LimitResult decide_result(const redis::RedisReply& reply, std::size_t index) {
     const auto* field = &reply.elements[1 + 4 * index];
     LimitResult result;
     result.applies = true;
-    result.allowed = field[0].integer != 0;
+    result.allowed = field[0].integer == 1 || field[0].integer == 2;
+    result.banned = field[0].integer == 3;
     result.remaining = static_cast<std::uint64_t>(field[1].integer);
     // An admitted request's third field is how long a leaky bucket holds it back (0 for the
     // other algorithms); a rejected one's, when to try again.

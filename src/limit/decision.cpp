@@ -15,6 +15,16 @@ Decision Decision::from_results(std::vector<LimitResult> limits, std::int64_t ti
     Decision decision;
     decision.time_us = time_us;
     for (std::size_t i = 0; i < limits.size(); ++i) {
+        if (!limits[i].applies || !limits[i].banned) continue;
+        for (std::size_t j = 0; j < limits.size(); ++j)
+            if (j != i) limits[j] = LimitResult{false, limits[j].shadow};
+        limits[i].allowed = false;
+        decision.outcome = Outcome::limited;
+        decision.limited_by = i;
+        decision.limits = std::move(limits);
+        return decision;
+    }
+    for (std::size_t i = 0; i < limits.size(); ++i) {
         if (limits[i].applies && !limits[i].shadow && !limits[i].allowed) {
             decision.outcome = Outcome::limited;
             decision.limited_by = i;

@@ -20,6 +20,9 @@ struct LimitResult {
     std::chrono::milliseconds retry_after{0};  // !allowed: until this limit admits, rounded up
     std::chrono::milliseconds reset{0};        // until this limit is back to its full quota, rounded up
     std::chrono::microseconds wait{0};         // allowed by a leaky bucket: hold the request this long
+    // Refused by a ban (`ban`) on its key, this request's refusal having started it or not:
+    // retry_after is when the ban ends (or the limit has room, if later).
+    bool banned = false;
 };
 
 // The concurrency slots a request holds while it runs: given back (Store::release) when its
@@ -54,7 +57,8 @@ struct Decision {
     // enforced leaky buckets (shadow limits never hold a request back).
     std::chrono::microseconds wait() const;
 
-    // Builds the route-level decision from per-limit results.
+    // Builds the route-level decision from per-limit results. A banned limit decides alone:
+    // the others were not asked (their results no longer apply).
     static Decision from_results(std::vector<LimitResult> limits, std::int64_t time_us);
     static Decision store_failure(std::string error);
 };

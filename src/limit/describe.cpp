@@ -69,6 +69,7 @@ std::string describe_limit(const config::LimitConfig& limit) {
             else out += fmt::format("{}xx", range.first / 100);
         }
     }
+    if (limit.ban) out += ", ban " + config::format_duration(*limit.ban);
     if (limit.shadow) out += ", shadow";
     return out;
 }

@@ -204,11 +204,20 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     Small<State*> existing(n, nullptr);
     Small<std::size_t> hashes(n, 0);
     Small<Shard*> locked;
+    // A limit with a ban (not its charge): the key + ":ban" that holds the ban, and its shard.
+    Small<std::string> ban_keys(n);
+    Small<std::size_t> ban_hashes(n, 0);
+    Small<Shard*> ban_shard(n, nullptr);
     for (std::size_t i = 0; i < n; ++i) {
         if (!keys[i]) continue;
         hashes[i] = KeyedHash{}(*keys[i]);
         shard[i] = &shard_of_hash(hashes[i]);
         if (std::find(locked.begin(), locked.end(), shard[i]) == locked.end()) locked.push_back(shard[i]);
+        if (!route.limits[i].ban || route.limits[i].charges) continue;
+        ban_keys[i] = *keys[i] + ":ban";
+        ban_hashes[i] = KeyedHash{}(ban_keys[i]);
+        ban_shard[i] = &shard_of_hash(ban_hashes[i]);
+        if (std::find(locked.begin(), locked.end(), ban_shard[i]) == locked.end()) locked.push_back(ban_shard[i]);
     }
     std::sort(locked.begin(), locked.end());
     // Holds the shards' locks until unlock() or the end of the scope.
@@ -230,9 +239,29 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     for (auto* s : locked) held_before += s->states.size();
     const std::int64_t now = clock_();
 
+    // A key banned now: refused at once, nothing else asked or written (lua/decide.lua).
+    std::optional<std::size_t> banned;
+    for (std::size_t i = 0; i < n && !banned; ++i) {
+        if (!ban_shard[i]) continue;
+        auto& states = ban_shard[i]->states;
+        const auto found = states.find(HashedKey{ban_keys[i], ban_hashes[i]});
+        if (found == states.end()) continue;
+        const auto* ban = std::get_if<Ban>(&found->second.state);
+        if (!ban || ban->until <= now) continue;
+        touch(*ban_shard[i], found->second);
+        banned = i;
+        LimitResult& r = results[i];
+        r.applies = true;
+        r.shadow = route.limits[i].shadow;
+        r.allowed = false;
+        r.banned = true;
+        r.retry_after = ceil_to_ms(ban->until - now);
+        r.reset = r.retry_after;
+    }
+
     // Check every limit without writing.
     bool admit = true;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < n && !banned; ++i) {
         const auto& limit = route.limits[i];
         results[i].shadow = limit.shadow;
         if (!keys[i]) continue;
@@ -316,7 +345,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     // Write all or nothing, then report.
     std::string token;
     Slots slots;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < n && !banned; ++i) {
         if (!results[i].applies) continue;
         const auto& limit = route.limits[i];
         const Check& c = checks[i];
@@ -374,6 +403,14 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                 r.reset = ceil_to_ms(c.newest ? *c.newest + params.window_us - now : 0);
             }
         }
+        // A refusal by a limit with a ban starts it: until now + ban (a later retry stays).
+        if (!admit && !c.allowed && ban_shard[i] && !inspect) {
+            const std::int64_t length = std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count();
+            insert(*ban_shard[i], ban_keys[i]).state = Ban{now + length};
+            r.banned = true;
+            r.retry_after = std::max(r.retry_after, ceil_to_ms(length));
+            r.reset = std::max(r.reset, ceil_to_ms(length));
+        }
     }
 
     std::uint64_t evicted = 0;
@@ -423,6 +460,7 @@ void MemoryLimiter::renew(const Slots& slots) {
 }
 
 bool MemoryLimiter::is_empty(const State& state, std::int64_t now) {
+    if (const auto* ban = std::get_if<Ban>(&state)) return ban->until <= now;
     if (const auto* bucket = std::get_if<TokenBucket>(&state)) return bucket->tat <= now;
     if (const auto* fixed = std::get_if<FixedWindow>(&state)) return fixed->end <= now;
     if (const auto* held = std::get_if<Concurrency>(&state))

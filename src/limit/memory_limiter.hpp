@@ -89,7 +89,11 @@ private:
     struct Concurrency {
         std::vector<std::pair<std::string, std::int64_t>> slots;  // owner token, lease end
     };
-    using State = std::variant<TokenBucket, SlidingWindow, FixedWindow, Concurrency>;
+    // A limit's key banned (`ban`) until then; kept under the limit's key + ":ban", as in Redis.
+    struct Ban {
+        std::int64_t until = 0;
+    };
+    using State = std::variant<TokenBucket, SlidingWindow, FixedWindow, Concurrency, Ban>;
     // A key's state and its place in the shard's recency list (elements of an unordered_map
     // stay where they are, so the links are plain pointers).
     struct Entry {

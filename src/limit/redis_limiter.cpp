@@ -249,7 +249,7 @@ std::optional<Decision> RedisLimiter::remembered(const std::vector<std::optional
         results[i].applies = true;
         results[i].allowed = false;
         results[i].remaining = 0;
-        results[i].retry_after = std::chrono::ceil<std::chrono::milliseconds>(it->second.until - now);
+        results[i].retry_after = std::chrono::ceil<std::chrono::milliseconds>(it->second.ends - now);
         return Decision::from_results(std::move(results), 0);
     }
     return std::nullopt;
@@ -320,7 +320,9 @@ void RedisLimiter::remember(const std::string& key, std::chrono::steady_clock::t
     // admits again (a request after it simply asks Redis).
     const auto retry = decision.limits[index].retry_after - std::chrono::milliseconds(1);
     if (retry <= std::chrono::milliseconds(0)) return;
-    rejections_[key] = Rejection{sent + retry, decision.limits[index], index, id};
+    const auto ends = sent + retry;
+    const auto until = decision.limits[index].banned ? std::min(ends, sent + std::chrono::seconds(1)) : ends;
+    rejections_[key] = Rejection{until, ends, decision.limits[index], index, id};
 }
 
 void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback, bool inspect) {

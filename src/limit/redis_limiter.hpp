@@ -104,7 +104,11 @@ private:
     // consume quota, never return it. So a client that keeps hammering a limit it exhausted
     // is answered from here, without a round trip, until then.
     struct Rejection {
-        std::chrono::steady_clock::time_point until;
+        std::chrono::steady_clock::time_point until;  // answered from here until then
+        // When the limit admits again (the retry time answered): `until`, but for a ban,
+        // which is remembered for at most a second (another instance's admin reset may lift
+        // it any time: at most that long it goes on being refused here).
+        std::chrono::steady_clock::time_point ends;
         LimitResult result;  // the rejecting limit's, as Redis answered; retry_after recomputed on use
         std::size_t limit = 0;
         // KeyPlan::Limit::id of the limit that refused: a request decided by another set of

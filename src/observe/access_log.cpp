@@ -145,6 +145,7 @@ std::string_view access_decision_name(AccessDecision decision) {
     case AccessDecision::store_error_denied: return "store_error_denied";
     case AccessDecision::delayed: return "delayed";
     case AccessDecision::exempt: return "exempt";
+    case AccessDecision::banned: return "banned";
     }
     return "unlimited";
 }

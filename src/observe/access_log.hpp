@@ -22,6 +22,7 @@ enum class AccessDecision : std::uint8_t {
     store_error_denied,   // ... on_error: deny (503)
     delayed,              // a leaky bucket held it back, then it was forwarded
     exempt,               // `exempt` named it: no limit of its route was asked
+    banned,               // refused: its key is banned (`ban`), by this refusal or an earlier one
 };
 std::string_view access_decision_name(AccessDecision decision);
 

@@ -255,10 +255,10 @@ std::string stats_json(const Metrics& m, double uptime_seconds,
             const auto& d = *l.metrics;
             fmt::format_to(std::back_inserter(out),
                            "{}{{\"name\":{},\"algorithm\":{},\"setting\":{},\"limited\":{},\"shadow_limited\":{},"
-                           "\"delayed\":{}}}",
+                           "\"delayed\":{},\"banned\":{}}}",
                            i == 0 ? "" : ",", json_string(l.name), json_string(l.algorithm), json_string(l.setting),
                            d.decisions(DecisionKind::limited), d.decisions(DecisionKind::shadow_limited),
-                           d.decisions(DecisionKind::delayed));
+                           d.decisions(DecisionKind::delayed), d.decisions(DecisionKind::banned));
         }
         out += "]}";
     });

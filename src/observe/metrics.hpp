@@ -85,9 +85,10 @@ private:
 // The label values of sluice_ratelimit_decisions_total.
 // `delayed`: admitted by a leaky bucket that held the request back first.
 enum class DecisionKind : std::size_t { allowed, limited, shadow_limited, store_error_allowed, store_error_denied,
-                                        delayed };
-inline constexpr std::array<const char*, 6> decision_names = {"allowed", "limited", "shadow_limited",
-                                                               "store_error_allowed", "store_error_denied", "delayed"};
+                                        delayed, banned };
+inline constexpr std::array<const char*, 7> decision_names = {"allowed", "limited", "shadow_limited",
+                                                               "store_error_allowed", "store_error_denied", "delayed",
+                                                               "banned"};
 
 // Why a client's TLS handshake failed (sluice_tls_handshake_failures_total{reason}).
 enum class TlsFailure : std::size_t { protocol_version, no_shared_cipher, certificate_rejected, plain_http, closed,

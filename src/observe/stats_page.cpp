@@ -91,6 +91,7 @@ function limitsCell(r) {
     const name = document.createElement("b"); name.textContent = l.name; div.appendChild(name);
     div.appendChild(document.createTextNode(" " + l.setting + ": "));
     const n = document.createElement("span"); n.className = "n"; n.textContent = fmtRate(l.lps) + "/s"; div.appendChild(n);
+    if (l.bps > 0) div.appendChild(document.createTextNode(" (banned " + fmtRate(l.bps) + "/s)"));
     td.appendChild(div);
   }
   return td;
@@ -190,7 +191,9 @@ async function poll() {
       const h = history.get(r.route) || []; h.push(pct); if (h.length > HISTORY) h.shift(); history.set(r.route, h);
       const limits = (r.limits || []).map(l => {
         const was = before && (before.limits || []).find(b => b.name === l.name);
-        return { name: l.name, setting: l.setting, lps: was ? Math.max(0, l.limited - was.limited) / dt : 0 };
+        const refused = x => (x.limited || 0) + (x.banned || 0);  // a ban's refusals are the limit's too
+        return { name: l.name, setting: l.setting, lps: was ? Math.max(0, refused(l) - refused(was)) / dt : 0,
+                 bps: was ? Math.max(0, (l.banned || 0) - (was.banned || 0)) / dt : 0 };
       });
       rates.push({ route: r.route, rps, fps: d("forwarded"), lps, pct, sps: d("shadow_limited"), eps: d("store_errors"), dps: d("delayed"), xps: d("exempt"),
                    total: r.requests, top: r.top_limited || [], limits });

@@ -270,6 +270,7 @@ std::string limits_state_json(const config::Config& config, const LimitsQuery& q
             continue;
         }
         out += ",\"applies\":true,\"remaining\":" + std::to_string(result->remaining);
+        if (limit.ban) out += result->banned ? ",\"banned\":true" : ",\"banned\":false";
         if (limit.algorithm == config::Algorithm::concurrency)
             out += ",\"in_flight\":" + std::to_string(capacity > result->remaining ? capacity - result->remaining : 0);
         out += ",\"reset_ms\":" + std::to_string(result->reset.count()) + "}";

@@ -207,14 +207,19 @@ void Server::limits_call(observe::AdminServer::LimitsCall call,
                                               values->view());
     std::vector<std::string> chosen;
     std::vector<std::size_t> reset;
+    const auto& limits = snapshot->limit_sets[query->route][query->set].limits;
+    std::vector<std::string> bans;  // a limit's ban goes with its state
     for (std::size_t i = 0; i < keys.size(); ++i) {
         if (!keys[i] || (query->limit && *query->limit != i)) continue;
         chosen.push_back(*keys[i]);
         reset.push_back(i);
+        if (i < limits.size() && limits[i].ban) bans.push_back(*keys[i] + ":ban");
     }
+    std::vector<std::string> deleted = chosen;
+    deleted.insert(deleted.end(), bans.begin(), bans.end());
     // Every worker forgets the rejections it remembered for those keys.
     for (std::size_t w = 1; w < workers_.size(); ++w) workers_[w]->forget_limits(chosen);
-    worker.reset_limits(chosen, [this, snapshot, query = *query, reset, chosen, done = std::move(done)](
+    worker.reset_limits(deleted, [this, snapshot, query = *query, reset, chosen, done = std::move(done)](
                                     std::string error, std::int64_t existed) mutable {
         net::post(io_, [snapshot, query, reset, chosen, error = std::move(error), existed, done = std::move(done)] {
             const auto& route = snapshot->config->routes[query.route];

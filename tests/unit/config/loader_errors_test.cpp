@@ -325,6 +325,13 @@ TEST_CASE("loader errors: count (charged after the response)", "[config][loader]
                   "        count: {statuses: [500]}\n",
          {"12:9: limit 's': 'count' does not apply to leaky_bucket (a request waits for its turn before any response "
           "exists); use token_bucket, sliding_window or fixed_window"}},
+        {window + "        ban: 0s\n", {"12:14: 'ban' must be greater than 0, got 0s"}},
+        {window + "        ban: soon\n", {"12:14: 'ban' must be a duration such as 250ms, 10s, 5m, 1h or 1d, got 'soon'"}},
+        {window + "        shadow: true\n        ban: 1h\n",
+         {"13:9: limit 'w': 'ban' has no effect on a shadow limit, which refuses nothing"}},
+        {limits + "      - name: c\n        algorithm: concurrency\n        limit: 2\n        ban: 1m\n",
+         {"11:9: limit 'c': 'ban' does not apply to concurrency (a slot comes back as soon as a request ends); use "
+          "token_bucket, sliding_window or fixed_window"}},
         {"routes:\n  - name: r\n    match: {path_prefix: /}\n    action: check\n    limits:\n"
          "      - name: w\n        algorithm: fixed_window\n        limit: 5\n        window: 1h\n"
          "        count: {statuses: [\"4xx\"]}\n",

@@ -723,6 +723,68 @@ TEST_CASE("decide script: a limit checked only takes nothing; its charge takes t
     }
 }
 
+TEST_CASE("decide script: a refusal by a limit with a ban bans the key; nothing is counted while it lasts",
+          "[lua][redis][ban]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    const bool library = GENERATE(true, false);
+    CAPTURE(library);
+    Script decide{redis, false, library};
+    const std::int64_t minute = 60'000'000;
+    auto banning = [](ScriptLimit limit, std::int64_t ban_us, std::string flags = "0") {
+        limit.flags = flags + "b" + std::to_string(ban_us);
+        return limit;
+    };
+    // Two requests fit the window of 2 a minute; the third is refused and bans the key for
+    // ten minutes (retry: the ban's end, later than the window's own).
+    const ScriptLimit tight = banning(window("w", 2, minute), 10 * minute);
+    auto replies = decide.batch({{tight, bucket("other", minute, 100)},
+                                 {tight, bucket("other", minute, 100)},
+                                 {tight, bucket("other", minute, 100)},
+                                 {tight, bucket("other", minute, 100)}});
+    CHECK(replies[1].results[0].allowed);
+    CHECK(replies[1].results[1].remaining == 98);
+    CHECK(replies[2].results[0].banned);
+    CHECK_FALSE(replies[2].results[0].allowed);
+    CHECK(replies[2].results[0].retry_after.count() == 600'000);
+    CHECK(replies[2].results[1].remaining == 98);  // (the refused request took nothing)
+    // The fourth, in the same call, finds the ban: refused, the bucket not even asked.
+    CHECK(replies[3].results[0].banned);
+    CHECK(replies[3].results[0].retry_after.count() == 600'000);
+    CHECK(redis.text({"GET", "w:ban"}) == std::to_string(replies[2].now_us + 10 * minute));
+    CHECK(redis.integer({"PEXPIRETIME", "w:ban"}) == ceil_ms(replies[2].now_us + 10 * minute));
+    CHECK(redis.integer({"ZCARD", "w"}) == 2);
+    // The window empties (its key deleted): the ban holds all the same; the other limit is
+    // not asked, so takes nothing.
+    redis.must({"DEL", "w"});
+    replies = decide.batch({{tight, bucket("other", minute, 100)}});
+    CHECK(replies[0].results[0].banned);
+    CHECK(replies[0].results[0].retry_after.count() > 590'000);
+    CHECK(redis.integer({"EXISTS", "w"}) == 0);
+    CHECK(std::stoll(redis.text({"GET", "other"})) < replies[0].now_us + 3 * minute);  // still 2 taken
+    // Lifted (the admin reset deletes it): the window decides again.
+    redis.must({"DEL", "w:ban"});
+    replies = decide.batch({{tight, bucket("other", minute, 100)}});
+    CHECK(replies[0].results[0].allowed);
+    CHECK_FALSE(replies[0].results[0].banned);
+    // A limit checked only (count) bans too; a ban below the limit's own retry keeps the later.
+    const ScriptLimit quota = banning(fixed("f", 1, minute), 1'000'000, "2");
+    replies = decide.batch({{quota}});
+    CHECK(replies[0].results[0].allowed);
+    redis.must({"SET", "f", std::to_string(replies[0].now_us - replies[0].now_us % minute) + ":1"});
+    replies = decide.batch({{quota}});
+    CHECK(replies[0].results[0].banned);
+    CHECK(replies[0].results[0].retry_after.count() == ceil_ms(minute - replies[0].now_us % minute));
+    // Malformed: a ban on a shadow limit, a charge, concurrency; a ban of 0.
+    for (const char* flags : {"1b5", "4b5", "0b0", "0b", "0x5"}) {
+        CAPTURE(flags);
+        ScriptLimit bad = window("z", 2, minute);
+        bad.flags = flags;
+        const auto result = decide.raw({bad});
+        REQUIRE_FALSE(result.ok());
+    }
+}
+
 TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
@@ -941,7 +1003,7 @@ TEST_CASE("decide script, cluster variant: keys in ARGV decide exactly as keys i
     }
 }
 
-TEST_CASE("decide replies: 2 (elsewhere) is only read from the cluster variant", "[lua][cluster]") {
+TEST_CASE("decide replies: 2 (elsewhere) is only read from the cluster variant; 3 is banned", "[lua][cluster]") {
     redis::RedisReply reply;
     reply.type = redis::RedisReply::Type::array;
     for (std::int64_t v : {1'000'000, 2, 0, 0, 0}) {
@@ -953,8 +1015,15 @@ TEST_CASE("decide replies: 2 (elsewhere) is only read from the cluster variant",
     CHECK_FALSE(limit::is_decide_reply(reply, 1));
     REQUIRE(limit::is_decide_reply(reply, 1, true));
     CHECK(limit::decide_elsewhere(reply, 0));
-    reply.elements[1].integer = 3;
+    reply.elements[1].integer = 4;
     CHECK_FALSE(limit::is_decide_reply(reply, 1, true));
+    reply.elements[1].integer = 3;
+    REQUIRE(limit::is_decide_reply(reply, 1));
+    REQUIRE(limit::is_decide_reply(reply, 1, true));
+    CHECK_FALSE(limit::decide_elsewhere(reply, 0));
+    const auto banned = limit::decide_result(reply, 0);
+    CHECK(banned.banned);
+    CHECK_FALSE(banned.allowed);
 }
 
 TEST_CASE("decide script: fixed windows aligned to the epoch", "[lua][redis]") {

@@ -194,6 +194,7 @@ struct Differential {
             CHECK(m.retry_after == r.retry_after);
             CHECK(m.reset == r.reset);
             CHECK(m.wait == r.wait);
+            CHECK(m.banned == r.banned);
         }
         CHECK(from_memory.wait() == from_redis.wait());
     }
@@ -341,8 +342,12 @@ TEST_CASE("differential: limits counted after the response are checked and charg
     const bool cluster = GENERATE(false, true);
     INFO((cluster ? "Redis Cluster of 3 masters" : "one Redis"));
     Differential d(cluster);
+    auto banning = [](config::LimitConfig limit, std::chrono::milliseconds ban) {
+        limit.ban = ban;
+        return limit;
+    };
     const std::vector<config::LimitConfig> route{
-        counting(token_bucket("failures", 4, 100ms, 3)),
+        banning(counting(token_bucket("failures", 4, 100ms, 3)), 70ms),
         counting(sliding_window("failures_window", 4, 150ms, {client_ip(), method()})),
         counting(costing(fixed_window("failures_fixed", 5, 120ms, {client_ip(), method()}), "x-cost", 2)),
         token_bucket("everything", 20, 100ms, 10),
@@ -368,7 +373,7 @@ TEST_CASE("differential: limits counted after the response are checked and charg
         CHECK(limit::build_limit_keys("sluice", {"counted", window_only, &tagged}, client.values())[0] == checked[1]);
         CHECK(limit::build_limit_keys("sluice", {"counted", window_only, &alone}, client.values())[0] != checked[1]);
     }
-    int allowed = 0, limited = 0, charged = 0, charged_past = 0;
+    int allowed = 0, limited = 0, charged = 0, charged_past = 0, banned = 0;
     for (int i = 0; i < 300; ++i) {
         const auto client = d.any_client();
         auto ask = [&](const limit::RouteLimits& limits) {
@@ -382,6 +387,7 @@ TEST_CASE("differential: limits counted after the response are checked and charg
         const Decision decision = ask(decide);
         allowed += decision.outcome == Decision::Outcome::allowed;
         limited += decision.outcome == Decision::Outcome::limited;
+        banned += decision.outcome == Decision::Outcome::limited && decision.limits[*decision.limited_by].banned;
         // A counted limit takes nothing when it admits: what it reports is what it had.
         if (decision.outcome == Decision::Outcome::allowed && random_bool(d.random)) {
             // Sometimes charged twice, as two requests checked together and both answered
@@ -400,6 +406,7 @@ TEST_CASE("differential: limits counted after the response are checked and charg
     CHECK(limited > 50);
     CHECK(charged > 30);
     CHECK(charged_past > 5);
+    CHECK(banned > 20);
 }
 
 TEST_CASE("differential: a bucket read under another plan's numbers decides alike in both stores",

@@ -184,6 +184,38 @@ TEST_CASE("memory limiter: a counted limit is checked, and charged after the res
     CHECK(f.at(f.now).outcome == Outcome::allowed);
 }
 
+TEST_CASE("memory limiter: a ban refuses a key at once until it ends", "[memory_limiter][ban]") {
+    Fixture f;
+    auto failures = sliding_window("failures", 2, 60s);
+    failures.ban = 600s;
+    f.limits = {failures, token_bucket("everything", 1, 1s, 100)};
+    CHECK(f.at(f.now).outcome == Outcome::allowed);
+    CHECK(f.at(f.now).outcome == Outcome::allowed);
+    auto tripped = f.at(f.now);
+    CHECK(tripped.outcome == Outcome::limited);
+    CHECK(tripped.limits[0].banned);
+    CHECK(tripped.limits[0].retry_after == 600000ms);
+    CHECK_FALSE(tripped.limits[1].applies);  // a banned decision names the ban alone
+    // Two minutes on: the window has room, the ban still refuses; the bucket is not asked.
+    auto during = f.at(f.now + 120 * second);
+    CHECK(during.outcome == Outcome::limited);
+    CHECK(during.limited_by == 0u);
+    CHECK(during.limits[0].banned);
+    CHECK(during.limits[0].retry_after == 480000ms);
+    CHECK_FALSE(during.limits[1].applies);
+    CHECK(f.limiter.size() == 3);  // the window, the bucket, the ban
+    // The ban ends: admitted again, and the bucket took nothing meanwhile (refilled fully).
+    auto after = f.at(f.now + 480 * second);
+    CHECK(after.outcome == Outcome::allowed);
+    CHECK_FALSE(after.limits[0].banned);
+    CHECK(after.limits[1].remaining == 99);
+    // Tripped again, then reset (what the admin's reset deletes: the key and its ban).
+    f.at(f.now);
+    CHECK(f.at(f.now).limits[0].banned);
+    CHECK(f.limiter.reset({"sluice:{login:203.0.113.7}:failures", "sluice:{login:203.0.113.7}:failures:ban"}) == 2);
+    CHECK(f.at(f.now).outcome == Outcome::allowed);
+}
+
 TEST_CASE("memory limiter: keys whose state is empty again are swept", "[memory_limiter]") {
     Fixture f;
     f.limits = {token_bucket("tb", 1, 1s, 1), sliding_window("sw", 5, 1s)};

@@ -1,0 +1,136 @@
+"""Bans (`ban: DURATION` on a limit): the request a limit refuses starts a ban for its key;
+while it lasts every request of that key on the route is refused at once (429 with
+Retry-After to the ban's end), even once the limit has room again, and nothing is counted;
+the admin reset lifts it, its end ends it. Two sluice instances sharing one redis-server,
+and the memory store.
+"""
+
+import json
+import time
+
+from admin_api import Metrics, wait_admin
+from harness import (RawClient, SluiceTestCase, free_port, limited_route, proxy_config, redis_store,
+                     respond, wait_until)
+
+
+def banning_window(limit, window, ban, name="tries"):
+    return {"name": name, "algorithm": "sliding_window", "limit": limit, "window": window, "ban": ban,
+            "key": ["client_ip"]}
+
+
+class BanTest(SluiceTestCase):
+    def start_instances(self, store, count, routes):
+        self.up = self.start_upstream(respond(200, b"ok"))
+        self.instances, self.admin_ports = [], []
+        for _ in range(count):
+            port, admin = free_port(), free_port()
+            s = self.start_sluice(proxy_config(
+                port, {"app": self.up.address}, routes,
+                extra={"store": store, "admin": {"listen": f"127.0.0.1:{admin}"}}))
+            wait_admin(admin)
+            if store["type"] == "redis":
+                s.wait_store_connected(2)
+            self.instances.append(s)
+            self.admin_ports.append(admin)
+
+    def get(self, k, target):
+        with RawClient(self.instances[k % len(self.instances)].port) as c:
+            return c.request("GET", target)
+
+    def admin_json(self, method, target):
+        with RawClient(self.admin_ports[0]) as c:
+            r = c.request(method, target, [("Connection", "close")])
+        self.assertEqual(r.status, 200, r.body)
+        return json.loads(r.body)
+
+    def upstream_saw(self, prefix):
+        return sum(1 for r in self.up.requests if r.target.startswith(prefix))
+
+    def check_trip_hold_and_lift(self):
+        # 2 a window of 300 ms; the third request bans the client for a minute.
+        for k in range(2):
+            self.assertEqual(self.get(k, f"/login/{k}").status, 200)
+        tripped = self.get(0, "/login/trip")
+        self.assertEqual(tripped.status, 429)
+        self.assertIn(int(tripped.header("Retry-After")), (59, 60))
+        self.assertIn("banned for", json.loads(tripped.body)["detail"])
+        # The window has room again (300 ms on): the ban still refuses, on both instances.
+        time.sleep(0.4)
+        for k in range(4):
+            r = self.get(k, f"/login/during{k}")
+            self.assertEqual(r.status, 429)
+            self.assertLessEqual(int(r.header("Retry-After")), 60)
+        self.assertEqual(self.upstream_saw("/login/"), 2, "nothing reaches the upstream during a ban")
+        entries = wait_until(lambda: (lambda e: e if len(e) >= 7 else None)(
+            [e for s in self.instances for e in s.access_entries() if e["target"].startswith("/login/")]), 5.0,
+            message="access lines")
+        self.assertEqual(sorted(e["decision"] for e in entries), ["allowed"] * 2 + ["banned"] * 5)
+        self.assertTrue(all(e["limit"] == "tries" for e in entries if e["decision"] == "banned"))
+        banned = sum(Metrics.fetch(p).get("sluice_ratelimit_decisions_total", route="login", limit="tries",
+                                          decision="banned") or 0 for p in self.admin_ports)
+        self.assertEqual(banned, 5)
+        # The admin look-up shows it, taking nothing; the reset lifts it on every instance.
+        state = self.admin_json("GET", "/limits?route=login&client=127.0.0.1")
+        self.assertEqual(state["limits"][0]["banned"], True)
+        self.assertGreater(state["limits"][0]["reset_ms"], 55_000)
+        reset = self.admin_json("DELETE", "/limits?route=login&client=127.0.0.1")
+        self.assertEqual(reset["reset"], ["tries"])
+        # The ban, and the window if it has not expired yet (in Redis it has: 300 ms).
+        self.assertIn(reset["keys_deleted"], (1, 2))
+        if getattr(self, "redis", None):
+            self.assertEqual(self.redis.command("EXISTS", "sluice:{login:127.0.0.1}:tries:ban"), 0)
+        # At once on the instance asked (its workers forget what they remembered); on the
+        # other, whose workers remember a ban for at most a second, soon.
+        self.assertEqual(self.get(0, "/login/after0").status, 200)
+        if len(self.instances) > 1:
+            wait_until(lambda: self.get(1, "/login/after1").status == 200, 5.0, interval=0.05,
+                       message="the reset seen on the other instance")
+        self.assertEqual(self.admin_json("GET", "/limits?route=login&client=127.0.0.1")["limits"][0]["banned"], False)
+
+    def check_the_end_ends_it(self):
+        # A ban of 1 s: refused until then (never sooner), admitted after.
+        for k in range(2):
+            self.assertEqual(self.get(k, f"/short/{k}").status, 200)
+        self.assertEqual(self.get(0, "/short/trip").status, 429)
+        tripped_at = time.monotonic()
+        first_ok = wait_until(lambda: time.monotonic() if self.get(1, "/short/poll").status == 200 else None,
+                              10.0, interval=0.05, message="the ban's end")
+        self.assertGreaterEqual(first_ok - tripped_at, 0.95)
+        self.assertEqual(self.upstream_saw("/short/"), 3)
+
+    def routes(self):
+        return [limited_route("login", [banning_window(2, "300ms", "1m")]),
+                limited_route("short", [banning_window(2, "100ms", "1s")])]
+
+    def test_redis_two_instances(self):
+        self.redis = self.start_redis()
+        self.start_instances(redis_store(self.redis), 2, self.routes())
+        self.check_trip_hold_and_lift()
+        self.check_the_end_ends_it()
+        self.assertEqual(self.redis.command("EXISTS", "sluice:{login:127.0.0.1}:tries:ban"), 0)
+
+    def test_memory_store(self):
+        self.start_instances({"type": "memory"}, 1, self.routes())
+        self.check_trip_hold_and_lift()
+        self.check_the_end_ends_it()
+
+    def test_failed_logins_ban_the_client(self):
+        # count and ban together: three failed logins in 15 minutes ban the client for an hour.
+        def login(req, conn):
+            conn.send_response(200 if req.header("x-password") == "right" else 401, body=b"")
+        limit = {"name": "failures", "algorithm": "fixed_window", "limit": 3, "window": "15m", "ban": "1h",
+                 "count": {"statuses": [401]}}
+        self.redis = self.start_redis()
+        self.start_instances(redis_store(self.redis), 2, [limited_route("login", [limit])])
+        self.up.behaviour = login
+
+        def attempt(k, password):
+            with RawClient(self.instances[k % 2].port) as c:
+                return c.request("POST", "/login", [("X-Password", password)], b"").status
+        self.assertEqual([attempt(k, "right") for k in range(4)], [200] * 4)
+        self.assertEqual([attempt(k, "wrong") for k in range(3)], [401] * 3)
+        self.assertEqual(attempt(0, "right"), 429)  # finds 3 of 3: the ban starts
+        ttl = self.redis.command("PTTL", "sluice:{login:127.0.0.1}:failures:ban")
+        self.assertGreater(ttl, 3_500_000)
+        self.assertEqual(attempt(1, "right"), 429)
+        self.assertEqual(len(self.up.requests), 7)
