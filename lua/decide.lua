@@ -287,16 +287,19 @@ local function refused_by_ban(plan, n)
   return false
 end
 
--- A refused request's limit with a ban: the ban starts; its result says so (allowed 3), with
--- the later of the ban's end and the limit's own retry time.
-local function start_ban(limit, key)
-  local ends = now + limit.ban
+-- A refused request's limit with a ban: the ban starts, until the later of `ban` from now and
+-- the limit's own retry time (`retry_us`: a client that waits as told is not banned again on
+-- its return); its result says so (allowed 3).
+local function start_ban(limit, key, retry_us)
+  local length = limit.ban
+  if retry_us > length then length = retry_us end
+  local ends = now + length
   local _, ban_key = ban_of(key)
   redis.call('SET', ban_key, format('%d', ends), 'PXAT', format('%d', ceil(ends / 1000)))
   bans[ban_key] = ends
   reply[m - 3] = 3
-  local left = ceil(limit.ban / 1000)
-  if reply[m - 1] < left then reply[m - 1] = left end
+  local left = ceil(length / 1000)
+  reply[m - 1] = left
   if reply[m] < left then reply[m] = left end
 end
 
@@ -320,7 +323,9 @@ local function decide_request(plan, n, token)
       local limit = plan[i]
       local key = call_keys[k + i]
       hand_over(limit.algorithm, key)
-      local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost, token, limit.kept)
+      -- (A limit counted after the response may be charged below empty: its debt is kept.)
+      local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost, token, limit.kept,
+                                      limit.checked or limit.charge)
       if not c.allowed and not limit.shadow and not limit.charge then admit = false end
       checks[i] = c
     end
@@ -335,8 +340,12 @@ local function decide_request(plan, n, token)
         consumed = admit and c.allowed and limit.cost > 0 and not limit.checked
       end
       if consumed then limit.algorithm.commit(c) end
-      put(c.allowed, limit.algorithm.report(c, consumed))
-      if limit.ban and not c.allowed and not admit then start_ban(limit, call_keys[k + i]) end
+      local remaining, retry_us, reset_us = limit.algorithm.report(c, consumed)
+      put(c.allowed, remaining, retry_us, reset_us)
+      -- (Not from a look-up, which asks at cost 0 and must write nothing.)
+      if limit.ban and not c.allowed and not admit and limit.cost > 0 then
+        start_ban(limit, call_keys[k + i], retry_us)
+      end
     end
   end
 end

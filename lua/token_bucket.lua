@@ -91,8 +91,10 @@ local function token_bucket_algorithm(read_failed, leaky)
   end
 
   -- The bucket at `now`: tolerance, tat, the tat after one more request of `cost` tokens,
-  -- and when that request is allowed (it fits when allow_at <= now).
-  local function read(key, now, interval, burst, cost)
+  -- and when that request is allowed (it fits when allow_at <= now). `uncapped`: a limit
+  -- counted after the response (decide.lua), charged whatever it holds, keeps a tat beyond
+  -- an empty bucket (a debt the next requests wait out) instead of reading it as empty.
+  local function read(key, now, interval, burst, cost, uncapped)
     local tat = known[key]
     if tat == nil then tat = learn(key, redis_pcall('GET', key)) end
     if not tat then
@@ -110,7 +112,7 @@ local function token_bucket_algorithm(read_failed, leaky)
         -- What was used, counted in this interval (the same sum the memory store does).
         if was and was ~= interval then tat = now + ceil((tat - now) * interval / was) end
       end
-      if tat > now + tolerance then tat = now + tolerance end
+      if tat > now + tolerance and not uncapped then tat = now + tolerance end
     end
     local next_tat = tat + interval * cost
     return tolerance, tat, next_tat, next_tat - tolerance
@@ -164,10 +166,10 @@ local function token_bucket_algorithm(read_failed, leaky)
   end
 
   -- Reads the state and works out whether one more request fits. Writes nothing.
-  function token_bucket.check(key, now, interval, y, cost, _, kept)
+  function token_bucket.check(key, now, interval, y, cost, _, kept, uncapped)
     local burst = y
     if leaky then burst = y.burst end
-    local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
+    local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost, uncapped)
     local allowed, retry_us, wait = allow_at <= now, allow_at - now, 0
     if leaky and cost > 0 then
       wait = tat - now - y.delay_us

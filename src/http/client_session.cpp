@@ -713,9 +713,10 @@ net::awaitable<bool> Session::forward(Exchange& x) {
                                          upstream_deadline_);
         if (!conn) {
             rec.upstream_ms = ms_since(upstream_started);
-            if (failure == Upstream::timed_out)
-                co_return co_await reply(cfg.server, local_problem(504, "upstream connect timed out"), keep_alive, rec);
-            co_return co_await reply(cfg.server, local_problem(502, "upstream refused the connection"), keep_alive, rec);
+            LocalReply failed = failure == Upstream::timed_out ? local_problem(504, "upstream connect timed out")
+                                                               : local_problem(502, "upstream refused the connection");
+            co_await charge_response(x, failed.status, worker_);
+            co_return co_await reply(cfg.server, std::move(failed), keep_alive, rec);
         }
         const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
         rec.upstream = conn->key;
@@ -818,12 +819,14 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         if (upstream_error == beast::error::timeout) {
             spdlog::warn("upstream {} server {}: no response within {} ms", upstream_cfg.name, conn->key,
                          upstream_cfg.timeout.count());
+            co_await charge_response(x, 504, worker_);
             co_return co_await reply(cfg.server, local_problem(504, "upstream did not answer in time"), false, rec);
         }
         const std::string problem =
             invalid.empty() ? "upstream failed: " + upstream_error.message() : std::string(invalid);
         spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, problem);
         const bool body_read = request_body_.done();
+        co_await charge_response(x, 502, worker_);
         co_return co_await reply(cfg.server, local_problem(502, problem), keep_alive && body_read, rec);
     }
     rec.upstream_ms = ms_since(upstream_started);
@@ -837,6 +840,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     const auto framing = check_response_framing(response.fields, response.version, status, is_head);
     if (!framing.ok()) {
         spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);
+        co_await charge_response(x, 502, worker_);
         co_return co_await reply(cfg.server, local_problem(502, framing.problem), keep_alive, rec);
     }
     rec.forwarded = true;
@@ -849,12 +853,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         response_onward(response, framing, client_version, keep_alive && !worker_.stopping(), rate_headers, head_);
     const bool keep = back.keep_alive;
     rec.status = status;
-    if (const server::ChargeSet* charge = take_charge(x, status)) {
-        const limit::RouteLimits limits = charge->route_limits(x.route->name);
-        const limit::RequestKeyValues values = key_values(x);
-        const limit::Decision outcome = co_await worker_.decide(limits, values);
-        count_charge(x, *charge, status, outcome);
-    }
+    co_await charge_response(x, status, worker_);  // (limits that count it: before the head goes)
 
     BodyReader body = response_body_reader(framing);
 

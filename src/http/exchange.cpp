@@ -273,10 +273,19 @@ void count_charge(Exchange& x, const server::ChargeSet& charge, unsigned status,
     count_charge(x.snap, x.route_index(), *x.limit_set, charge, status, outcome);
 }
 
+net::awaitable<void> charge_response(Exchange& x, unsigned status, server::Worker& worker) {
+    const server::ChargeSet* charge = take_charge(x, status);
+    if (!charge) co_return;
+    const limit::RouteLimits limits = charge->route_limits(x.route->name);
+    const limit::RequestKeyValues values = key_values(x);
+    const limit::Decision outcome = co_await worker.decide(limits, values);
+    count_charge(x, *charge, status, outcome);
+}
+
 bool finish(Exchange& x, bool keep) {
-    // sluice's own 502 or 504 for an upstream that failed, a 101, or any status not charged
-    // where the head was read: charged as the reply leaves, without waiting for the store. A
-    // request whose client went away (499) got no response to count.
+    // A 101 (a tunnel opened), or any status not charged before its head was written:
+    // charged as the request ends, without waiting for the store. A request whose client
+    // went away (499) got no response to count.
     if (x.charge_pending && x.charge_worker && x.rec.upstream_ms && x.rec.status != 499) {
         if (const server::ChargeSet* charge = take_charge(x, x.rec.status)) {
             const unsigned status = x.rec.status;

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "http/problem.hpp"
@@ -138,9 +139,12 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
 // finds it counted on every instance; then count_charge.
 const server::ChargeSet* take_charge(Exchange& x, unsigned status);
 void count_charge(Exchange& x, const server::ChargeSet& charge, unsigned status, const limit::Decision& outcome);
+// take_charge, the charge awaited (at most store.redis.timeout), count_charge: what the
+// sessions do before a response with `status` goes to the client (the upstream's head, or
+// sluice's own 502 or 504 for an upstream that failed).
+boost::asio::awaitable<void> charge_response(Exchange& x, unsigned status, server::Worker& worker);
 // Logs the request and counts it on its route; returns `keep`. A response not charged yet
-// (sluice's own 502 or 504 for an upstream that failed, a 101) is charged here, without
-// waiting for the store.
+// (a 101 that opened a tunnel) is charged here, without waiting for the store.
 bool finish(Exchange& x, bool keep);
 
 }  // namespace sluice::http

@@ -426,8 +426,10 @@ private:
                                              failure, deadline);
             if (!conn) {
                 rec.upstream_ms = ms_since(upstream_started);
-                co_return answer(s, x, failure == Upstream::timed_out ? local_problem(504, "upstream connect timed out")
-                                                                      : local_problem(502, "upstream refused the connection"));
+                const LocalReply failed = failure == Upstream::timed_out ? local_problem(504, "upstream connect timed out")
+                                                                         : local_problem(502, "upstream refused the connection");
+                co_await charge_response(x, failed.status, worker_);
+                co_return answer(s, x, failed);
             }
             const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
             rec.upstream = conn->key;
@@ -503,11 +505,13 @@ private:
             if (upstream_error == beast::error::timeout) {
                 spdlog::warn("upstream {} server {}: no response within {} ms", upstream_cfg.name, conn->key,
                              upstream_cfg.timeout.count());
+                co_await charge_response(x, 504, worker_);
                 co_return answer(s, x, local_problem(504, "upstream did not answer in time"));
             }
             const std::string problem =
                 invalid.empty() ? "upstream failed: " + upstream_error.message() : std::string(invalid);
             spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, problem);
+            co_await charge_response(x, 502, worker_);
             co_return answer(s, x, local_problem(502, problem));
         }
         rec.upstream_ms = ms_since(upstream_started);
@@ -516,6 +520,7 @@ private:
         const auto framing = check_response_framing(response.fields, response.version, status, is_head);
         if (!framing.ok()) {
             spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);
+            co_await charge_response(x, 502, worker_);
             co_return answer(s, x, local_problem(502, framing.problem));
         }
         rec.forwarded = true;
@@ -523,12 +528,9 @@ private:
         const bool upstream_keeps = response.keep_alive;
         using Body = Framing::Body;
         const bool with_body = framing.body != Body::none && !(framing.body == Body::length && framing.length == 0);
-        if (const server::ChargeSet* charge = take_charge(x, status)) {
+        if (x.charge_pending) {
             // Counted before the client has the head (as over HTTP/1.1).
-            const limit::RouteLimits limits = charge->route_limits(x.route->name);
-            const limit::RequestKeyValues values = key_values(x);
-            const limit::Decision outcome = co_await worker_.decide(limits, values);
-            count_charge(x, *charge, status, outcome);
+            co_await charge_response(x, status, worker_);
             if (s.closed) {
                 rec.status = 499;
                 co_return;

@@ -48,17 +48,18 @@ std::int64_t floor_div_nonneg(std::int64_t a, std::int64_t b) { return a <= 0 ? 
 // in the same floating-point steps, so that both stores decide alike): a tat counted in
 // another interval `was` (0: the current one) keeps what was used, (tat - now) / was tokens;
 // a bucket is never more than empty (tat at most now + tolerance).
+// `uncapped`: a limit counted after the response keeps a tat beyond an empty bucket (its debt).
 std::int64_t bucket_tat(std::int64_t tat, std::int64_t was, std::int64_t now, std::int64_t interval,
-                        std::int64_t tolerance) {
+                        std::int64_t tolerance, bool uncapped) {
     if (tat <= now) return now;
     if (was != 0 && was != interval) {
         const double used_us = std::ceil(static_cast<double>(tat - now) * static_cast<double>(interval) /
                                          static_cast<double>(was));
         // (Compared as a double first: what was used may be far above any tolerance.)
-        if (used_us >= static_cast<double>(tolerance)) return now + tolerance;
+        if (used_us >= static_cast<double>(tolerance) && !uncapped) return now + tolerance;
         return now + static_cast<std::int64_t>(used_us);
     }
-    return std::min(tat, now + tolerance);
+    return uncapped ? tat : std::min(tat, now + tolerance);
 }
 
 }  // namespace
@@ -240,6 +241,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     const std::int64_t now = clock_();
 
     // A key banned now: refused at once, nothing else asked or written (lua/decide.lua).
+    for (std::size_t i = 0; i < n; ++i) results[i].shadow = route.limits[i].shadow;
     std::optional<std::size_t> banned;
     for (std::size_t i = 0; i < n && !banned; ++i) {
         if (!ban_shard[i]) continue;
@@ -285,7 +287,8 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             c.tat = now;
             if (found)
                 if (const auto* bucket = std::get_if<TokenBucket>(found))
-                    c.tat = bucket_tat(bucket->tat, bucket->interval, now, c.interval, c.tolerance);
+                    c.tat = bucket_tat(bucket->tat, bucket->interval, now, c.interval, c.tolerance,
+                                       limit.counted() || limit.charges);
             c.next_tat = c.tat + c.interval * c.cost;
             const std::int64_t allow_at = c.next_tat - c.tolerance;
             c.allowed = allow_at <= now;
@@ -403,12 +406,14 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                 r.reset = ceil_to_ms(c.newest ? *c.newest + params.window_us - now : 0);
             }
         }
-        // A refusal by a limit with a ban starts it: until now + ban (a later retry stays).
-        if (!admit && !c.allowed && ban_shard[i] && !inspect) {
-            const std::int64_t length = std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count();
+        // A refusal by a limit with a ban starts it, until the later of the ban and the
+        // limit's own retry time (not from a look-up, asked at cost 0: it writes nothing).
+        if (!admit && !c.allowed && ban_shard[i] && c.cost > 0) {
+            const std::int64_t length = std::max<std::int64_t>(
+                std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count(), c.retry_us);
             insert(*ban_shard[i], ban_keys[i]).state = Ban{now + length};
             r.banned = true;
-            r.retry_after = std::max(r.retry_after, ceil_to_ms(length));
+            r.retry_after = ceil_to_ms(length);
             r.reset = std::max(r.reset, ceil_to_ms(length));
         }
     }

@@ -76,7 +76,7 @@ std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const L
         r.delayed = delta(m.total(&RouteCounts::delayed), last.delayed);
         r.exempt = delta(m.total(&RouteCounts::exempt), last.exempt);
         for (const auto& limit : m.limits) {
-            const std::uint64_t refused = limit.decisions(DecisionKind::limited);
+            const std::uint64_t refused = limit.decisions(DecisionKind::limited) + limit.decisions(DecisionKind::banned);
             if (const auto d = delta(refused, last_limited_[&limit]); d > 0) r.limited_by.emplace_back(limit.name, d);
         }
         std::stable_sort(r.limited_by.begin(), r.limited_by.end(),

@@ -79,7 +79,7 @@ public:
     boost::asio::awaitable<limit::Decision> decide(const limit::RouteLimits& route,
                                                    const limit::RequestKeyValues& request);
     // The same without waiting: a response's charge to the limits that count its status
-    // (http::settle_response). `done` runs once, on this worker's thread, perhaps inside
+    // (http::finish). `done` runs once, on this worker's thread, perhaps inside
     // this call (the memory store); `route` and `request` are only read during the call.
     void charge(const limit::RouteLimits& route, const limit::RequestKeyValues& request,
                 std::function<void(limit::Decision)> done);

@@ -132,8 +132,7 @@ class ResponseCountingTest(SluiceTestCase):
         for port in self.admin_ports:
             counted += Metrics.fetch(port).get("sluice_ratelimit_charges_total", route="flaky", limit="errors",
                                                result="charged") or 0
-        # The 502's charge goes as the reply leaves, without waiting: counted by the time the
-        # next request was refused, since that refusal needed it.
+        # Each charge, the 502's too, was made before its response went to the client.
         self.assertEqual(counted, 3)
 
     def test_a_failed_charge_is_logged_and_counted_and_the_response_still_goes(self):

@@ -686,8 +686,12 @@ TEST_CASE("decide script: a limit checked only takes nothing; its charge takes t
         CHECK(replies[1].results[0].remaining == 0);
         CHECK_FALSE(replies[2].results[0].allowed);
         CHECK(replies[2].results[0].remaining == 0);
-        // Past the capacity by one: the stored tat is three intervals ahead.
+        // Past the capacity by one: the stored tat is three intervals ahead, and the debt is
+        // kept (a counted limit's bucket is not read as merely empty): the next check waits
+        // two intervals, one for the debt and one for itself.
         CHECK(std::stoll(redis.text({"GET", "b"})) == replies[2].now_us + 3 * minute);
+        const auto waits = decide.batch({{with(bucket("b", minute, 2), "2")}});
+        CHECK(waits[0].results[0].retry_after.count() == ceil_ms(replies[2].now_us + 2 * minute - waits[0].now_us));
         // The check refuses now, and a refused request of another limit takes nothing.
         replies = decide.batch({{with(bucket("b", minute, 2), "2"), bucket("other", minute, 5)}});
         CHECK_FALSE(replies[0].results[0].allowed);
@@ -774,7 +778,19 @@ TEST_CASE("decide script: a refusal by a limit with a ban bans the key; nothing 
     redis.must({"SET", "f", std::to_string(replies[0].now_us - replies[0].now_us % minute) + ":1"});
     replies = decide.batch({{quota}});
     CHECK(replies[0].results[0].banned);
-    CHECK(replies[0].results[0].retry_after.count() == ceil_ms(minute - replies[0].now_us % minute));
+    // (The later of the ban, 1 s, and the window's end, whenever in the minute this runs.)
+    CHECK(replies[0].results[0].retry_after.count() ==
+          std::max<std::int64_t>(1000, ceil_ms(minute - replies[0].now_us % minute)));
+    // A look-up (cost 0) of a window past its limit is refused but starts no ban.
+    ScriptLimit over = window("v", 2, minute);
+    over.flags = "4";
+    decide.batch({{over}, {over}, {over}});
+    ScriptLimit look = banning(window("v", 2, minute), 10 * minute, "2");
+    look.cost = 0;
+    replies = decide.batch({{look}});
+    CHECK_FALSE(replies[0].results[0].allowed);
+    CHECK_FALSE(replies[0].results[0].banned);
+    CHECK(redis.integer({"EXISTS", "v:ban"}) == 0);
     // Malformed: a ban on a shadow limit, a charge, concurrency; a ban of 0.
     for (const char* flags : {"1b5", "4b5", "0b0", "0b", "0x5"}) {
         CAPTURE(flags);
