@@ -146,35 +146,40 @@ std::string request_id(const Request& req, bool peer_trusted) {
     return id;
 }
 
-// Store trouble is logged at most once a second per worker: under load every request
-// would otherwise log it. The access log and metrics count every request.
-void warn_store_error(std::string_view route, std::string_view error, config::OnError policy) {
-    thread_local Clock::time_point last{};
-    thread_local std::uint64_t suppressed = 0;
-    auto now = Clock::now();
-    if (now - last < std::chrono::seconds(1)) {
-        ++suppressed;
-        return;
+// A line logged at most once a second per worker (store trouble: under load every request
+// would otherwise log it; the access log and metrics count every request).
+class OncePerSecond {
+public:
+    // True when a line may be logged now; `suppressed()` then says how many were not.
+    bool due() {
+        const auto now = Clock::now();
+        if (now - last_ < std::chrono::seconds(1)) {
+            ++suppressed_;
+            return false;
+        }
+        last_ = now;
+        return true;
     }
-    last = now;
+    std::uint64_t suppressed() { return std::exchange(suppressed_, 0); }
+
+private:
+    Clock::time_point last_{};
+    std::uint64_t suppressed_ = 0;
+};
+
+void warn_store_error(std::string_view route, std::string_view error, config::OnError policy) {
+    thread_local OncePerSecond gate;
+    if (!gate.due()) return;
     spdlog::warn("route {}: rate-limit store error: {}; {} the request ({} similar errors not logged)", route, error,
-                 policy == config::OnError::allow ? "allowing" : "denying", suppressed);
-    suppressed = 0;
+                 policy == config::OnError::allow ? "allowing" : "denying", gate.suppressed());
 }
 
-// A charge after the response that the store could not take: at most a line a second.
+// A charge after the response that the store could not take.
 void warn_charge_failed(std::string_view route, unsigned status, std::string_view error) {
-    thread_local Clock::time_point last{};
-    thread_local std::uint64_t suppressed = 0;
-    auto now = Clock::now();
-    if (now - last < std::chrono::seconds(1)) {
-        ++suppressed;
-        return;
-    }
-    last = now;
+    thread_local OncePerSecond gate;
+    if (!gate.due()) return;
     spdlog::warn("route {}: charging a {} response to the limits that count it failed: {} ({} similar errors not logged)",
-                 route, status, error, suppressed);
-    suppressed = 0;
+                 route, status, error, gate.suppressed());
 }
 
 // Per-limit outcomes for sluice_ratelimit_decisions_total, and the route's counters.

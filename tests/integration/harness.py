@@ -1708,6 +1708,21 @@ class SluiceTestCase(unittest.TestCase):
         s.start(wait=wait)
         return s
 
+    def start_instances(self, count, upstream, routes, store):
+        """`count` sluice instances (2 workers each) in front of one upstream, sharing `store`,
+        each with an admin port: sets self.up, self.instances and self.admin_ports."""
+        self.up = self.start_upstream(upstream)
+        self.instances, self.admin_ports = [], []
+        for _ in range(count):
+            port, admin = free_port(), free_port()
+            s = self.start_sluice(proxy_config(port, {"app": self.up.address}, routes,
+                                               extra={"store": store, "admin": {"listen": f"{LOOPBACK}:{admin}"}}))
+            wait_until(lambda: _port_accepts(LOOPBACK, admin), 10.0, message=f"admin port {admin}")
+            if store["type"] == "redis":
+                s.wait_store_connected(2)
+            self.instances.append(s)
+            self.admin_ports.append(admin)
+
     def client(self, port, timeout=SOCKET_TIMEOUT):
         c = RawClient(port, timeout=timeout)
         self.addCleanup(c.close)

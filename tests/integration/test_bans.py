@@ -8,9 +8,8 @@ and the memory store.
 import json
 import time
 
-from admin_api import Metrics, wait_admin
-from harness import (RawClient, SluiceTestCase, free_port, limited_route, proxy_config, redis_store,
-                     respond, wait_until)
+from admin_api import Metrics
+from harness import RawClient, SluiceTestCase, limited_route, redis_store, respond, wait_until
 
 
 def banning_window(limit, window, ban, name="tries"):
@@ -19,20 +18,6 @@ def banning_window(limit, window, ban, name="tries"):
 
 
 class BanTest(SluiceTestCase):
-    def start_instances(self, store, count, routes):
-        self.up = self.start_upstream(respond(200, b"ok"))
-        self.instances, self.admin_ports = [], []
-        for _ in range(count):
-            port, admin = free_port(), free_port()
-            s = self.start_sluice(proxy_config(
-                port, {"app": self.up.address}, routes,
-                extra={"store": store, "admin": {"listen": f"127.0.0.1:{admin}"}}))
-            wait_admin(admin)
-            if store["type"] == "redis":
-                s.wait_store_connected(2)
-            self.instances.append(s)
-            self.admin_ports.append(admin)
-
     def get(self, k, target):
         with RawClient(self.instances[k % len(self.instances)].port) as c:
             return c.request("GET", target)
@@ -105,13 +90,13 @@ class BanTest(SluiceTestCase):
 
     def test_redis_two_instances(self):
         self.redis = self.start_redis()
-        self.start_instances(redis_store(self.redis), 2, self.routes())
+        self.start_instances(2, respond(200, b"ok"), self.routes(), redis_store(self.redis))
         self.check_trip_hold_and_lift()
         self.check_the_end_ends_it()
         self.assertEqual(self.redis.command("EXISTS", "sluice:{login:127.0.0.1}:tries:ban"), 0)
 
     def test_memory_store(self):
-        self.start_instances({"type": "memory"}, 1, self.routes())
+        self.start_instances(1, respond(200, b"ok"), self.routes(), {"type": "memory"})
         self.check_trip_hold_and_lift()
         self.check_the_end_ends_it()
 
@@ -122,8 +107,7 @@ class BanTest(SluiceTestCase):
         limit = {"name": "failures", "algorithm": "fixed_window", "limit": 3, "window": "15m", "ban": "1h",
                  "count": {"statuses": [401]}}
         self.redis = self.start_redis()
-        self.start_instances(redis_store(self.redis), 2, [limited_route("login", [limit])])
-        self.up.behaviour = login
+        self.start_instances(2, login, [limited_route("login", [limit])], redis_store(self.redis))
 
         def attempt(k, password):
             with RawClient(self.instances[k % 2].port) as c:

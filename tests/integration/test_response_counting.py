@@ -8,9 +8,9 @@ store), an upstream that answers 401 to a wrong password.
 
 import collections
 
-from admin_api import Metrics, wait_admin
-from harness import (SluiceTestCase, by_path, close_without_answer, free_port, limited_route,
-                     proxy_config, redis_store, respond, sliding_window, wait_until)
+from admin_api import Metrics
+from harness import (SluiceTestCase, by_path, close_without_answer, limited_route, redis_store, respond,
+                     wait_until)
 
 FAILURES = 5
 
@@ -36,20 +36,6 @@ def failures_limit(algorithm="sliding_window", statuses=(401,)):
 
 
 class ResponseCountingTest(SluiceTestCase):
-    def start_instances(self, store, count, routes, upstream):
-        self.up = self.start_upstream(upstream)
-        self.instances, self.admin_ports = [], []
-        for _ in range(count):
-            port, admin = free_port(), free_port()
-            s = self.start_sluice(proxy_config(
-                port, {"app": self.up.address}, routes,
-                extra={"store": store, "admin": {"listen": f"127.0.0.1:{admin}"}}))
-            wait_admin(admin)
-            if store["type"] == "redis":
-                s.wait_store_connected(2)
-            self.instances.append(s)
-            self.admin_ports.append(admin)
-
     def attempt(self, k, password):
         """One login through instance k % count, on a new connection (as a browser's form)."""
         c = self.client(self.instances[k % len(self.instances)].port)
@@ -95,8 +81,8 @@ class ResponseCountingTest(SluiceTestCase):
 
     def test_failures_counted_across_two_instances_on_redis(self):
         self.redis = self.start_redis()
-        self.start_instances(redis_store(self.redis), 2,
-                             [limited_route("login", [failures_limit()], path="/login")], login())
+        self.start_instances(2, login(), [limited_route("login", [failures_limit()], path="/login")],
+                             redis_store(self.redis))
         self.run_login_sequence(900)  # the first failure leaves the window in 15 minutes
         # Redis holds the five failures, one entry each (the successes took nothing).
         keys = self.redis.command("KEYS", "sluice:*")
@@ -104,8 +90,8 @@ class ResponseCountingTest(SluiceTestCase):
         self.assertEqual(self.redis.command("ZCARD", keys[0]), FAILURES)
 
     def test_failures_counted_on_the_memory_store(self):
-        self.start_instances({"type": "memory"}, 1,
-                             [limited_route("login", [failures_limit("token_bucket")], path="/login")], login())
+        self.start_instances(1, login(), [limited_route("login", [failures_limit("token_bucket")], path="/login")],
+                             {"type": "memory"})
         self.run_login_sequence(720)  # a failure a twelfth of an hour
 
     def test_status_classes_count_the_upstreams_errors_and_sluices_own_502(self):
@@ -116,7 +102,7 @@ class ResponseCountingTest(SluiceTestCase):
         limit = {"name": "errors", "algorithm": "fixed_window", "limit": 3, "window": "1h", "key": [],
                  "count": {"statuses": ["5xx"]}}
         self.redis = self.start_redis()
-        self.start_instances(redis_store(self.redis), 2, [limited_route("flaky", [limit])], upstream)
+        self.start_instances(2, upstream, [limited_route("flaky", [limit])], redis_store(self.redis))
         c = [self.client(s.port) for s in self.instances]
         for i in range(6):
             self.assertEqual(c[i % 2].request("GET", "/flaky/ok").status, 200)
@@ -137,8 +123,8 @@ class ResponseCountingTest(SluiceTestCase):
 
     def test_a_failed_charge_is_logged_and_counted_and_the_response_still_goes(self):
         self.redis = self.start_redis()
-        self.start_instances(redis_store(self.redis, timeout="200ms"), 1,
-                             [limited_route("login", [failures_limit()], path="/login")], login())
+        self.start_instances(1, login(), [limited_route("login", [failures_limit()], path="/login")],
+                             redis_store(self.redis, timeout="200ms"))
         self.assertEqual(self.attempt(0, "right").status, 200)
         # Redis stops answering between the check and the charge: the 401 still reaches the
         # client (after the store's deadline), the failure is counted as failed and logged.
