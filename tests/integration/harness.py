@@ -1708,15 +1708,16 @@ class SluiceTestCase(unittest.TestCase):
         s.start(wait=wait)
         return s
 
-    def start_instances(self, count, upstream, routes, store):
+    def start_instances(self, count, upstream, routes, store, extra=None):
         """`count` sluice instances (2 workers each) in front of one upstream, sharing `store`,
-        each with an admin port: sets self.up, self.instances and self.admin_ports."""
+        each with an admin port (`extra`: more top-level config): sets self.up,
+        self.instances and self.admin_ports."""
         self.up = self.start_upstream(upstream)
         self.instances, self.admin_ports = [], []
         for _ in range(count):
             port, admin = free_port(), free_port()
-            s = self.start_sluice(proxy_config(port, {"app": self.up.address}, routes,
-                                               extra={"store": store, "admin": {"listen": f"{LOOPBACK}:{admin}"}}))
+            more = {"store": store, "admin": {"listen": f"{LOOPBACK}:{admin}"}, **(extra or {})}
+            s = self.start_sluice(proxy_config(port, {"app": self.up.address}, routes, extra=more))
             wait_until(lambda: _port_accepts(LOOPBACK, admin), 10.0, message=f"admin port {admin}")
             if store["type"] == "redis":
                 s.wait_store_connected(2)

@@ -7,6 +7,9 @@ store), an upstream that answers 401 to a wrong password.
 """
 
 import collections
+import os
+import shutil
+import tempfile
 
 from admin_api import Metrics
 from harness import (SluiceTestCase, by_path, close_without_answer, limited_route, redis_store, respond,
@@ -120,6 +123,34 @@ class ResponseCountingTest(SluiceTestCase):
                                                result="charged") or 0
         # Each charge, the 502's too, was made before its response went to the client.
         self.assertEqual(counted, 3)
+
+    def test_a_plans_counted_limit_is_charged_under_the_key_it_was_checked_under(self):
+        # A route with plans: the hash tag is made of what every limit of every plan has
+        # (here nothing: one limit is keyed on the client, the other on the identity), and the
+        # charge uses that tag too, so the failures land on the key the check reads.
+        plans = {"basic": [{"name": "failures", "algorithm": "sliding_window", "limit": 2, "window": "1h",
+                            "key": ["client_ip"], "count": {"statuses": [401]}},
+                           {"name": "quota", "algorithm": "fixed_window", "limit": 100, "window": "1h"}]}
+        plan_map = os.path.join(tempfile.mkdtemp(prefix="sluice-count-"), "plans.yaml")
+        self.addCleanup(shutil.rmtree, os.path.dirname(plan_map), True)
+        with open(plan_map, "w", encoding="utf-8") as f:
+            f.write("k1: basic\n")
+        route = {"name": "api", "match": {"path_prefix": "/api"}, "upstream": "app",
+                 "identity": "header:x-api-key", "plan_map": plan_map, "default_plan": "basic"}
+        self.redis = self.start_redis()
+        self.start_instances(2, by_path({"/api/bad": respond(401, b"no"), "/api/ok": respond(200, b"ok")}),
+                             [route], redis_store(self.redis), extra={"plans": plans})
+
+        def get(k, target):
+            c = self.client(self.instances[k % 2].port)
+            return c.request("GET", target, headers=[("X-Api-Key", "k1")]).status
+        self.assertEqual([get(k, "/api/ok") for k in range(3)], [200] * 3)
+        self.assertEqual([get(k, "/api/bad") for k in range(2)], [401] * 2)
+        self.assertEqual(get(0, "/api/ok"), 429)
+        self.assertEqual(get(1, "/api/ok"), 429)
+        keys = sorted(k for k in self.redis.command("KEYS", "sluice:*") if "failures" in k)
+        self.assertEqual(keys, ["sluice:{api}:failures:127.0.0.1"])
+        self.assertEqual(self.redis.command("ZCARD", keys[0]), 2)
 
     def test_a_failed_charge_is_logged_and_counted_and_the_response_still_goes(self):
         self.redis = self.start_redis()
