@@ -20,7 +20,7 @@ import time
 import unittest
 
 from admin_api import Metrics, wait_admin
-from harness import (LOOPBACK, RawClient, SluiceTestCase, by_path, delayed, echo, echo_body, free_port,
+from harness import (LOOPBACK, RawClient, SluiceTestCase, by_path, close_without_answer, delayed, echo, echo_body, free_port,
                      http_response_bytes, leaky_bucket, limited_route, pattern_bytes, proxy_config, redis_store, respond, sha256_hex,
                      token_bucket, wait_until)
 
@@ -260,6 +260,18 @@ class Http2Test(SluiceTestCase):
         with RawClient(self.port) as c:  # the same limit for HTTP/1.1 clients
             self.assertEqual(c.request("GET", "/login/ok").status, 429)
         self.assertEqual([r.target for r in self.upstream.requests], ["/login/ok"] * 3 + ["/login/bad"] * 2)
+
+    def test_sluices_own_502_on_a_stream_is_charged_before_it_goes(self):
+        # count: {statuses: ["5xx"]} with room for one: the upstream closes without an
+        # answer, the stream gets sluice's 502, charged before it went out: the next is refused.
+        limit = {"name": "errors", "algorithm": "fixed_window", "limit": 1, "window": "1h", "key": [],
+                 "count": {"statuses": ["5xx"]}}
+        self.start([limited_route("flaky", [limit])],
+                   upstream=by_path({"/flaky/gone": close_without_answer(), "/flaky/ok": respond(200, b"ok")}))
+        self.assertTrue(self.curl("/flaky/ok").startswith("HTTP/2 200"))
+        self.assertTrue(self.curl("/flaky/gone").startswith("HTTP/2 502"))
+        refused = self.curl("/flaky/ok")
+        self.assertTrue(refused.startswith("HTTP/2 429"), refused[:300])
 
     def test_bodies_cross_both_ways_beyond_the_windows(self):
         self.start(upstream=echo_body())
