@@ -715,7 +715,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
             rec.upstream_ms = ms_since(upstream_started);
             LocalReply failed = failure == Upstream::timed_out ? local_problem(504, "upstream connect timed out")
                                                                : local_problem(502, "upstream refused the connection");
-            co_await charge_response(x, failed.status, worker_);
+            co_await charge_response(x, failed.status);
             co_return co_await reply(cfg.server, std::move(failed), keep_alive, rec);
         }
         const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
@@ -819,14 +819,14 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         if (upstream_error == beast::error::timeout) {
             spdlog::warn("upstream {} server {}: no response within {} ms", upstream_cfg.name, conn->key,
                          upstream_cfg.timeout.count());
-            co_await charge_response(x, 504, worker_);
+            co_await charge_response(x, 504);
             co_return co_await reply(cfg.server, local_problem(504, "upstream did not answer in time"), false, rec);
         }
         const std::string problem =
             invalid.empty() ? "upstream failed: " + upstream_error.message() : std::string(invalid);
         spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, problem);
         const bool body_read = request_body_.done();
-        co_await charge_response(x, 502, worker_);
+        co_await charge_response(x, 502);
         co_return co_await reply(cfg.server, local_problem(502, problem), keep_alive && body_read, rec);
     }
     rec.upstream_ms = ms_since(upstream_started);
@@ -840,7 +840,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     const auto framing = check_response_framing(response.fields, response.version, status, is_head);
     if (!framing.ok()) {
         spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);
-        co_await charge_response(x, 502, worker_);
+        co_await charge_response(x, 502);
         co_return co_await reply(cfg.server, local_problem(502, framing.problem), keep_alive, rec);
     }
     rec.forwarded = true;
@@ -853,7 +853,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         response_onward(response, framing, client_version, keep_alive && !worker_.stopping(), rate_headers, head_);
     const bool keep = back.keep_alive;
     rec.status = status;
-    co_await charge_response(x, status, worker_);  // (limits that count it: before the head goes)
+    co_await charge_response(x, status);  // (limits that count it: before the head goes)
 
     BodyReader body = response_body_reader(framing);
 

@@ -254,12 +254,15 @@ bool original_request(bool peer_trusted, const Request& req, std::string& method
 
 }  // namespace
 
-const server::ChargeSet* take_charge(Exchange& x, unsigned status) {
-    if (!std::exchange(x.charge_pending, false)) return nullptr;
-    return x.limit_set->charge_for(status);
-}
-
 namespace {
+
+// The limits a response of `status` charges and the worker that charges them, once per
+// request: nullptr when there are none, or the request was charged already.
+std::pair<const server::ChargeSet*, server::Worker*> take_charge(Exchange& x, unsigned status) {
+    server::Worker* worker = std::exchange(x.charge_worker, nullptr);
+    if (!worker) return {nullptr, nullptr};
+    return {x.limit_set->charge_for(status), worker};
+}
 
 void count_charge(const server::Snapshot& snap, std::size_t route_index, const server::LimitSet& set,
                   const server::ChargeSet& charge, unsigned status, const limit::Decision& outcome) {
@@ -274,32 +277,27 @@ void count_charge(const server::Snapshot& snap, std::size_t route_index, const s
 
 }  // namespace
 
-void count_charge(Exchange& x, const server::ChargeSet& charge, unsigned status, const limit::Decision& outcome) {
-    count_charge(x.snap, x.route_index(), *x.limit_set, charge, status, outcome);
-}
-
-net::awaitable<void> charge_response(Exchange& x, unsigned status, server::Worker& worker) {
-    const server::ChargeSet* charge = take_charge(x, status);
+net::awaitable<void> charge_response(Exchange& x, unsigned status) {
+    const auto [charge, worker] = take_charge(x, status);
     if (!charge) co_return;
     const limit::RouteLimits limits = charge->route_limits(x.route->name);
     const limit::RequestKeyValues values = key_values(x);
-    const limit::Decision outcome = co_await worker.decide(limits, values);
-    count_charge(x, *charge, status, outcome);
+    const limit::Decision outcome = co_await worker->decide(limits, values);
+    count_charge(x.snap, x.route_index(), *x.limit_set, *charge, status, outcome);
 }
 
 bool finish(Exchange& x, bool keep) {
     // A 101 (a tunnel opened), or any status not charged before its head was written:
     // charged as the request ends, without waiting for the store. A request whose client
     // went away (499) got no response to count.
-    if (x.charge_pending && x.charge_worker && x.rec.upstream_ms && x.rec.status != 499) {
-        if (const server::ChargeSet* charge = take_charge(x, x.rec.status)) {
-            const unsigned status = x.rec.status;
-            x.charge_worker->charge(charge->route_limits(x.route->name), key_values(x),
-                                    [snapshot = x.snapshot, route_index = x.route_index(), set = x.limit_set, charge,
-                                     status](limit::Decision outcome) {
-                                        count_charge(*snapshot, route_index, *set, *charge, status, outcome);
-                                    });
-        }
+    if (x.charge_worker && x.rec.upstream_ms && x.rec.status != 499) {
+        const unsigned status = x.rec.status;
+        if (const auto [charge, worker] = take_charge(x, status); charge)
+            worker->charge(charge->route_limits(x.route->name), key_values(x),
+                           [snapshot = x.snapshot, route_index = x.route_index(), set = x.limit_set, charge,
+                            status](limit::Decision outcome) {
+                               count_charge(*snapshot, route_index, *set, *charge, status, outcome);
+                           });
     }
     x.rec.total_ms = ms_since(x.started);
     observe::log_access(x.rec, x.cfg.logging);
@@ -445,10 +443,7 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
     }
     if (verdict.refusal) return std::move(verdict.refusal);
     x.rate_headers = std::move(verdict.headers);
-    if (x.limit_set->counted()) {
-        x.charge_pending = true;
-        x.charge_worker = &worker;
-    }
+    if (x.limit_set->counted()) x.charge_worker = &worker;
     return std::nullopt;
 }
 

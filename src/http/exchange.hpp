@@ -105,9 +105,8 @@ struct Exchange {
     // A leaky bucket's wait before forwarding, and the waiting place it holds meanwhile.
     std::chrono::microseconds wait{0};
     std::optional<WaitingPlace> waiting_place;
-    // Admitted with limits that count statuses (`count`): charged once the response's status
-    // is known (take_charge), by this worker.
-    bool charge_pending = false;
+    // Admitted with limits that count statuses (`count`): the worker that charges them once
+    // the response's status is known (charge_response, or finish); null once charged.
     server::Worker* charge_worker = nullptr;
 
     std::size_t route_index() const { return static_cast<std::size_t>(route - cfg.routes.data()); }
@@ -132,17 +131,12 @@ limit::RequestKeyValues key_values(Exchange& x);
 std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values);
 std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, server::Worker& worker,
                                         const boost::asio::any_io_executor& executor);
-// The response's status is known (the upstream's head): the limits of x.limit_set that
-// count `status` (`count: {statuses}`), once per request; nullptr when there are none, or
-// the request was charged already. The session charges them (the worker's decide with the
-// charge's limits) before the head goes to the client, so a client that has its response
-// finds it counted on every instance; then count_charge.
-const server::ChargeSet* take_charge(Exchange& x, unsigned status);
-void count_charge(Exchange& x, const server::ChargeSet& charge, unsigned status, const limit::Decision& outcome);
-// take_charge, the charge awaited (at most store.redis.timeout), count_charge: what the
-// sessions do before a response with `status` goes to the client (the upstream's head, or
-// sluice's own 502 or 504 for an upstream that failed).
-boost::asio::awaitable<void> charge_response(Exchange& x, unsigned status, server::Worker& worker);
+// Before a response with `status` goes to the client (the upstream's head, or sluice's own
+// 502 or 504 for an upstream that failed): the limits of x.limit_set that count `status`
+// (`count: {statuses}`) are charged, once per request, and the charge awaited (at most
+// store.redis.timeout), so a client that has its response finds it counted on every
+// instance. Nothing for a request without such limits, or charged already.
+boost::asio::awaitable<void> charge_response(Exchange& x, unsigned status);
 // Logs the request and counts it on its route; returns `keep`. A response not charged yet
 // (a 101 that opened a tunnel) is charged here, without waiting for the store.
 bool finish(Exchange& x, bool keep);

@@ -428,7 +428,7 @@ private:
                 rec.upstream_ms = ms_since(upstream_started);
                 const LocalReply failed = failure == Upstream::timed_out ? local_problem(504, "upstream connect timed out")
                                                                          : local_problem(502, "upstream refused the connection");
-                co_await charge_response(x, failed.status, worker_);
+                co_await charge_response(x, failed.status);
                 co_return answer(s, x, failed);
             }
             const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
@@ -505,13 +505,13 @@ private:
             if (upstream_error == beast::error::timeout) {
                 spdlog::warn("upstream {} server {}: no response within {} ms", upstream_cfg.name, conn->key,
                              upstream_cfg.timeout.count());
-                co_await charge_response(x, 504, worker_);
+                co_await charge_response(x, 504);
                 co_return answer(s, x, local_problem(504, "upstream did not answer in time"));
             }
             const std::string problem =
                 invalid.empty() ? "upstream failed: " + upstream_error.message() : std::string(invalid);
             spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, problem);
-            co_await charge_response(x, 502, worker_);
+            co_await charge_response(x, 502);
             co_return answer(s, x, local_problem(502, problem));
         }
         rec.upstream_ms = ms_since(upstream_started);
@@ -520,7 +520,7 @@ private:
         const auto framing = check_response_framing(response.fields, response.version, status, is_head);
         if (!framing.ok()) {
             spdlog::warn("upstream {} server {}: {}", upstream_cfg.name, conn->key, framing.problem);
-            co_await charge_response(x, 502, worker_);
+            co_await charge_response(x, 502);
             co_return answer(s, x, local_problem(502, framing.problem));
         }
         rec.forwarded = true;
@@ -528,9 +528,9 @@ private:
         const bool upstream_keeps = response.keep_alive;
         using Body = Framing::Body;
         const bool with_body = framing.body != Body::none && !(framing.body == Body::length && framing.length == 0);
-        if (x.charge_pending) {
+        if (x.charge_worker) {
             // Counted before the client has the head (as over HTTP/1.1).
-            co_await charge_response(x, status, worker_);
+            co_await charge_response(x, status);
             if (s.closed) {
                 rec.status = 499;
                 co_return;

@@ -69,35 +69,35 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
                         std::vector<std::string>& args, bool may_wait) {
     // The limit's flags (lua/decide.lua): 1 shadow, 2 checked only (charged after the
     // response), 3 both; 4 the charge after the response.
-    std::string shadow = limit.charges ? "4" : limit.counted() ? (limit.shadow ? "3" : "2") : limit.shadow ? "1" : "0";
+    std::string flags = limit.charges ? "4" : limit.counted() ? (limit.shadow ? "3" : "2") : limit.shadow ? "1" : "0";
     // A ban (not of a charge): "b" and its length in microseconds.
     if (limit.ban && !limit.charges)
-        shadow += "b" + std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count());
+        flags += "b" + std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count());
     const std::string name(config::algorithm_name(limit.algorithm));  // decide.lua knows them by these names
     switch (limit.algorithm) {
     case config::Algorithm::token_bucket: {
         const auto params = token_bucket_params(limit);
-        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(params.interval_us),
+        args.insert(args.end(), {name, flags, std::to_string(cost), std::to_string(params.interval_us),
                                  std::to_string(params.burst) + (limit.keeps_used ? ",kept" : "")});
         break;
     }
     case config::Algorithm::sliding_window: {
         const auto params = sliding_window_params(limit);
-        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(params.limit),
+        args.insert(args.end(), {name, flags, std::to_string(cost), std::to_string(params.limit),
                                  std::to_string(params.window_us)});
         break;
     }
     case config::Algorithm::fixed_window:
-        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(limit.limit),
+        args.insert(args.end(), {name, flags, std::to_string(cost), std::to_string(limit.limit),
                                  window.empty() ? std::to_string(fixed_window_us(limit)) : std::string(window)});
         break;
     case config::Algorithm::concurrency:
-        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(limit.limit),
+        args.insert(args.end(), {name, flags, std::to_string(cost), std::to_string(limit.limit),
                                  std::to_string(lease_us(limit))});
         break;
     case config::Algorithm::leaky_bucket: {
         const auto params = leaky_bucket_params(limit, may_wait);
-        args.insert(args.end(), {name, shadow, std::to_string(cost), std::to_string(params.interval_us),
+        args.insert(args.end(), {name, flags, std::to_string(cost), std::to_string(params.interval_us),
                                  std::to_string(params.burst) + "," + std::to_string(params.delay_us) + "," +
                                      std::to_string(params.max_wait_us) + (limit.keeps_used ? ",kept" : "")});
         break;

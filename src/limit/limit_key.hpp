@@ -111,6 +111,10 @@ bool has_key_value(const config::KeyPart& part, const RequestKeyValues& request)
 // The value `part` reads of the request, unescaped (nullopt: the request lacks it).
 std::optional<std::string> key_value(const config::KeyPart& part, const RequestKeyValues& request);
 
+// Where a limit's ban (`ban`) on `key` is kept, in the key's hash slot (lua/decide.lua
+// writes the same name).
+inline std::string ban_key(std::string_view key) { return std::string(key) + ":ban"; }
+
 // One key per limit of the route, in order; nullopt for a limit that does not apply
 // because a header (or other value) its key names is absent.
 std::vector<std::optional<std::string>> build_limit_keys(std::string_view key_prefix,

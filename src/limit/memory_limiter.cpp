@@ -215,7 +215,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         shard[i] = &shard_of_hash(hashes[i]);
         if (std::find(locked.begin(), locked.end(), shard[i]) == locked.end()) locked.push_back(shard[i]);
         if (!route.limits[i].ban || route.limits[i].charges) continue;
-        ban_keys[i] = *keys[i] + ":ban";
+        ban_keys[i] = ban_key(*keys[i]);
         ban_hashes[i] = KeyedHash{}(ban_keys[i]);
         ban_shard[i] = &shard_of_hash(ban_hashes[i]);
         if (std::find(locked.begin(), locked.end(), ban_shard[i]) == locked.end()) locked.push_back(ban_shard[i]);
@@ -254,7 +254,6 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         banned = i;
         LimitResult& r = results[i];
         r.applies = true;
-        r.shadow = route.limits[i].shadow;
         r.allowed = false;
         r.banned = true;
         r.retry_after = ceil_to_ms(ban->until - now);

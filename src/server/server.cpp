@@ -207,16 +207,16 @@ void Server::limits_call(observe::AdminServer::LimitsCall call,
                                               values->view());
     std::vector<std::string> chosen;
     std::vector<std::size_t> reset;
-    const auto& limits = snapshot->limit_sets[query->route][query->set].limits;
-    std::vector<std::string> bans;  // a limit's ban goes with its state
     for (std::size_t i = 0; i < keys.size(); ++i) {
         if (!keys[i] || (query->limit && *query->limit != i)) continue;
         chosen.push_back(*keys[i]);
         reset.push_back(i);
-        if (i < limits.size() && limits[i].ban) bans.push_back(*keys[i] + ":ban");
     }
+    // A limit's ban goes with its state.
+    const auto& limits = snapshot->limit_sets[query->route][query->set].limits;
     std::vector<std::string> deleted = chosen;
-    deleted.insert(deleted.end(), bans.begin(), bans.end());
+    for (std::size_t k = 0; k < reset.size(); ++k)
+        if (limits[reset[k]].ban) deleted.push_back(limit::ban_key(chosen[k]));
     // Every worker forgets the rejections it remembered for those keys.
     for (std::size_t w = 1; w < workers_.size(); ++w) workers_[w]->forget_limits(chosen);
     worker.reset_limits(deleted, [this, snapshot, query = *query, reset, chosen, done = std::move(done)](
