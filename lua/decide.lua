@@ -39,10 +39,20 @@
 --                              and checked only, "4" = the charge after the response: the
 --                              request's cost is taken whatever the limit holds (a limit
 --                              counted past its capacity refuses until it is back within
---                              it), and it never refuses; "0" or "2" may be followed by
+--                              it), and it never refuses; "5" = a give-back after the
+--                              response (a cost the response reports: less than the
+--                              reservation the request took): `cost` units of the
+--                              reservation go back, as far as the limit still holds them
+--                              (the algorithms' give_back), and it never refuses;
+--                              "0" or "1" may be followed by "d" (token_bucket: the
+--                              bucket keeps a debt past empty, as "2" to "5" do: a limit
+--                              whose response cost is charged after the response);
+--                              "0" or "2" may be followed by
 --                              "b" and a duration in microseconds (`ban`, token_bucket,
 --                              sliding_window, fixed_window): a request this limit refuses
---                              bans the key for that long (below)
+--                              bans the key for that long (below); "5" must be followed
+--                              by "t" and the reservation's Redis TIME in microseconds
+--                              (token_bucket, sliding_window, fixed_window)
 --                  cost        units the request takes (0 takes nothing and always fits)
 --                  token_bucket:   interval_us (time to refill one token), burst, or
 --                                  "burst,kept": the bucket keeps what was used when its
@@ -173,16 +183,20 @@ local function parse_plan(text)
     local limit = text
     if stop then limit = text:sub(at, stop - 1) elseif at > 1 then limit = text:sub(at) end
     n = n + 1
-    local name, flags, banned, cost, x, y = match(limit, '^(%S+) ([0-4])(%S*) (%d+) (%d+) (%S+)$')
+    local name, flags, more, cost, x, y = match(limit, '^(%S+) ([0-5])(%S*) (%d+) (%d+) (%S+)$')
     if not name then return nil, 'limit ' .. n .. ' is not "algorithm flags cost x y"' end
-    local ban
-    if banned ~= '' then
-      ban = tonumber(match(banned, '^b(%d+)$'))
-      if not ban or ban < 1 or (flags ~= '0' and flags ~= '2') or
-         (name ~= 'token_bucket' and name ~= 'sliding_window' and name ~= 'fixed_window') then
-        return nil, 'limit ' .. n .. ': flags ' .. flags .. banned .. ' are not valid'
+    local ban, since, debt
+    if more ~= '' then
+      local counted = name == 'token_bucket' or name == 'sliding_window' or name == 'fixed_window'
+      local d, letter, number = match(more, '^(d?)([bt]?)(%d*)$')
+      if letter == 'b' then ban = tonumber(number) elseif letter == 't' then since = tonumber(number) end
+      debt = d == 'd'
+      if not d or (letter == '') ~= (number == '') or (debt and (name ~= 'token_bucket' or (flags ~= '0' and flags ~= '1'))) or
+         (ban and (ban < 1 or (flags ~= '0' and flags ~= '2') or not counted)) or (since and (flags ~= '5' or not counted)) then
+        return nil, 'limit ' .. n .. ': flags ' .. flags .. more .. ' are not valid'
       end
     end
+    if flags == '5' and not since then return nil, 'limit ' .. n .. ': flags 5 need the reservation\'s time ("5t<us>")' end
     local algorithm = algorithm_named(name)
     if not algorithm then return nil, 'unknown algorithm ' .. name end
     cost, x = tonumber(cost), tonumber(x)
@@ -200,9 +214,12 @@ local function parse_plan(text)
       if not whole(y) then y = nil end
     end
     if not y then return nil, 'parameters of limit ' .. n .. ' are not valid' end
+    local checked, charge, give_back = flags == '2' or flags == '3', flags == '4', flags == '5'
     plan[n] = { algorithm = algorithm, shadow = flags == '1' or flags == '3', cost = cost, x = x, y = y, kept = kept,
-                checked = flags == '2' or flags == '3', charge = flags == '4', ban = ban }
+                checked = checked, charge = charge, give_back = give_back, since = since, ban = ban,
+                debt = debt or checked or charge or give_back }
     if ban then plan.banning = true end
+    if give_back then plan.once = true end  -- (a reservation's time: not seen again)
     if (flags == '2' or flags == '3' or flags == '4') and (name == 'concurrency' or name == 'leaky_bucket') then
       return nil, 'limit ' .. n .. ': ' .. name .. ' is not counted after the response'
     end
@@ -211,7 +228,7 @@ local function parse_plan(text)
     at = stop + 1
   end
   plan.n, plan.windows = n, windows
-  if n == 1 and plan[1].cost > 0 and not plan[1].checked and not plan[1].charge and not plan[1].ban then
+  if n == 1 and plan[1].cost > 0 and not plan[1].debt and not plan[1].ban then
     -- One limit: it alone decides (a shadow limit too: consumed exactly when it allows).
     local only = plan[1]
     plan.alone, plan.cost, plan.x, plan.y, plan.kept = only.algorithm.alone, only.cost, only.x, only.y, only.kept
@@ -324,9 +341,15 @@ local function decide_request(plan, n, token)
       local key = call_keys[k + i]
       hand_over(limit.algorithm, key)
       -- (A limit counted after the response may be charged below empty: its debt is kept.)
-      local c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost, token, limit.kept,
-                                      limit.checked or limit.charge)
-      if not c.allowed and not limit.shadow and not limit.charge then admit = false end
+      local c
+      if limit.give_back then
+        -- What is given back goes first; the limit is then reported as it stands.
+        limit.algorithm.give_back(key, now, limit.x, limit.y, limit.cost, limit.since, limit.kept)
+        c = limit.algorithm.check(key, now, limit.x, limit.y, 0, token, limit.kept, true)
+      else
+        c = limit.algorithm.check(key, now, limit.x, limit.y, limit.cost, token, limit.kept, limit.debt)
+      end
+      if not c.allowed and not limit.shadow and not limit.charge and not limit.give_back then admit = false end
       checks[i] = c
     end
     for i = 1, n do
@@ -336,6 +359,8 @@ local function decide_request(plan, n, token)
       local consumed
       if limit.charge then
         consumed = limit.cost > 0
+      elseif limit.give_back then
+        consumed = false  -- (given back above)
       else
         consumed = admit and c.allowed and limit.cost > 0 and not limit.checked
       end
@@ -371,8 +396,10 @@ local function decide(KEYS, ARGV, in_cluster)
       local message
       plan, message = parse_plan(text)
       if not plan then return refuse('plan ' .. p .. ': ' .. message) end
-      if parsed_count >= 256 then parsed, parsed_count = {}, 0 end
-      parsed[text], parsed_count = plan, parsed_count + 1
+      if not plan.once then
+        if parsed_count >= 256 then parsed, parsed_count = {}, 0 end
+        parsed[text], parsed_count = plan, parsed_count + 1
+      end
     end
     plans[tostr(p)] = plan
   end

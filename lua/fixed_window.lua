@@ -64,6 +64,20 @@ local function fixed_window_algorithm(read_failed)
     c.e.dirty = true
   end
 
+  -- A reservation's give-back (decide.lua, flags 5): `cost` units back to the window the
+  -- reservation was taken in (`at`, microseconds of TIME), if that is still the current one;
+  -- a window that has ended took its units with it. Never below 0.
+  function fixed_window.give_back(key, now, limit, window, cost, at)
+    if at < window.start or at >= window.stop then return end
+    local e = entry(key, window.start, window.stop)
+    local count = e.count - cost
+    if count < 0 then count = 0 end
+    if count ~= e.count then
+      e.count = count
+      e.dirty = true
+    end
+  end
+
   -- remaining, retry_after_us, reset_us after this request (consumed or not). Reset is the
   -- window's end; a refused request fits again when the next window starts.
   function fixed_window.report(c, consumed)

@@ -7,8 +7,9 @@
 -- State: a sorted set with one member per admitted request, scored by its Redis TIME in
 -- microseconds. A request at `t` counts while now - t < window, i.e. it leaves the window
 -- at exactly t + window. Members are "<t>-<n>" where n is the number of members the set
--- held (after trimming) when the request was added: at one instant every admission adds a
--- member and none leaves, so n grows and requests in the same microsecond are each counted.
+-- held (after trimming) when the call first counted it, plus the members the call added since:
+-- within a call n only grows (a give-back, below, lowers the count but not n), so requests in
+-- the same microsecond are each counted.
 -- Expired members are trimmed only when a request is admitted (a rejected request writes
 -- nothing); the set never holds more than `limit` members after a write. The key expires
 -- when its newest member leaves the window. A key of another type (the limit's algorithm
@@ -49,7 +50,7 @@ local function sliding_window_algorithm(read_failed)
     if type(count) == 'table' then read_failed(count) end
     local foreign = type(count) ~= 'number'
     if foreign then count = 0 end
-    e = { now = now, window = window, count = count, held = count, foreign = foreign, adds = {} }
+    e = { now = now, window = window, count = count, held = count, foreign = foreign, adds = {}, next = count }
     sets[key] = e
     return e
   end
@@ -83,8 +84,8 @@ local function sliding_window_algorithm(read_failed)
   local function admit(e, cost)
     local adds = e.adds
     for _ = 1, cost do
-      adds[#adds + 1] = format('%d-%d', e.now, e.count)
-      e.count = e.count + 1
+      adds[#adds + 1] = format('%d-%d', e.now, e.next)
+      e.count, e.next = e.count + 1, e.next + 1
     end
     e.refused = nil
   end
@@ -135,6 +136,21 @@ local function sliding_window_algorithm(read_failed)
   -- Records the request (written at the end of the call, or before the set is read again).
   function sliding_window.commit(c)
     admit(c.e, c.cost)
+  end
+
+  -- A reservation's give-back (decide.lua, flags 5): `cost` of the members the reservation
+  -- added at `at` (microseconds of TIME) go, as far as they are still in the window. Members
+  -- of one instant are alike (each leaves the window at at + window): any of them will do.
+  function sliding_window.give_back(key, now, limit, window, cost, at)
+    if at <= now - window then return end  -- they have left already
+    local e = entry(key, now, window)
+    if e.foreign then return end
+    write(key, e)  -- what this call admitted is in Redis first
+    local stamp = format('%d', at)
+    local members = redis_call('ZRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, cost)
+    if #members == 0 then return end
+    redis_call('ZREM', key, unpack(members))
+    e.count, e.held, e.refused = e.count - #members, e.held - #members, nil
   end
 
   -- remaining, retry_after_us, reset_us after this request (consumed or not).

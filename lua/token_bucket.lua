@@ -112,7 +112,13 @@ local function token_bucket_algorithm(read_failed, leaky)
         -- What was used, counted in this interval (the same sum the memory store does).
         if was and was ~= interval then tat = now + ceil((tat - now) * interval / was) end
       end
-      if tat > now + tolerance and not uncapped then tat = now + tolerance end
+      if tat > now + tolerance then
+        if not uncapped then
+          tat = now + tolerance
+        elseif tat > now + tolerance + 562949953421312 then  -- 2^49 µs (limit/cost.hpp max_debt_us)
+          tat = now + tolerance + 562949953421312
+        end
+      end
     end
     local next_tat = tat + interval * cost
     return tolerance, tat, next_tat, next_tat - tolerance
@@ -193,6 +199,18 @@ local function token_bucket_algorithm(read_failed, leaky)
   -- Consumes one token: only here is the key changed (written by flush).
   function token_bucket.commit(c)
     write(c.key, c.next_tat, c.interval, c.kept)
+  end
+
+  -- A reservation's give-back (decide.lua, flags 5): `cost` tokens back, as if the request had
+  -- taken that much less; the bucket is never more than full (a tat before now). The debt a
+  -- charge left past empty is kept while it is read (uncapped).
+  function token_bucket.give_back(key, now, interval, y, cost, _, kept)
+    local burst = y
+    if leaky then burst = y.burst end
+    local _, tat = read(key, now, interval, burst, 0, true)
+    local back = tat - interval * cost
+    if back < now then back = now end
+    if back ~= tat then write(key, back, interval, kept) end
   end
 
   -- remaining, retry_after_us (a leaky bucket's admitted request: its wait), reset_us after

@@ -31,6 +31,7 @@ declare -A sources=(
   [json]="src/auth/json.cpp"
   [plan_map]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp src/auth/jwt.cpp src/auth/json.cpp"
   [jwt]="src/auth/jwt.cpp src/auth/json.cpp"
+  [reported_cost]="src/http/reported_cost.cpp src/http/body_reader.cpp src/http/field_list.cpp"
 )
 declare -A libs=(
   [redis_reply]="$(pkg-config --libs hiredis)"
@@ -49,7 +50,7 @@ declare -A cflags=(
   [plan_map]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
   [access_format]="-DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB"
 )
-targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head response_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec key_values json jwt plan_map"}
+targets=${FUZZ_TARGETS:-"body_reader request_target head_scan request_head response_head redis_reply topology_parse config_loader pem time_zone query_string access_format h2_codec key_values json jwt plan_map reported_cost"}
 CXX=${FUZZ_CXX:-clang++-14}
 flags="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc"
 

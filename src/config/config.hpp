@@ -215,6 +215,19 @@ struct LimitConfig {
     std::uint64_t cost = 1;
     std::string cost_header;  // lower-case; empty: the fixed `cost`
     std::uint64_t default_cost = 1;
+    // `cost: {response_header: NAME | response_trailer: NAME, reserve: N}`: the response
+    // reports what the request cost. `cost` is then the reservation (`reserve`, default 1),
+    // taken when the request is admitted; the difference to what the response reports is
+    // settled after it (server::LimitSet::settles): charged (perhaps past the capacity, a
+    // debt the next requests wait out) or given back. A response that reports nothing (or
+    // nothing readable) settles at the reservation.
+    std::string response_cost_field;      // lower-case; empty: no response cost
+    bool response_cost_trailer = false;  // the field is a trailer (the end of the body), not a header
+    bool reports_cost() const { return !response_cost_field.empty(); }
+    // Not read from YAML: this copy of a limit with a response cost gives back `cost` units
+    // its reservation took at this time (microseconds of the store's clock), as far as the
+    // limit still holds them; 0: not a give-back.
+    std::int64_t refund_at_us = 0;
     // Not read from YAML: a limit of a route with plans (the loader sets it). A token or
     // leaky bucket then keeps the interval its state is counted in with the state, so a
     // client moved to another plan keeps what it used (lua/token_bucket.lua).
@@ -224,7 +237,8 @@ struct LimitConfig {
     // after the response, when its status is one of these. Empty: charged when admitted.
     std::vector<StatusRange> count_statuses;
     // Not read from YAML: this copy of a counted limit is the charge after the response
-    // (server::LimitSet's charge sets): the request's cost is added whatever the limit holds.
+    // (server::LimitSet's charge sets, and settles with refund_at_us 0): the request's cost
+    // is added whatever the limit holds.
     bool charges = false;
     bool counted() const { return !count_statuses.empty(); }
     // `ban: 15m`: a request this limit refuses bans its key for this long: every request of

@@ -55,6 +55,7 @@ const Keys limit_keys{"name",      "algorithm", "rate",   "per",    "burst", "li
                       "time_zone", "lease",     "key",    "shadow", "cost",  "default_cost", "delay",
                       "nodelay",   "max_wait",  "count",  "ban"};
 const Keys count_keys{"statuses"};
+const Keys response_cost_keys{"response_header", "response_trailer", "reserve"};
 
 constexpr std::int64_t no_maximum = std::numeric_limits<std::int64_t>::max();
 // Ranges that keep every figure derived from a limit exact and far from overflow: the Redis
@@ -329,6 +330,7 @@ private:
     void read_concurrency(const Section& section, LimitConfig& limit);
     void read_leaky_bucket(const Section& section, LimitConfig& limit);
     void read_cost(const Section& section, LimitConfig& limit);
+    void read_response_cost(const Field& field, LimitConfig& limit);
     void refuse_parameters(const Section& section, const LimitConfig& limit);
     void read_key(const Field& field, LimitConfig& limit);
     void read_responses(const Field& field);
@@ -1431,7 +1433,15 @@ void ConfigReader::read_limit(const Field& field, RouteConfig& route, RouteSite&
         if (*algorithm == Algorithm::fixed_window) read_fixed_window(section, limit);
         if (*algorithm == Algorithm::concurrency) read_concurrency(section, limit);
         read_cost(section, limit);
-        if (const Field* f = section.find("count")) read_count(*f, limit);
+        if (const Field* f = section.find("count")) {
+            if (limit.reports_cost())
+                diagnostics_.error(f->key_at, named("limit", limit.name) +
+                                                  ": 'count' and a 'cost' the response reports cannot go together on "
+                                                  "one limit (the response settles the cost whatever its status); use "
+                                                  "two limits");
+            else
+                read_count(*f, limit);
+        }
     }
     if (const Field* f = section.find("key")) read_key(*f, limit);
     if (const Field* f = section.find("shadow")) assign(limit.shadow, boolean(*f));
@@ -1614,7 +1624,10 @@ void ConfigReader::read_cost(const Section& section, LimitConfig& limit) {
         return;
     }
     bool header_cost = false;
-    if (cost) {
+    if (cost && cost->value.IsMap()) {
+        read_response_cost(*cost, limit);
+        if (limit.reports_cost()) check_capacity(*cost, limit.cost);
+    } else if (cost) {
         const auto written = cost->value.IsScalar() ? cost->value.Scalar() : std::string();
         header_cost = written.starts_with("header:");
         if (header_cost) {
@@ -1635,6 +1648,48 @@ void ConfigReader::read_cost(const Section& section, LimitConfig& limit) {
             check_capacity(*f, limit.default_cost);
         }
     }
+}
+
+// `cost: {response_header: NAME | response_trailer: NAME, reserve: N}`: the cost the
+// response reports, `reserve` taken before forwarding (read after the algorithm).
+void ConfigReader::read_response_cost(const Field& field, LimitConfig& limit) {
+    const std::string which = named("limit", limit.name);
+    if (limit.algorithm == Algorithm::leaky_bucket) {
+        diagnostics_.error(field.key_at, which + ": a response 'cost' does not apply to leaky_bucket (a request waits "
+                                             "for its turn before any response exists); use token_bucket, "
+                                             "sliding_window or fixed_window");
+        return;
+    }
+    const Section section(field, "in cost", response_cost_keys, diagnostics_);
+    const Field* header = section.find("response_header");
+    const Field* trailer = section.find("response_trailer");
+    if (header && trailer) {
+        diagnostics_.error(trailer->key_at, which + ": 'cost' names both 'response_header' and 'response_trailer'; "
+                                                "give the one field the response reports its cost in");
+        return;
+    }
+    const Field* named_field = header ? header : trailer;
+    if (!named_field) {
+        diagnostics_.error(field.at, which + ": 'cost' as a map needs 'response_header' or 'response_trailer' (the "
+                                             "field the upstream's response reports the request's cost in), such as "
+                                             "{response_header: X-Tokens-Used, reserve: 100}");
+        return;
+    }
+    if (!expect_single_value(*named_field)) return;
+    const std::string& name = named_field->value.Scalar();
+    if (!is_http_token(name)) {
+        diagnostics_.error(named_field->at, named_field->label() + " must be a header field name, got " + quoted(name));
+        return;
+    }
+    std::uint64_t reserve = 1;
+    if (const Field* f = section.find("reserve")) {
+        const auto value = integer(*f, 1, max_count);
+        if (!value) return;
+        reserve = static_cast<std::uint64_t>(*value);
+    }
+    limit.response_cost_field = to_lower(name);
+    limit.response_cost_trailer = trailer != nullptr;
+    limit.cost = reserve;
 }
 
 // `ban: DURATION`: a refusal by the limit bans the key (read after the algorithm and shadow).
@@ -1665,11 +1720,12 @@ void ConfigReader::refuse_counted_limits(const Section& section, const RouteConf
         for (const auto& set : route.plans->sets)
             for (const auto& limit : set.limits) limits.push_back(&limit);
     for (const LimitConfig* limit : limits) {
-        if (!limit->counted()) continue;
+        if (!limit->counted() && !limit->reports_cost()) continue;
         const Field* action = section.find("action");
         diagnostics_.error(action ? action->at : section.at(),
                            named("route", route.name) + " has action: check, but its " + named("limit", limit->name) +
-                               " has 'count': a check route never sees the response, so it could not be charged");
+                               (limit->counted() ? " has 'count'" : " takes its 'cost' from the response") +
+                               ": a check route never sees the response, so it could not be charged");
         return;
     }
 }
@@ -2435,6 +2491,7 @@ std::vector<std::pair<std::string, std::vector<std::string_view>>> known_keys() 
             {"routes[].match", match_keys},
             {"routes[].limits[]", limit_keys},
             {"routes[].limits[].count", count_keys},
+            {"routes[].limits[].cost", response_cost_keys},
             {"routes[].exempt", exempt_keys},
             {"exempt", exempt_keys},
             {"exempt.headers[]", exempt_header_keys},

@@ -252,6 +252,7 @@ std::size_t BodyReader::decode_chunked(std::string_view in, std::span<char> out,
                     fail(State::trailer_too_large, "too many trailer fields");
                     break;
                 }
+                if (keep_trailers_) kept_trailers_.push_back(static_cast<char>(c));
                 chunk_ = Chunk::trailer_line;
                 trailer_name_ = true;
                 trailer_name_len_ = 1;
@@ -273,13 +274,16 @@ std::size_t BodyReader::decode_chunked(std::string_view in, std::span<char> out,
             } else if (is_ctl(c)) {
                 fail(State::malformed, "control character in trailer field");
             }
+            if (keep_trailers_ && state_ == State::reading) kept_trailers_.push_back(static_cast<char>(c));
             break;
         case Chunk::trailer_lf:
             if (!trailer_byte()) break;
-            if (c != '\n')
+            if (c != '\n') {
                 fail(State::malformed, "bare CR in trailer section");
-            else
+            } else {
+                if (keep_trailers_) kept_trailers_.push_back('\n');
                 chunk_ = Chunk::trailer_start;
+            }
             break;
         case Chunk::final_lf:
             if (!trailer_byte()) break;

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace sluice::http {
@@ -57,6 +58,13 @@ public:
     // cut_short.
     void end_of_input();
 
+    // Keeps the trailer section of a chunked body (bounded as above) for trailers(): for a
+    // trailer field sluice reads (a cost the response reports). Dropped all the same.
+    void keep_trailers() { keep_trailers_ = true; }
+    // The trailer fields as they came, "Name: value\r\n" per field ("" without any, or
+    // without keep_trailers()); complete once done().
+    std::string_view trailers() const { return kept_trailers_; }
+
     Mode mode() const { return mode_; }
     State state() const { return state_; }
     bool done() const { return state_ == State::done; }
@@ -99,6 +107,8 @@ private:
     std::size_t trailer_fields_ = 0;
     bool trailer_name_ = false;      // in the name of a trailer field (before the colon)
     std::size_t trailer_name_len_ = 0;
+    bool keep_trailers_ = false;
+    std::string kept_trailers_;
 };
 
 // Writes a body with the framing sluice chose: the chunk framing it adds around data.

@@ -12,6 +12,7 @@
 #include "config/value_syntax.hpp"
 #include "http/field_text.hpp"
 #include "http/header_rules.hpp"
+#include "http/reported_cost.hpp"
 #include "http/limit_verdict.hpp"
 #include "http/request_target.hpp"
 #include "http/route_match.hpp"
@@ -286,6 +287,94 @@ net::awaitable<void> charge_response(Exchange& x, unsigned status) {
     count_charge(x.snap, x.route_index(), *x.limit_set, *charge, status, outcome);
 }
 
+namespace {
+
+// A response's report that cannot be read (logged at most once a second).
+void warn_report_unread(std::string_view route, std::string_view limit, std::string_view field, std::string_view problem) {
+    thread_local OncePerSecond gate;
+    if (!gate.due()) return;
+    spdlog::warn("route {}: limit {}: the response's {} is {}: settled at the reservation ({} similar warnings not "
+                 "logged)",
+                 route, limit, field, problem, gate.suppressed());
+}
+
+// Settles the reserved limits whose cost comes in the head (`trailer` false) or the trailer,
+// as `report` reads them: each one's difference to its reservation charged or given back, in
+// one store call, awaited.
+template <class Report>
+net::awaitable<void> settle(Exchange& x, bool trailer, Report report) {
+    server::Worker* worker = x.settle_worker;
+    if (!worker) co_return;
+    const server::ChargeSet& settles = x.limit_set->settles;
+    const auto& route = *x.route;
+    std::vector<config::LimitConfig> limits;  // the settle: made when there is something to settle
+    std::vector<std::size_t> changed;
+    for (std::size_t j = 0; j < settles.limits.size() && j < 64; ++j) {
+        const std::uint64_t bit = std::uint64_t{1} << j;
+        const auto& limit = settles.limits[j];
+        if (!(x.unsettled & bit) || limit.response_cost_trailer != trailer) continue;
+        x.unsettled &= ~bit;
+        const ReportedCost reported = report(limit.response_cost_field);
+        if (reported.kind == ReportedCost::Kind::invalid)
+            warn_report_unread(route.name, limit.name, limit.response_cost_field, reported.problem);
+        if (reported.kind != ReportedCost::Kind::units) continue;
+        const std::uint64_t units = limit::settled_units(limit, reported.units);
+        x.limit_set->metrics[settles.index[j]]->count_reported(units);
+        if (units == limit.cost) continue;
+        if (limits.empty()) {
+            // Every settle limit, those with nothing to settle at cost 0 (they take nothing):
+            // the set's key plan names them all.
+            limits = settles.limits;
+            for (auto& l : limits) l.cost = 0;
+        }
+        auto& settle = limits[j];
+        if (units > limit.cost) {
+            settle.cost = units - limit.cost;
+        } else {
+            settle.cost = limit.cost - units;
+            settle.refund_at_us = x.reserved_at_us;
+        }
+        changed.push_back(j);
+    }
+    if (x.unsettled == 0) x.settle_worker = nullptr;
+    if (limits.empty()) co_return;
+    const limit::RouteLimits settle_limits{route.name, limits, &settles.key_plan};
+    const limit::RequestKeyValues values = key_values(x);
+    const limit::Decision outcome = co_await worker->decide(settle_limits, values);
+    const bool failed = outcome.outcome == limit::Decision::Outcome::store_error;
+    for (const std::size_t j : changed) {
+        if (!failed && (j >= outcome.limits.size() || !outcome.limits[j].applies)) continue;
+        auto* metrics = x.limit_set->metrics[settles.index[j]];
+        if (failed) metrics->count_charge(false);
+        else if (limits[j].refund_at_us > 0) metrics->count_refund();
+        else metrics->count_charge(true);
+    }
+    if (failed) {
+        thread_local OncePerSecond gate;
+        if (gate.due())
+            spdlog::warn("route {}: settling the cost a response reported failed: {} ({} similar errors not logged)",
+                         route.name, outcome.error, gate.suppressed());
+    }
+}
+
+}  // namespace
+
+net::awaitable<void> settle_head(Exchange& x, const FieldList& fields) {
+    co_await settle(x, false, [&fields](std::string_view name) { return cost_in_fields(fields, name); });
+}
+
+bool settles_trailer(const Exchange& x) {
+    if (!x.settle_worker) return false;
+    const auto& settles = x.limit_set->settles.limits;
+    for (std::size_t j = 0; j < settles.size() && j < 64; ++j)
+        if ((x.unsettled >> j & 1) && settles[j].response_cost_trailer) return true;
+    return false;
+}
+
+net::awaitable<void> settle_trailer(Exchange& x, std::string_view trailers) {
+    co_await settle(x, true, [trailers](std::string_view name) { return cost_in_trailers(trailers, name); });
+}
+
 bool finish(Exchange& x, bool keep) {
     // A 101 (a tunnel opened), or any status not charged before its head was written:
     // charged as the request ends, without waiting for the store. A request whose client
@@ -444,6 +533,20 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
     if (verdict.refusal) return std::move(verdict.refusal);
     x.rate_headers = std::move(verdict.headers);
     if (x.limit_set->counted()) x.charge_worker = &worker;
+    if (x.limit_set->settled() && decision.outcome == limit::Decision::Outcome::allowed) {
+        // The limits that took their reservation: it applied, and it admitted the request
+        // (a shadow limit that would have refused took nothing).
+        const auto& index = x.limit_set->settles.index;
+        for (std::size_t j = 0; j < index.size() && j < 64; ++j) {
+            const std::size_t i = index[j];
+            if (i < decision.limits.size() && decision.limits[i].applies && decision.limits[i].allowed)
+                x.unsettled |= std::uint64_t{1} << j;
+        }
+        if (x.unsettled != 0) {
+            x.settle_worker = &worker;
+            x.reserved_at_us = decision.time_us;
+        }
+    }
     return std::nullopt;
 }
 

@@ -32,6 +32,7 @@ struct ChargeSet;
 
 namespace sluice::http {
 
+class FieldList;
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t);
@@ -108,6 +109,12 @@ struct Exchange {
     // Admitted with limits that count statuses (`count`): the worker that charges them once
     // the response's status is known (charge_response, or finish); null once charged.
     server::Worker* charge_worker = nullptr;
+    // Admitted with limits whose response reports their cost: the worker that settles them,
+    // when their reservations were taken (the decision's time, on the store's clock), and
+    // which of them took one and are not settled yet (bit j: limit_set->settles.limits[j]).
+    server::Worker* settle_worker = nullptr;
+    std::int64_t reserved_at_us = 0;
+    std::uint64_t unsettled = 0;
 
     std::size_t route_index() const { return static_cast<std::size_t>(route - cfg.routes.data()); }
 };
@@ -137,6 +144,17 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
 // store.redis.timeout), so a client that has its response finds it counted on every
 // instance. Nothing for a request without such limits, or charged already.
 boost::asio::awaitable<void> charge_response(Exchange& x, unsigned status);
+// Before the response head goes to the client: the limits whose cost the head reports
+// (`cost: {response_header}`) are settled against their reservations, once per request,
+// and the settle awaited (as a charge). `fields`: the upstream's head.
+boost::asio::awaitable<void> settle_head(Exchange& x, const FieldList& fields);
+// Whether a limit the request reserved waits for a trailer (`cost: {response_trailer}`):
+// the response body's trailer section is then kept (BodyReader::keep_trailers).
+bool settles_trailer(const Exchange& x);
+// Before the end of the body goes to the client: the limits whose cost the trailer reports,
+// from `trailers` (BodyReader::trailers()). A response that ends otherwise (cut short, the
+// client gone) leaves their reservations as they are.
+boost::asio::awaitable<void> settle_trailer(Exchange& x, std::string_view trailers);
 // Logs the request and counts it on its route; returns `keep`. A response not charged yet
 // (a 101 that opened a tunnel) is charged here, without waiting for the store.
 bool finish(Exchange& x, bool keep);

@@ -528,9 +528,10 @@ private:
         const bool upstream_keeps = response.keep_alive;
         using Body = Framing::Body;
         const bool with_body = framing.body != Body::none && !(framing.body == Body::length && framing.length == 0);
-        if (x.charge_worker) {
+        if (x.charge_worker || x.settle_worker) {
             // Counted before the client has the head (as over HTTP/1.1).
             co_await charge_response(x, status);
+            co_await settle_head(x, response.fields);
             if (s.closed) {
                 rec.status = 499;
                 co_return;
@@ -541,6 +542,7 @@ private:
         kick();
         if (with_body) {
             BodyReader body = response_body_reader(framing);
+            if (settles_trailer(x)) body.keep_trailers();
             auto chunk = worker_.relay_buffers().take();
             const std::span<char> relay(chunk.data(), chunk.size());
             while (!body.done()) {
@@ -561,6 +563,11 @@ private:
                     codec_.reset(s.id, 2 /* INTERNAL_ERROR */);
                     kick();
                     co_return;
+                }
+                if (body.done() && x.settle_worker) {
+                    // A cost the trailer reports: settled before the body's end goes.
+                    co_await settle_trailer(x, body.trailers());
+                    if (s.closed) co_return;
                 }
                 codec_.send_body(s.id, std::string_view(relay.data(), got.n), body.done());
                 rec.bytes_sent += got.n;

@@ -33,7 +33,15 @@ std::optional<std::size_t> cost_over_capacity(std::span<const config::LimitConfi
 }
 
 std::uint64_t bounded_cost(const config::LimitConfig& limit, const RequestKeyValues& request) {
+    // A settle after the response was bounded when it was worked out (settled_units).
+    if (limit.charges && limit.reports_cost()) return limit.cost;
     return std::min(request_cost(limit, request), capacity_of(limit) + 1);
+}
+
+std::uint64_t settled_units(const config::LimitConfig& limit, std::uint64_t reported) {
+    if (limit.algorithm != config::Algorithm::token_bucket) return std::min(reported, capacity_of(limit));
+    const auto interval = static_cast<std::uint64_t>(token_bucket_params(limit).interval_us);
+    return std::min({reported, capacity_of(limit) * max_settled_capacities, max_debt_us / interval});
 }
 
 }  // namespace sluice::limit

@@ -22,7 +22,19 @@ std::optional<std::size_t> cost_over_capacity(std::span<const config::LimitConfi
                                               const RequestKeyValues& request);
 
 // The cost the limiters compute with: request_cost, at most capacity + 1 (which never fits),
-// so that no figure derived from it can overflow.
+// so that no figure derived from it can overflow. A settle after the response (a copy with
+// `charges` of a limit whose response reports its cost): its `cost`, bounded already.
 std::uint64_t bounded_cost(const config::LimitConfig& limit, const RequestKeyValues& request);
+
+// What a response reports as a request's cost counts, for a token bucket, up to a thousand
+// full buckets, and never more than a debt of max_debt_us; for a window up to its limit (a
+// window past its limit refuses until the charge leaves it, whatever the excess). A larger
+// report counts as that much, so no figure derived from it can overflow.
+inline constexpr std::uint64_t max_settled_capacities = 1000;
+// The most a token bucket owes past empty, in microseconds (about 17.8 years; lua/token_bucket.lua
+// and the memory store read a larger debt as this much): tats stay far below 2^53.
+inline constexpr std::uint64_t max_debt_us = std::uint64_t{1} << 49;
+// A reported cost, bounded so.
+std::uint64_t settled_units(const config::LimitConfig& limit, std::uint64_t reported);
 
 }  // namespace sluice::limit

@@ -50,7 +50,8 @@ std::string decide_script_source(bool cluster) { return decide_code(cluster).scr
 std::string release_script_source() { return std::string(lua::release); }
 
 bool decide_args_vary(const config::LimitConfig& limit) {
-    return !limit.cost_header.empty() || limit.calendar.has_value();
+    // (A settle after the response has a cost of its own per request.)
+    return !limit.cost_header.empty() || limit.calendar.has_value() || (limit.charges && limit.reports_cost());
 }
 
 CalendarArg calendar_arg(const config::LimitConfig& limit, std::int64_t now_us) {
@@ -68,8 +69,14 @@ CalendarArg calendar_arg(const config::LimitConfig& limit, std::int64_t now_us) 
 void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, std::string_view window,
                         std::vector<std::string>& args, bool may_wait) {
     // The limit's flags (lua/decide.lua): 1 shadow, 2 checked only (charged after the
-    // response), 3 both; 4 the charge after the response.
-    std::string flags = limit.charges ? "4" : limit.counted() ? (limit.shadow ? "3" : "2") : limit.shadow ? "1" : "0";
+    // response), 3 both; 4 the charge after the response, 5 a give-back ("t" and the
+    // reservation's time); "d": a token bucket whose response cost may leave a debt.
+    std::string flags = limit.refund_at_us > 0 ? "5t" + std::to_string(limit.refund_at_us)
+                        : limit.charges       ? "4"
+                        : limit.counted()     ? (limit.shadow ? "3" : "2")
+                        : limit.shadow        ? "1"
+                                              : "0";
+    if (limit.reports_cost() && !limit.charges && limit.algorithm == config::Algorithm::token_bucket) flags += "d";
     // A ban (not of a charge): "b" and its length in microseconds.
     if (limit.ban && !limit.charges)
         flags += "b" + std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count());

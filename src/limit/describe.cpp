@@ -56,7 +56,10 @@ std::string describe_limit(const config::LimitConfig& limit) {
     case config::Algorithm::concurrency: out = fmt::format("{} in flight", limit.limit); break;
     }
     out += ", " + key_text(limit);
-    if (!limit.cost_header.empty())
+    if (limit.reports_cost())
+        out += fmt::format(", cost from the response {} {}, reserve {}",
+                           limit.response_cost_trailer ? "trailer" : "header", limit.response_cost_field, limit.cost);
+    else if (!limit.cost_header.empty())
         out += ", cost header:" + limit.cost_header;
     else if (limit.cost != 1)
         out += fmt::format(", cost {}", limit.cost);

@@ -56,13 +56,36 @@ std::int64_t bucket_tat(std::int64_t tat, std::int64_t was, std::int64_t now, st
         const double used_us = std::ceil(static_cast<double>(tat - now) * static_cast<double>(interval) /
                                          static_cast<double>(was));
         // (Compared as a double first: what was used may be far above any tolerance.)
-        if (used_us >= static_cast<double>(tolerance) && !uncapped) return now + tolerance;
+        const double most = static_cast<double>(tolerance) + (uncapped ? static_cast<double>(max_debt_us) : 0.0);
+        if (used_us >= most) return now + static_cast<std::int64_t>(most);
         return now + static_cast<std::int64_t>(used_us);
     }
-    return uncapped ? tat : std::min(tat, now + tolerance);
+    return std::min(tat, now + tolerance + (uncapped ? static_cast<std::int64_t>(max_debt_us) : 0));
 }
 
 }  // namespace
+
+// A reservation's give-back (the *.give_back of lua/): `units` that a reservation took at
+// `at` go back, as far as the state still holds them.
+void MemoryLimiter::give_back(State& state, const config::LimitConfig& limit, std::int64_t units, std::int64_t at,
+                              std::int64_t now) {
+    if (auto* bucket = std::get_if<TokenBucket>(&state)) {
+        const auto params = token_bucket_params(limit);
+        const std::int64_t interval = params.interval_us;
+        const std::int64_t tat = bucket_tat(bucket->tat, bucket->interval, now, interval, interval * params.burst, true);
+        const std::int64_t back = std::max(tat - interval * units, now);
+        if (back != tat) *bucket = TokenBucket{back, limit.keeps_used ? interval : 0};
+    } else if (auto* fixed = std::get_if<FixedWindow>(&state)) {
+        const auto window = fixed_window_at(limit, now);
+        if (fixed->start != window.start_us || at < window.start_us || at >= window.end_us) return;
+        fixed->count = std::max<std::int64_t>(fixed->count - units, 0);
+    } else if (auto* sliding = std::get_if<SlidingWindow>(&state)) {
+        if (at <= now - sliding_window_params(limit).window_us) return;  // they have left already
+        auto& times = sliding->times;
+        const auto [first, last] = std::equal_range(times.begin(), times.end(), at);
+        times.erase(first, first + std::min<std::int64_t>(last - first, units));
+    }
+}
 
 std::int64_t MemoryLimiter::wall_microseconds() {
     return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -278,6 +301,12 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             existing[i] = &found_entry->second.state;
             found = existing[i];
         }
+        if (limit.refund_at_us > 0) {
+            // A give-back after the response (lua/decide.lua, flags 5): the units go back
+            // first, then the limit is reported as it stands.
+            if (existing[i]) give_back(*existing[i], limit, c.cost, limit.refund_at_us, now);
+            c.cost = 0;
+        }
         if (limit.algorithm == config::Algorithm::token_bucket || limit.algorithm == config::Algorithm::leaky_bucket) {
             // A leaky bucket is the token bucket's tat with a wait (lua/token_bucket.lua).
             const auto params = leaky_bucket_params(limit, request.may_wait);
@@ -287,7 +316,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             if (found)
                 if (const auto* bucket = std::get_if<TokenBucket>(found))
                     c.tat = bucket_tat(bucket->tat, bucket->interval, now, c.interval, c.tolerance,
-                                       limit.counted() || limit.charges);
+                                       limit.counted() || limit.charges || limit.reports_cost());
             c.next_tat = c.tat + c.interval * c.cost;
             const std::int64_t allow_at = c.next_tat - c.tolerance;
             c.allowed = allow_at <= now;

@@ -140,6 +140,8 @@ private:
     std::uint64_t evict(Shard& shard, std::int64_t now);
     // Whether a key's state is back to empty at `now` (as if Redis had expired the key).
     static bool is_empty(const State& state, std::int64_t now);
+    static void give_back(State& state, const config::LimitConfig& limit, std::int64_t units, std::int64_t at,
+                          std::int64_t now);
     // Counts a decision; every so often sweeps a few keys (see above).
     void count_decision(std::int64_t now);
 

@@ -138,17 +138,31 @@ std::string prometheus_text(const Metrics& m) {
     });
     fmt::format_to(it,
                    "# HELP sluice_ratelimit_charges_total Charges after the response to limits that count statuses "
-                   "(count), by route, limit and result (charged, failed).\n"
+                   "(count) or whose cost the response reports (cost: {{response_header|response_trailer}}), by "
+                   "route, limit and result (charged, refunded: part of a reservation given back, failed).\n"
                    "# TYPE sluice_ratelimit_charges_total counter\n");
     m.for_each_route([&](const RouteMetrics& r) {
         for (const auto& l : r.limits) {
             if (auto n = l.charged())
                 fmt::format_to(it, "sluice_ratelimit_charges_total{{route=\"{}\",limit=\"{}\",result=\"charged\"}} {}\n",
                                label(r.name), label(l.name), n);
+            if (auto n = l.refunded())
+                fmt::format_to(it, "sluice_ratelimit_charges_total{{route=\"{}\",limit=\"{}\",result=\"refunded\"}} {}\n",
+                               label(r.name), label(l.name), n);
             if (auto n = l.charge_failures())
                 fmt::format_to(it, "sluice_ratelimit_charges_total{{route=\"{}\",limit=\"{}\",result=\"failed\"}} {}\n",
                                label(r.name), label(l.name), n);
         }
+    });
+    fmt::format_to(it,
+                   "# HELP sluice_ratelimit_reported_cost_total Units the upstreams' responses reported as their "
+                   "requests' cost (cost: {{response_header|response_trailer}}), by route and limit.\n"
+                   "# TYPE sluice_ratelimit_reported_cost_total counter\n");
+    m.for_each_route([&](const RouteMetrics& r) {
+        for (const auto& l : r.limits)
+            if (auto n = l.reported_units())
+                fmt::format_to(it, "sluice_ratelimit_reported_cost_total{{route=\"{}\",limit=\"{}\"}} {}\n",
+                               label(r.name), label(l.name), n);
     });
     fmt::format_to(it,
                    "# HELP sluice_store_errors_total Rate-limit decisions the store could not make in time.\n"

@@ -110,7 +110,14 @@ struct LimitMetrics {
     // A counted limit's charge after the response (`count`): made, or failed (the store
     // could not take it).
     void count_charge(bool made) { add(made ? counts_.mine().charged : counts_.mine().charge_failures); }
+    // A settle after the response (`cost: {response_header | response_trailer}`) that gave
+    // back part of a reservation (a charge past it counts as charged); the units the
+    // responses reported, as counted (limit::settled_units).
+    void count_refund() { add(counts_.mine().refunded); }
+    void count_reported(std::uint64_t units) { add(counts_.mine().reported_units, units); }
     std::uint64_t charged() const { return counts_.sum([](const Counts& c) { return read(c.charged); }); }
+    std::uint64_t refunded() const { return counts_.sum([](const Counts& c) { return read(c.refunded); }); }
+    std::uint64_t reported_units() const { return counts_.sum([](const Counts& c) { return read(c.reported_units); }); }
     std::uint64_t charge_failures() const { return counts_.sum([](const Counts& c) { return read(c.charge_failures); }); }
     std::uint64_t decisions(DecisionKind kind) const {
         return counts_.sum([kind](const Counts& c) { return read(c.decisions[static_cast<std::size_t>(kind)]); });
@@ -123,6 +130,8 @@ private:
         Counter resets{0};  // keys reset through the admin port's /limits
         Counter charged{0};
         Counter charge_failures{0};
+        Counter refunded{0};
+        Counter reported_units{0};
     };
     Striped<Counts> counts_;
 };

@@ -31,6 +31,15 @@ tcp::endpoint resolve_endpoint(const config::Endpoint& ep) {
 void add_charge_sets(LimitSet& set, std::string_view route, std::span<const config::LimitConfig> tag_from) {
     set.charges.clear();
     set.charge_of_status.clear();
+    set.settles = {};
+    for (std::size_t i = 0; i < set.limits.size(); ++i) {
+        if (!set.limits[i].reports_cost()) continue;
+        set.settles.limits.push_back(set.limits[i]);
+        set.settles.limits.back().charges = true;
+        set.settles.index.push_back(i);
+    }
+    if (!set.settles.limits.empty())
+        set.settles.key_plan = limit::make_key_plan(route, set.settles.limits, tag_from);
     if (std::none_of(set.limits.begin(), set.limits.end(), [](const config::LimitConfig& l) { return l.counted(); }))
         return;
     // The counted limits each status charges; one charge set per distinct group of them.
@@ -65,7 +74,7 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         snap->route_metrics.push_back(&rm);
         auto& sets = snap->limit_sets.emplace_back();
         if (!route.plans) {
-            LimitSet set{"", route.limits, limit::make_key_plan(route.name, route.limits), {}, {}, {}};
+            LimitSet set{"", route.limits, limit::make_key_plan(route.name, route.limits), {}, {}, {}, {}};
             for (const auto& limit : route.limits) set.metrics.push_back(&metrics.limit(rm, limit.name));
             add_charge_sets(set, route.name, route.limits);
             sets.push_back(std::move(set));
@@ -77,7 +86,7 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         for (const auto& set : route.plans->sets)
             if (set.identity.empty()) every.insert(every.end(), set.limits.begin(), set.limits.end());
         for (const auto& plan_set : route.plans->sets) {
-            LimitSet set{plan_set.plan, plan_set.limits, limit::make_key_plan(route.name, plan_set.limits, every), {}, {}, {}};
+            LimitSet set{plan_set.plan, plan_set.limits, limit::make_key_plan(route.name, plan_set.limits, every), {}, {}, {}, {}};
             // Counted per plan: "PLAN/LIMIT" (a client's overrides count with its plan).
             for (const auto& limit : plan_set.limits)
                 set.metrics.push_back(&metrics.limit(rm, plan_set.plan + "/" + limit.name));

@@ -50,8 +50,13 @@ struct LimitSet {
     // charges together, and which one a response of each status (100 to 599) charges.
     std::vector<ChargeSet> charges;
     std::vector<std::uint16_t> charge_of_status;  // status - 100 -> index in charges + 1; 0: none
+    // Where some limits take their cost from the response (`cost: {response_header |
+    // response_trailer}`): copies of them that charge, with the keys of the originals. A
+    // request's settle is a copy of these with its own costs (http::Exchange).
+    ChargeSet settles;
     limit::RouteLimits route_limits(std::string_view route) const { return {route, limits, &key_plan}; }
     bool counted() const { return !charges.empty(); }
+    bool settled() const { return !settles.limits.empty(); }
     // The limits a response of `status` charges, or nullptr.
     const ChargeSet* charge_for(unsigned status) const {
         if (status < 100 || status > 599 || charge_of_status.empty()) return nullptr;
@@ -59,8 +64,9 @@ struct LimitSet {
         return which == 0 ? nullptr : &charges[which - 1];
     }
 };
-// Fills in set.charges for the counted limits of `set`; their keys are those of the set
-// (`tag_from`: what the set's key plan was made with).
+// Fills in set.charges for the counted limits of `set`, and set.settles for those whose
+// response reports their cost; their keys are those of the set (`tag_from`: what the set's
+// key plan was made with).
 void add_charge_sets(LimitSet& set, std::string_view route, std::span<const config::LimitConfig> tag_from);
 
 struct Snapshot {

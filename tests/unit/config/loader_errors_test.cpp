@@ -340,6 +340,47 @@ TEST_CASE("loader errors: count (charged after the response)", "[config][loader]
     });
 }
 
+TEST_CASE("loader errors: a cost the response reports", "[config][loader][settle]") {
+    const std::string limits = route_head + "    limits:\n";  // the first limit starts on line 8
+    const std::string bucket = limits + "      - name: t\n        algorithm: token_bucket\n        rate: 10\n"
+                                        "        burst: 100\n";  // the cost on line 12
+    check_cases({
+        {bucket + "        cost: {response_header: X-Tokens, response_trailer: X-Tokens}\n",
+         {"12:43: limit 't': 'cost' names both 'response_header' and 'response_trailer'; give the one field the "
+          "response reports its cost in"}},
+        {bucket + "        cost: {reserve: 5}\n",
+         {"12:15: limit 't': 'cost' as a map needs 'response_header' or 'response_trailer' (the field the upstream's "
+          "response reports the request's cost in), such as {response_header: X-Tokens-Used, reserve: 100}"}},
+        {bucket + "        cost: {response_header: \"X Tokens\"}\n",
+         {"12:33: 'response_header' must be a header field name, got 'X Tokens'"}},
+        {bucket + "        cost: {response_header: [a]}\n",
+         {"12:33: 'response_header' must be a single value, got a list"}},
+        {bucket + "        cost: {response_header: x-tokens, reserve: 0}\n",
+         {"12:52: 'reserve' must be between 1 and 1000000000, got 0"}},
+        {bucket + "        cost: {response_header: x-tokens, reserve: 101}\n",
+         {"12:15: limit 't': 'cost' 101 is more than its burst (100): no request could pass"}},
+        {bucket + "        cost: {response_header: x-tokens, reservation: 10}\n",
+         {"12:43: unknown key 'reservation' in cost (known keys: response_header, response_trailer, reserve)"}},
+        {bucket + "        cost: {response_header: x-tokens}\n        default_cost: 3\n",
+         {"13:9: limit 't': 'default_cost' applies with 'cost: header:NAME' only"}},
+        {bucket + "        cost: {response_header: x-tokens}\n        count: {statuses: [401]}\n",
+         {"13:9: limit 't': 'count' and a 'cost' the response reports cannot go together on one limit (the response "
+          "settles the cost whatever its status); use two limits"}},
+        {limits + "      - name: s\n        algorithm: leaky_bucket\n        rate: 1\n        burst: 2\n"
+                  "        cost: {response_header: x-tokens}\n",
+         {"12:9: limit 's': a response 'cost' does not apply to leaky_bucket (a request waits for its turn before any "
+          "response exists); use token_bucket, sliding_window or fixed_window"}},
+        {limits + "      - name: c\n        algorithm: concurrency\n        limit: 2\n"
+                  "        cost: {response_header: x-tokens}\n",
+         {"11:9: 'cost' does not apply to concurrency limit 'c' (a request takes one slot)"}},
+        {"routes:\n  - name: r\n    match: {path_prefix: /}\n    action: check\n    limits:\n"
+         "      - name: w\n        algorithm: fixed_window\n        limit: 5\n        window: 1h\n"
+         "        cost: {response_trailer: x-tokens}\n",
+         {"4:13: route 'r' has action: check, but its limit 'w' takes its 'cost' from the response: a check route "
+          "never sees the response, so it could not be charged"}},
+    });
+}
+
 TEST_CASE("loader errors: leaky buckets", "[config][loader][leaky]") {
     const std::string limits = route_head + "    limits:\n";  // the first limit starts on line 8
     const std::string leaky = limits + "      - name: s\n        algorithm: leaky_bucket\n";  // parameters from line 10

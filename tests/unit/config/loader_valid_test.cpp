@@ -330,6 +330,32 @@ routes:
     CHECK_FALSE(limits[0].charges);
 }
 
+TEST_CASE("loader: a cost the response reports, with its reservation", "[config][loader][settle]") {
+    const auto result = load_string(R"(upstreams: {app: {servers: ["h:1"]}}
+routes:
+  - name: llm
+    match: {path_prefix: /v1}
+    upstream: app
+    limits:
+      - {name: tokens, algorithm: token_bucket, rate: 1000, per: 1m, burst: 100000,
+         cost: {response_header: X-Tokens-Used, reserve: 500}}
+      - {name: daily, algorithm: fixed_window, limit: 1000000, window: day, cost: {response_trailer: X-Usage}}
+      - {name: calls, algorithm: sliding_window, limit: 60, window: 1m}
+)", "c.yaml");
+    REQUIRE(result.ok());
+    const auto& limits = result.config->routes.at(0).limits;
+    CHECK(limits[0].reports_cost());
+    CHECK(limits[0].response_cost_field == "x-tokens-used");
+    CHECK_FALSE(limits[0].response_cost_trailer);
+    CHECK(limits[0].cost == 500);  // the reservation, taken when admitted
+    CHECK(limits[0].cost_header.empty());
+    CHECK(limits[1].response_cost_field == "x-usage");
+    CHECK(limits[1].response_cost_trailer);
+    CHECK(limits[1].cost == 1);  // reserve defaults to 1: a used-up limit refuses
+    CHECK_FALSE(limits[2].reports_cost());
+    CHECK(limits[0].refund_at_us == 0);
+}
+
 TEST_CASE("loader: warnings do not fail the load", "[config][loader]") {
     struct WarningCase {
         std::string yaml;

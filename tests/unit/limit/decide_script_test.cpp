@@ -801,6 +801,102 @@ TEST_CASE("decide script: a refusal by a limit with a ban bans the key; nothing 
     }
 }
 
+TEST_CASE("decide script: a reservation settled after the response: a charge past it, or a give-back",
+          "[lua][redis][settle]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    const bool library = GENERATE(true, false);
+    CAPTURE(library);
+    Script decide{redis, false, library};
+    const std::int64_t minute = 60'000'000;
+    auto with = [](ScriptLimit limit, std::string flags, std::int64_t cost) {
+        limit.flags = std::move(flags);
+        limit.cost = cost;
+        return limit;
+    };
+    auto give_back = [](ScriptLimit limit, std::int64_t cost, std::int64_t at) {
+        limit.flags = "5t" + std::to_string(at);
+        limit.cost = cost;
+        return limit;
+    };
+    SECTION("token bucket") {
+        // A reservation of 40 of 100 ("d": the bucket keeps a debt), then 10 more reserved.
+        auto reserved = decide.batch({{with(bucket("b", minute, 100), "0d", 40)}});
+        REQUIRE(reserved[0].results[0].allowed);
+        CHECK(reserved[0].results[0].remaining == 60);
+        // The response reports 15: 25 go back.
+        auto settled = decide.batch({{give_back(bucket("b", minute, 100), 25, reserved[0].now_us)}});
+        CHECK(settled[0].results[0].allowed);
+        CHECK(settled[0].results[0].remaining == 85);
+        // Taking it back again cannot make the bucket more than full.
+        settled = decide.batch({{give_back(bucket("b", minute, 100), 1000, reserved[0].now_us)}});
+        CHECK(settled[0].results[0].remaining == 100);
+        // Another reports 250 against a reservation of 50: 200 charged past it, a debt of 150
+        // the next requests wait out ("d" keeps it: the retry counts the whole debt).
+        reserved = decide.batch({{with(bucket("b", minute, 100), "0d", 50)}});
+        decide.batch({{with(bucket("b", minute, 100), "4", 200)}});
+        auto next = decide.batch({{with(bucket("b", minute, 100), "0d", 1)}});
+        CHECK_FALSE(next[0].results[0].allowed);
+        const std::int64_t tat = reserved[0].now_us + 250 * minute;  // (a full bucket before)
+        CHECK(std::stoll(redis.text({"GET", "b"})) >= tat - 1);
+        CHECK(next[0].results[0].retry_after.count() ==
+              ceil_ms(std::stoll(redis.text({"GET", "b"})) + minute - 100 * minute - next[0].now_us));
+        // Without "d" the same bucket reads as merely empty: a retry of one interval.
+        auto capped = decide.batch({{with(bucket("b", minute, 100), "0", 1)}});
+        CHECK(capped[0].results[0].retry_after.count() <= 60'000);
+    }
+    SECTION("sliding window") {
+        auto reserved = decide.batch({{with(window("w", 10, minute), "0", 6)}});
+        CHECK(reserved[0].results[0].remaining == 4);
+        decide.batch({{with(window("w", 10, minute), "0", 2)}});
+        CHECK(redis.integer({"ZCARD", "w"}) == 8);
+        // 4 of the first reservation's 6 go back (its members, scored at its time); then 3 are
+        // admitted in one call after a give-back in the same call: every member distinct.
+        auto replies = decide.batch({{give_back(window("w", 10, minute), 4, reserved[0].now_us)},
+                                     {with(window("w", 10, minute), "0", 3)}});
+        CHECK(replies[0].results[0].remaining == 6);
+        CHECK(replies[1].results[0].remaining == 3);
+        CHECK(redis.integer({"ZCARD", "w"}) == 7);
+        CHECK(redis.integer({"ZCOUNT", "w", std::to_string(reserved[0].now_us), std::to_string(reserved[0].now_us)}) == 2);
+        // More than is left of it: only what it still holds goes.
+        decide.batch({{give_back(window("w", 10, minute), 50, reserved[0].now_us)}});
+        CHECK(redis.integer({"ZCARD", "w"}) == 5);
+        // A reservation that has left the window gives nothing back.
+        redis.must({"ZADD", "w", std::to_string(reserved[0].now_us - minute), "old-0"});
+        decide.batch({{give_back(window("w", 10, minute), 1, reserved[0].now_us - minute)}});
+        CHECK(redis.integer({"ZCARD", "w"}) == 6);
+    }
+    SECTION("fixed window") {
+        // Windows of 1000 days: no window ends while this runs.
+        const std::int64_t days = 1000LL * 86'400'000'000;
+        auto reserved = decide.batch({{with(fixed("f", 10, days), "0", 6)}});
+        const std::int64_t start = reserved[0].now_us - reserved[0].now_us % days;
+        auto replies = decide.batch({{give_back(fixed("f", 10, days), 5, reserved[0].now_us)}});
+        CHECK(redis.text({"GET", "f"}) == std::to_string(start) + ":1");
+        CHECK(replies[0].results[0].remaining == 9);
+        // Never below 0; a reservation of an earlier window gives nothing back to this one.
+        decide.batch({{give_back(fixed("f", 10, days), 5, reserved[0].now_us)}});
+        CHECK(redis.text({"GET", "f"}) == std::to_string(start) + ":0");
+        decide.batch({{with(fixed("f", 10, days), "0", 4)}});
+        decide.batch({{give_back(fixed("f", 10, days), 3, start - 1)}});
+        CHECK(redis.text({"GET", "f"}) == std::to_string(start) + ":4");
+    }
+    // Malformed: a give-back without its time, a time on another flag, "d" where it means
+    // nothing, a give-back of concurrency.
+    for (const char* flags : {"5", "5t", "0t5", "4t5", "2d", "5d", "5b5"}) {
+        CAPTURE(flags);
+        ScriptLimit bad = bucket("z", minute, 2);
+        bad.flags = flags;
+        REQUIRE_FALSE(decide.raw({bad}).ok());
+    }
+    ScriptLimit held = slots("c", 2, minute, "token");
+    held.flags = "5t5";
+    REQUIRE_FALSE(decide.raw({held}).ok());
+    ScriptLimit debt_window = window("z", 2, minute);
+    debt_window.flags = "0d";
+    REQUIRE_FALSE(decide.raw({debt_window}).ok());
+}
+
 TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
@@ -825,7 +921,7 @@ TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
                      "plan 1: parameters of limit 1 are not valid");
     // A limit is five fields, separated by single spaces; limits are separated by ";".
     for (const char* plan : {"token_bucket 0 1 1000", "token_bucket 0 1 1000 5 6", "token_bucket  0 1 1000 5",
-                             "token_bucket 5 1 1000 5", "token_bucket 0 -1 1000 5", "token_bucket 0 1 1e3 5", "",
+                             "token_bucket 6 1 1000 5", "token_bucket 0 -1 1000 5", "token_bucket 0 1 1e3 5", "",
                              "token_bucket 0 1 1000 5;", ";token_bucket 0 1 1000 5"})
         expect_error(run({"k", "1", plan, "1"}, 1), "is not \"algorithm flags cost x y\"");
     // Concurrency and leaky buckets are not counted after the response.

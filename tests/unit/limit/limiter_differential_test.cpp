@@ -409,6 +409,62 @@ TEST_CASE("differential: limits counted after the response are checked and charg
     CHECK(banned > 20);
 }
 
+TEST_CASE("differential: reservations settled after the response, charged past them or given back, alike in both "
+          "stores",
+          "[differential][redis][settle]") {
+    // An LLM-like route: tokens per client in a token bucket (a reservation of 3), a sliding
+    // window and a fixed window (reservations of 2), each settled after the response at what
+    // it reported (0 to 7: a give-back or a charge past the reservation, sometimes nothing to
+    // settle), with an ordinary bucket beside them. The settle is one call of copies keyed as
+    // the route's limits, as http::Exchange makes it. Both stores: the same answers.
+    const bool cluster = GENERATE(false, true);
+    INFO((cluster ? "Redis Cluster of 3 masters" : "one Redis"));
+    Differential d(cluster);
+    const std::vector<config::LimitConfig> route{
+        reporting(token_bucket("tokens", 10, 100ms, 12), "x-tokens", 3),
+        reporting(sliding_window("tokens_window", 9, 150ms, {client_ip(), method()}), "x-tokens", 2, true),
+        reporting(fixed_window("tokens_fixed", 8, 120ms, {client_ip(), method()}), "x-tokens", 2),
+        token_bucket("everything", 40, 100ms, 20),
+    };
+    std::vector<config::LimitConfig> settles(route.begin(), route.begin() + 3);
+    for (auto& limit : settles) limit.charges = true;
+    const limit::KeyPlan plan = limit::make_key_plan("llm", route);
+    const limit::KeyPlan settle_plan = limit::make_key_plan("llm", settles, route);
+    const limit::RouteLimits decide{"llm", route, &plan};
+    int allowed = 0, limited = 0, charged = 0, given_back = 0, indebted = 0;
+    for (int i = 0; i < 300; ++i) {
+        const auto client = d.any_client();
+        auto ask = [&](const limit::RouteLimits& limits) {
+            std::optional<Decision> from_redis;
+            d.redis_limiter->decide(limits, client.values(), [&](Decision decision) { from_redis = std::move(decision); });
+            REQUIRE(run_until(d.io, [&] { return from_redis.has_value(); }));
+            d.compare(limits, client, *from_redis);
+            return *from_redis;
+        };
+        INFO("request " << i);
+        const Decision decision = ask(decide);
+        allowed += decision.outcome == Decision::Outcome::allowed;
+        limited += decision.outcome == Decision::Outcome::limited;
+        if (decision.outcome == Decision::Outcome::allowed && d.random() % 4 != 0) {
+            std::vector<config::LimitConfig> settle;
+            for (const auto& limit : settles) {
+                const std::uint64_t reported = d.random() % 8;
+                settle.push_back(settling(limit, reported, decision.time_us));
+                charged += reported > limit.cost;
+                given_back += reported < limit.cost;
+            }
+            const Decision after = ask({"llm", settle, &settle_plan});
+            for (const auto& result : after.limits) indebted += !result.allowed;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(d.random() % 6'000));
+    }
+    CHECK(allowed > 50);
+    CHECK(limited > 30);
+    CHECK(charged > 15);
+    CHECK(given_back > 15);
+    CHECK(indebted > 5);
+}
+
 TEST_CASE("differential: a bucket read under another plan's numbers decides alike in both stores",
           "[differential][redis][plans]") {
     // A route with plans: one client's key of a limit name is read under whichever plan the

@@ -105,4 +105,26 @@ inline config::LimitConfig charging(config::LimitConfig limit) {
     return limit;
 }
 
+// Taking its cost from the response's field `name` (lower-case; a trailer when `trailer`),
+// `reserve` taken when admitted (`cost: {response_header | response_trailer, reserve}`).
+inline config::LimitConfig reporting(config::LimitConfig limit, std::string name, std::uint64_t reserve,
+                                     bool trailer = false) {
+    limit.response_cost_field = std::move(name);
+    limit.response_cost_trailer = trailer;
+    limit.cost = reserve;
+    return limit;
+}
+// The settle of such a limit after the response, as http::Exchange makes it: `reported` units
+// against the reservation taken at `reserved_at_us`, charged past it or given back (0: nothing).
+inline config::LimitConfig settling(config::LimitConfig limit, std::uint64_t reported, std::int64_t reserved_at_us) {
+    limit.charges = true;
+    if (reported >= limit.cost) {
+        limit.cost = reported - limit.cost;
+    } else {
+        limit.cost -= reported;
+        limit.refund_at_us = reserved_at_us;
+    }
+    return limit;
+}
+
 }  // namespace sluice::test
