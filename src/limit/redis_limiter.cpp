@@ -381,7 +381,9 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         // A leaky bucket asked with may_wait false rejects what it would otherwise hold back:
         // that rejection is this instance's, not the key's.
         const bool no_wait = !request.may_wait && holds_back(limit);
-        if (!limit.cost_header.empty() || concurrency || inspect || no_wait || limit.charges)
+        // (A limit whose response reports its cost can have room again before its retry
+        // time: another request's settle gives back what it had reserved.)
+        if (!limit.cost_header.empty() || concurrency || inspect || no_wait || limit.charges || limit.reports_cost())
             pending->not_remembered |= std::uint64_t{1} << std::min<std::size_t>(i, 63);
         if (concurrency && inspect) {
             pending->token = "inspect";  // required by the script, never written: nothing is taken

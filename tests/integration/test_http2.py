@@ -244,6 +244,27 @@ class Http2Test(SluiceTestCase):
         self.assertEqual(len(self.upstream.requests), 3)
         self.sluice.wait_access(status="429", version="HTTP/2.0")
 
+    def test_costs_the_response_reports_are_settled_for_streams_as_for_http1(self):
+        # cost: {response_header} settled before the stream's head, cost: {response_trailer}
+        # before its end (the upstream's chunked body ends with the trailer).
+        def upstream(req, conn):
+            conn.send(b"HTTP/1.1 200 OK\r\nX-Tokens-Used: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      b"5\r\nhello\r\n0\r\nX-Usage: 25\r\n\r\n")
+
+        limits = [{"name": "tokens", "algorithm": "sliding_window", "limit": 100, "window": "1h",
+                   "cost": {"response_header": "X-Tokens-Used", "reserve": 10}},
+                  {"name": "usage", "algorithm": "sliding_window", "limit": 100, "window": "1h",
+                   "cost": {"response_trailer": "X-Usage", "reserve": 10}}]
+        redis = self.start_redis()
+        self.start([limited_route("llm", limits)], upstream=upstream, store=redis_store(redis))
+        for i in range(3):
+            out = self.curl("/llm/x")
+            self.assertTrue(out.startswith("HTTP/2 200"), out[:200])
+            self.assertTrue(out.endswith("hello"), out[-200:])
+            keys = redis.command("KEYS", "sluice:*")
+            counts = {k.rsplit(":", 1)[1]: redis.command("ZCARD", k) for k in keys}
+            self.assertEqual(counts, {"tokens": 3 * (i + 1), "usage": 25 * (i + 1)})
+
     def test_a_limit_counting_failures_charges_streams_as_http1_requests(self):
         # count: {statuses: [401]}: a stream is checked before it goes upstream and charged
         # when the upstream's head is a 401, before the client has it.
