@@ -22,6 +22,10 @@ TEST_CASE("describe_limit: a limit's settings in a few words, as /stats shows th
     auto fixed_cost = test::token_bucket("b", 1, 1s, 5);
     fixed_cost.cost = 2;
     CHECK(limit::describe_limit(fixed_cost) == "1 per 1s, burst 5, per client_ip, cost 2");
+    CHECK(limit::describe_limit(test::reporting(test::token_bucket("b", 1000, 60s, 100000), "x-tokens-used", 500)) ==
+          "1000 per 1m, burst 100000, per client_ip, cost from the response header x-tokens-used, reserve 500");
+    CHECK(limit::describe_limit(test::reporting(test::fixed_window("f", 100, 10s), "x-usage", 1, true)) ==
+          "100 per 10s, per client_ip, cost from the response trailer x-usage, reserve 1");
     CHECK(config::algorithm_name(config::Algorithm::leaky_bucket) == "leaky_bucket");
 }
 
