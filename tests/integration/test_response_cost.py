@@ -9,6 +9,7 @@ upstream that reports the cost each request asks it to (X-Report: N, "none", "ju
 """
 
 import random
+import signal
 import socket
 import threading
 
@@ -179,6 +180,59 @@ class ResponseCostTest(SluiceTestCase):
         self.assertEqual(self.used("tokens_window"), 6)
         self.assertEqual(self.ask(0, 2).status, 200, "the instance that refused asks the store again")
         self.assertEqual(self.used("tokens_window"), 8)
+
+    def test_a_request_admitted_before_a_reload_settles_once_after_it(self):
+        # A reload between the reservation and the report: the request settles under the
+        # limits it was admitted by (its configuration's), on the same keys, exactly once.
+        release = threading.Event()
+        answer = reporting()
+
+        def upstream(req, conn):
+            if req.header("x-wait"):
+                release.wait(5)
+            answer(req, conn)
+
+        self.redis = self.start_redis()
+        self.start_instances(1, upstream, [limited_route("llm", tokens_limits(), path_prefix="/v1")],
+                             redis_store(self.redis))
+        sluice = self.instances[0]
+        slow = self.client(sluice.port)
+        slow.send(b"POST /v1/chat HTTP/1.1\r\nHost: x\r\nX-Wait: 1\r\nX-Report: 3\r\nContent-Length: 0\r\n\r\n")
+        wait_until(lambda: len(self.up.requests) == 1, 5.0, message="the slow request upstream")
+        self.assertIn("limit: 10000", sluice.config_text)
+        sluice.write_config(sluice.config_text.replace("limit: 10000", "limit: 20000"))
+        sluice.send_signal(signal.SIGHUP)
+        sluice.wait_log(r"reloaded .*: 1 routes, 1 upstreams")
+        release.set()
+        self.assertEqual(slow.read_response().status, 200)
+        self.assertEqual(self.ask(0, 25).status, 200)
+        for limit in ("tokens", "tokens_window", "tokens_fixed"):
+            self.assertEqual(self.used(limit), 3 + 25, limit)
+
+    def test_a_failed_settle_is_logged_and_counted_and_the_response_still_goes(self):
+        self.redis = self.start_redis()
+        limit = {"name": "tokens_window", "algorithm": "sliding_window", "limit": 100, "window": "1h",
+                 "cost": {"response_header": "X-Tokens-Used", "reserve": RESERVE}}
+        answer = reporting()
+        self.start_instances(1, answer, [limited_route("llm", [limit], path_prefix="/v1")],
+                             redis_store(self.redis, timeout="200ms"))
+        self.assertEqual(self.ask(0, 4).status, 200)
+        # Redis stops answering between the reservation and the settle: the response still
+        # reaches the client (after the store's deadline), and the settle is counted as failed
+        # and logged. "Failed" means not confirmed: Redis held the call (CLIENT PAUSE) and runs
+        # it once it answers again, so the report is settled all the same, once.
+        def pause_then_answer(req, conn):
+            self.redis.pause(1500)
+            answer(req, conn)
+        self.up.behaviour = pause_then_answer
+        r = self.ask(0, 30)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(self.metric("sluice_ratelimit_charges_total", route="llm", limit="tokens_window",
+                                     result="failed"), 1)
+        self.assertEqual(self.metric("sluice_ratelimit_charges_total", route="llm", limit="tokens_window",
+                                     result="refunded"), 1)
+        self.instances[0].wait_log(r"route llm: settling the cost a response reported failed")
+        wait_until(lambda: self.used("tokens_window") == 4 + 30, 5.0, message="the late settle")
 
     def test_costs_in_the_trailer_of_an_event_stream_are_settled_before_it_ends(self):
         self.redis = self.start_redis()
