@@ -34,6 +34,17 @@ def reporting(field="X-Tokens-Used"):
     return answer
 
 
+def held_until(release):
+    """reporting(), but a request with X-Wait is answered only once `release` is set."""
+    answer = reporting()
+
+    def upstream(req, conn):
+        if req.header("x-wait"):
+            release.wait(5)
+        answer(req, conn)
+    return upstream
+
+
 def event_stream(events=3, release=None):
     """Server-sent events, chunked, and the cost the request asks for (X-Report) in the
     trailer after the last one. `release` (a threading.Event): the stream waits for it after
@@ -152,12 +163,7 @@ class ResponseCostTest(SluiceTestCase):
         # A window of 25 with reservations of 10: what the responses give back makes room for
         # the next requests, on every instance, even one that has just refused the client.
         release = threading.Event()
-        answer = reporting()
-
-        def upstream(req, conn):
-            if req.header("x-wait"):
-                release.wait(5)
-            answer(req, conn)
+        upstream = held_until(release)
 
         self.redis = self.start_redis()
         limit = {"name": "tokens_window", "algorithm": "sliding_window", "limit": 25, "window": "1h",
@@ -185,12 +191,7 @@ class ResponseCostTest(SluiceTestCase):
         # A reload between the reservation and the report: the request settles under the
         # limits it was admitted by (its configuration's), on the same keys, exactly once.
         release = threading.Event()
-        answer = reporting()
-
-        def upstream(req, conn):
-            if req.header("x-wait"):
-                release.wait(5)
-            answer(req, conn)
+        upstream = held_until(release)
 
         self.redis = self.start_redis()
         self.start_instances(1, upstream, [limited_route("llm", tokens_limits(), path_prefix="/v1")],

@@ -170,6 +170,15 @@ struct Differential {
 
     // MemoryLimiter asked what Redis was asked, at the instant Redis decided it: the same answer.
     // Slots taken are given back on both sides when `give_back` says so.
+    // Asks Redis, then the memory limiter at Redis's instant (compare): Redis's decision.
+    Decision ask(const limit::RouteLimits& limits, const Client& client) {
+        std::optional<Decision> from_redis;
+        redis_limiter->decide(limits, client.values(), [&](Decision decision) { from_redis = std::move(decision); });
+        REQUIRE(run_until(io, [&] { return from_redis.has_value(); }));
+        compare(limits, client, *from_redis);
+        return *from_redis;
+    }
+
     void compare(const limit::RouteLimits& route, const Client& client, const Decision& from_redis) {
         REQUIRE(from_redis.outcome != Decision::Outcome::store_error);
         memory_now = from_redis.time_us;
@@ -376,13 +385,7 @@ TEST_CASE("differential: limits counted after the response are checked and charg
     int allowed = 0, limited = 0, charged = 0, charged_past = 0, banned = 0;
     for (int i = 0; i < 300; ++i) {
         const auto client = d.any_client();
-        auto ask = [&](const limit::RouteLimits& limits) {
-            std::optional<Decision> from_redis;
-            d.redis_limiter->decide(limits, client.values(), [&](Decision decision) { from_redis = std::move(decision); });
-            REQUIRE(run_until(d.io, [&] { return from_redis.has_value(); }));
-            d.compare(limits, client, *from_redis);
-            return *from_redis;
-        };
+        auto ask = [&](const limit::RouteLimits& limits) { return d.ask(limits, client); };
         INFO("request " << i);
         const Decision decision = ask(decide);
         allowed += decision.outcome == Decision::Outcome::allowed;
@@ -434,13 +437,7 @@ TEST_CASE("differential: reservations settled after the response, charged past t
     int allowed = 0, limited = 0, charged = 0, given_back = 0, indebted = 0;
     for (int i = 0; i < 300; ++i) {
         const auto client = d.any_client();
-        auto ask = [&](const limit::RouteLimits& limits) {
-            std::optional<Decision> from_redis;
-            d.redis_limiter->decide(limits, client.values(), [&](Decision decision) { from_redis = std::move(decision); });
-            REQUIRE(run_until(d.io, [&] { return from_redis.has_value(); }));
-            d.compare(limits, client, *from_redis);
-            return *from_redis;
-        };
+        auto ask = [&](const limit::RouteLimits& limits) { return d.ask(limits, client); };
         INFO("request " << i);
         const Decision decision = ask(decide);
         allowed += decision.outcome == Decision::Outcome::allowed;
