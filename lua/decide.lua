@@ -200,6 +200,8 @@ local function parse_plan(text)
     local algorithm = algorithm_named(name)
     if not algorithm then return nil, 'unknown algorithm ' .. name end
     cost, x = tonumber(cost), tonumber(x)
+    -- (The proxy bounds every cost far below this: a larger one would not count exactly.)
+    if cost >= 2^53 or x >= 2^53 then return nil, 'parameters of limit ' .. n .. ' are not valid' end
     local kept = false
     if (name == 'token_bucket' or name == 'leaky_bucket') and y:sub(-5) == ',kept' then
       kept, y = true, y:sub(1, -6)
@@ -219,7 +221,9 @@ local function parse_plan(text)
                 checked = checked, charge = charge, give_back = give_back, since = since, ban = ban,
                 debt = debt or checked or charge or give_back }
     if ban then plan.banning = true end
-    if give_back then plan.once = true end  -- (a reservation's time: not seen again)
+    -- A give-back (a reservation's time) or a charge after the response (a settle's cost)
+    -- comes once: such a plan is not kept, so it never pushes the routes' plans out.
+    if give_back or charge then plan.once = true end
     if (flags == '2' or flags == '3' or flags == '4') and (name == 'concurrency' or name == 'leaky_bucket') then
       return nil, 'limit ' .. n .. ': ' .. name .. ' is not counted after the response'
     end

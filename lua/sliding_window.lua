@@ -70,11 +70,16 @@ local function sliding_window_algorithm(read_failed)
       end
       e.written, e.foreign = true, false
     end
-    local score, args = format('%d', now), {}
-    for i = 1, n do
-      args[2 * i - 1], args[2 * i] = score, e.adds[i]
+    -- In commands of at most 1000 members: Lua unpacks a few thousand values at most.
+    local score = format('%d', now)
+    for first = 1, n, 1000 do
+      local last, args = first + 999, {}
+      if last > n then last = n end
+      for i = first, last do
+        args[2 * (i - first) + 1], args[2 * (i - first) + 2] = score, e.adds[i]
+      end
+      redis_call('ZADD', key, unpack(args))
     end
-    redis_call('ZADD', key, unpack(args))
     redis_call('PEXPIREAT', key, format('%d', ceil((now + e.window) / 1000)))
     e.held, e.adds = e.count, {}
   end
@@ -146,11 +151,17 @@ local function sliding_window_algorithm(read_failed)
     local e = entry(key, now, window)
     if e.foreign then return end
     write(key, e)  -- what this call admitted is in Redis first
-    local stamp = format('%d', at)
-    local members = redis_call('ZRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, cost)
-    if #members == 0 then return end
-    redis_call('ZREM', key, unpack(members))
-    e.count, e.held, e.refused = e.count - #members, e.held - #members, nil
+    local stamp, gone = format('%d', at), 0
+    while gone < cost do  -- (at most 1000 members per command, as in write)
+      local take = cost - gone
+      if take > 1000 then take = 1000 end
+      local members = redis_call('ZRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, take)
+      if #members == 0 then break end
+      redis_call('ZREM', key, unpack(members))
+      gone = gone + #members
+    end
+    if gone == 0 then return end
+    e.count, e.held, e.refused = e.count - gone, e.held - gone, nil
   end
 
   -- remaining, retry_after_us, reset_us after this request (consumed or not).

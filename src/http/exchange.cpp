@@ -320,7 +320,8 @@ net::awaitable<void> settle(Exchange& x, bool trailer, Report report) {
         if (reported.kind != ReportedCost::Kind::units) continue;
         const std::uint64_t units = limit::settled_units(limit, reported.units);
         x.limit_set->metrics[settles.index[j]]->count_reported(units);
-        if (units == limit.cost) continue;
+        // (A give-back needs its reservation's time; without one it would read as a charge.)
+        if (units == limit.cost || (units < limit.cost && x.reserved_at_us <= 0)) continue;
         if (limits.empty()) {
             // Every settle limit, those with nothing to settle at cost 0 (they take nothing):
             // the set's key plan names them all.

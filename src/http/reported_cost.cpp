@@ -41,10 +41,12 @@ void CostReport::add(std::string_view value) {
             return;
         }
     }
-    if (digits.size() > 18) {
+    std::string_view significant = digits;
+    while (significant.size() > 1 && significant.front() == '0') significant.remove_prefix(1);
+    if (significant.size() > 18) {
         units = std::numeric_limits<std::uint64_t>::max();
     } else {
-        for (const char c : digits) units = units * 10 + static_cast<std::uint64_t>(c - '0');
+        for (const char c : significant) units = units * 10 + static_cast<std::uint64_t>(c - '0');
     }
     if (result_.kind == Kind::units && result_.units != units) {
         result_ = {Kind::invalid, 0, "given more than once with different values"};

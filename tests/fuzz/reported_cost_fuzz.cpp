@@ -7,7 +7,8 @@
 //   once the body is done (nothing kept when it fails part way through a line is read);
 // - the cost read from it equals the cost read from the same fields given as head fields;
 // - a value read as units is digits alone (spaces or tabs around), and the units are its
-//   number (or the largest number past 18 digits); a value that is not is never units;
+//   number (or the largest number past 18 significant digits); a value that is not is never
+//   units;
 // - the same field given twice with different numbers is never units.
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +35,7 @@ bool reference(std::string_view v, std::uint64_t& units) {
     for (std::size_t i = a; i < b; ++i) {
         if (v[i] < '0' || v[i] > '9') return false;
     }
+    while (b - a > 1 && v[a] == '0') ++a;  // (leading zeros count for nothing)
     if (b - a > 18) {
         units = std::numeric_limits<std::uint64_t>::max();
         return true;

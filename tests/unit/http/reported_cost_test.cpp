@@ -45,6 +45,8 @@ TEST_CASE("a reported cost is one whole number", "[settle]") {
     CHECK(of({"7", " 7"}).units == 7);  // the same number twice
     CHECK(of({"999999999999999999"}).units == 999'999'999'999'999'999ULL);
     CHECK(of({"1234567890123456789012"}).units == std::numeric_limits<std::uint64_t>::max());
+    CHECK(of({"0000000000000000000000012"}).units == 12);  // leading zeros count for nothing
+    CHECK(of({"000"}).units == 0);
     for (const char* bad : {"", " ", "-1", "+1", "1.5", "1e3", "0x10", "12 tokens", "１２"}) {
         CAPTURE(bad);
         CHECK(of({bad}).kind == Kind::invalid);

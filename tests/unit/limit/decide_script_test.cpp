@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -880,6 +881,23 @@ TEST_CASE("decide script: a reservation settled after the response: a charge pas
         decide.batch({{with(fixed("f", 10, days), "0", 4)}});
         decide.batch({{give_back(fixed("f", 10, days), 3, start - 1)}});
         CHECK(redis.text({"GET", "f"}) == std::to_string(start) + ":4");
+    }
+    SECTION("thousands of units at once") {
+        // A window's members go to Redis a thousand per command (Lua unpacks a few thousand
+        // values at most): a settle of 4500 and a give-back of 4400 of them.
+        auto reserved = decide.batch({{with(window("w", 10'000, minute), "0", 100)}});
+        auto charged = decide.batch({{with(window("w", 10'000, minute), "4", 4500)}});
+        CHECK(charged[0].results[0].remaining == 10'000 - 4600);
+        CHECK(redis.integer({"ZCARD", "w"}) == 4600);
+        decide.batch({{give_back(window("w", 10'000, minute), 4400, charged[0].now_us)}});
+        CHECK(redis.integer({"ZCARD", "w"}) == 200);
+        decide.batch({{give_back(window("w", 10'000, minute), 100, reserved[0].now_us)}});
+        CHECK(redis.integer({"ZCARD", "w"}) == 100);
+        // A cost past 2^53 would not count exactly: refused.
+        REQUIRE(decide.raw({with(fixed("f", 10, minute), "4", 0)}).ok());
+        auto huge = with(fixed("f", 10, minute), "4", 0);
+        huge.cost = std::numeric_limits<std::int64_t>::max();
+        REQUIRE_FALSE(decide.raw({huge}).ok());
     }
     // Malformed: a give-back without its time, a time on another flag, "d" where it means
     // nothing, a give-back of concurrency.
