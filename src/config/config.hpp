@@ -224,6 +224,9 @@ struct LimitConfig {
     std::string response_cost_field;      // lower-case; empty: no response cost
     bool response_cost_trailer = false;  // the field is a trailer (the end of the body), not a header
     bool reports_cost() const { return !response_cost_field.empty(); }
+    // A token bucket charged after the response (counted, a charge, a response cost) keeps
+    // a debt below empty rather than reading it as merely empty (lua/token_bucket.lua).
+    bool keeps_debt() const { return counted() || charges || reports_cost(); }
     // Not read from YAML: this copy of a limit with a response cost gives back `cost` units
     // its reservation took at this time (microseconds of the store's clock), as far as the
     // limit still holds them; 0: not a give-back.

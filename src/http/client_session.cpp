@@ -835,7 +835,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     const unsigned status = response.status;
     if (status == 101) {
         snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
-        co_await settle_head(x, response.fields);
+        if (x.unsettled) co_await settle_head(x, response.fields);
         co_return co_await tunnel(cfg, snap, std::move(conn), response, rate_headers, rec);
     }
     const auto framing = check_response_framing(response.fields, response.version, status, is_head);
@@ -849,13 +849,14 @@ net::awaitable<bool> Session::forward(Exchange& x) {
 
     using Body = Framing::Body;
     const bool upstream_keeps = response.keep_alive;
-    co_await settle_head(x, response.fields);  // (a cost the head reports: before the head goes)
+    // A cost the head reports, and limits that count the status: before the head goes.
+    if (x.unsettled) co_await settle_head(x, response.fields);
     head_.clear();
     const ResponseOnward back =
         response_onward(response, framing, client_version, keep_alive && !worker_.stopping(), rate_headers, head_);
     const bool keep = back.keep_alive;
     rec.status = status;
-    co_await charge_response(x, status);  // (limits that count it: before the head goes)
+    if (x.charge_worker) co_await charge_response(x, status);
 
     BodyReader body = response_body_reader(framing);
     if (settles_trailer(x)) body.keep_trailers();
@@ -884,7 +885,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         const bool body_done = body.done();
         if (!first && n == 0 && !body_done) continue;
         // A cost the trailer reports: settled before the body's end goes.
-        if (body_done && x.settle_worker) co_await settle_trailer(x, body.trailers());
+        if (body_done && x.unsettled) co_await settle_trailer(x, body.trailers());
         const auto out = gathered(writer.frame(std::string_view(relay.data(), n), body_done));
         arm(cfg.server.idle_timeout);
         auto [wec, wn] = co_await net::async_write(stream_, out, nothrow);

@@ -298,13 +298,21 @@ void warn_report_unread(std::string_view route, std::string_view limit, std::str
                  route, limit, field, problem, gate.suppressed());
 }
 
+// A settle after the response that the store could not take.
+void warn_settle_failed(std::string_view route, std::string_view error) {
+    thread_local OncePerSecond gate;
+    if (!gate.due()) return;
+    spdlog::warn("route {}: settling the cost a response reported failed: {} ({} similar errors not logged)", route,
+                 error, gate.suppressed());
+}
+
 // Settles the reserved limits whose cost comes in the head (`trailer` false) or the trailer,
 // as `report` reads them: each one's difference to its reservation charged or given back, in
 // one store call, awaited.
 template <class Report>
 net::awaitable<void> settle(Exchange& x, bool trailer, Report report) {
     server::Worker* worker = x.settle_worker;
-    if (!worker) co_return;
+    if (x.unsettled == 0) co_return;
     const server::ChargeSet& settles = x.limit_set->settles;
     const auto& route = *x.route;
     std::vector<config::LimitConfig> limits;  // the settle: made when there is something to settle
@@ -337,7 +345,6 @@ net::awaitable<void> settle(Exchange& x, bool trailer, Report report) {
         }
         changed.push_back(j);
     }
-    if (x.unsettled == 0) x.settle_worker = nullptr;
     if (limits.empty()) co_return;
     const limit::RouteLimits settle_limits{route.name, limits, &settles.key_plan};
     const limit::RequestKeyValues values = key_values(x);
@@ -350,12 +357,7 @@ net::awaitable<void> settle(Exchange& x, bool trailer, Report report) {
         else if (limits[j].refund_at_us > 0) metrics->count_refund();
         else metrics->count_charge(true);
     }
-    if (failed) {
-        thread_local OncePerSecond gate;
-        if (gate.due())
-            spdlog::warn("route {}: settling the cost a response reported failed: {} ({} similar errors not logged)",
-                         route.name, outcome.error, gate.suppressed());
-    }
+    if (failed) warn_settle_failed(route.name, outcome.error);
 }
 
 }  // namespace
@@ -365,7 +367,7 @@ net::awaitable<void> settle_head(Exchange& x, const FieldList& fields) {
 }
 
 bool settles_trailer(const Exchange& x) {
-    if (!x.settle_worker) return false;
+    if (x.unsettled == 0) return false;
     const auto& settles = x.limit_set->settles.limits;
     for (std::size_t j = 0; j < settles.size() && j < 64; ++j)
         if ((x.unsettled >> j & 1) && settles[j].response_cost_trailer) return true;
@@ -543,10 +545,8 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
             if (i < decision.limits.size() && decision.limits[i].applies && decision.limits[i].allowed)
                 x.unsettled |= std::uint64_t{1} << j;
         }
-        if (x.unsettled != 0) {
-            x.settle_worker = &worker;
-            x.reserved_at_us = decision.time_us;
-        }
+        x.settle_worker = &worker;
+        x.reserved_at_us = decision.time_us;
     }
     return std::nullopt;
 }

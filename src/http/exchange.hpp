@@ -109,12 +109,13 @@ struct Exchange {
     // Admitted with limits that count statuses (`count`): the worker that charges them once
     // the response's status is known (charge_response, or finish); null once charged.
     server::Worker* charge_worker = nullptr;
-    // Admitted with limits whose response reports their cost: the worker that settles them,
-    // when their reservations were taken (the decision's time, on the store's clock), and
-    // which of them took one and are not settled yet (bit j: limit_set->settles.limits[j]).
+    // Admitted with limits whose response reports their cost: which of them took a
+    // reservation and are not settled yet (bit j: limit_set->settles.limits[j]; 0: nothing
+    // to settle), the worker that settles them, and when the reservations were taken (the
+    // decision's time, on the store's clock).
+    std::uint64_t unsettled = 0;
     server::Worker* settle_worker = nullptr;
     std::int64_t reserved_at_us = 0;
-    std::uint64_t unsettled = 0;
 
     std::size_t route_index() const { return static_cast<std::size_t>(route - cfg.routes.data()); }
 };
@@ -146,7 +147,8 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
 boost::asio::awaitable<void> charge_response(Exchange& x, unsigned status);
 // Before the response head goes to the client: the limits whose cost the head reports
 // (`cost: {response_header}`) are settled against their reservations, once per request,
-// and the settle awaited (as a charge). `fields`: the upstream's head.
+// and the settle awaited (as a charge). `fields`: the upstream's head. (Callers skip it, and
+// its coroutine frame, when x.unsettled is 0.)
 boost::asio::awaitable<void> settle_head(Exchange& x, const FieldList& fields);
 // Whether a limit the request reserved waits for a trailer (`cost: {response_trailer}`):
 // the response body's trailer section is then kept (BodyReader::keep_trailers).

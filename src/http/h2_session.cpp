@@ -528,10 +528,10 @@ private:
         const bool upstream_keeps = response.keep_alive;
         using Body = Framing::Body;
         const bool with_body = framing.body != Body::none && !(framing.body == Body::length && framing.length == 0);
-        if (x.charge_worker || x.settle_worker) {
+        if (x.charge_worker || x.unsettled) {
             // Counted before the client has the head (as over HTTP/1.1).
-            co_await charge_response(x, status);
-            co_await settle_head(x, response.fields);
+            if (x.charge_worker) co_await charge_response(x, status);
+            if (x.unsettled) co_await settle_head(x, response.fields);
             if (s.closed) {
                 rec.status = 499;
                 co_return;
@@ -564,7 +564,7 @@ private:
                     kick();
                     co_return;
                 }
-                if (body.done() && x.settle_worker) {
+                if (body.done() && x.unsettled) {
                     // A cost the trailer reports: settled before the body's end goes.
                     co_await settle_trailer(x, body.trailers());
                     if (s.closed) co_return;

@@ -3,33 +3,14 @@
 #include <limits>
 
 #include "http/field_list.hpp"
+#include "http/field_text.hpp"
 
 namespace sluice::http {
-
-namespace {
-
-bool same_name(std::string_view a, std::string_view lower) {
-    if (a.size() != lower.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        char c = a[i];
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-        if (c != lower[i]) return false;
-    }
-    return true;
-}
-
-std::string_view trimmed(std::string_view value) {
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-    return value;
-}
-
-}  // namespace
 
 void CostReport::add(std::string_view value) {
     using Kind = ReportedCost::Kind;
     if (result_.kind == Kind::invalid) return;
-    const std::string_view digits = trimmed(value);
+    const std::string_view digits = trim_ows(value);
     if (digits.empty()) {
         result_ = {Kind::invalid, 0, "empty value"};
         return;
@@ -58,7 +39,7 @@ void CostReport::add(std::string_view value) {
 ReportedCost cost_in_fields(const FieldList& fields, std::string_view name) {
     CostReport report;
     for (const auto& field : fields)
-        if (same_name(field.name_string(), name)) report.add(field.value());
+        if (iequals_ascii(field.name_string(), name)) report.add(field.value());
     return report.result();
 }
 
@@ -70,7 +51,7 @@ ReportedCost cost_in_trailers(std::string_view section, std::string_view name) {
         section.remove_prefix(end == std::string_view::npos ? section.size() : end + 2);
         const auto colon = line.find(':');
         if (colon == std::string_view::npos) continue;
-        if (same_name(line.substr(0, colon), name)) report.add(line.substr(colon + 1));
+        if (iequals_ascii(line.substr(0, colon), name)) report.add(line.substr(colon + 1));
     }
     return report.result();
 }

@@ -315,8 +315,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             c.tat = now;
             if (found)
                 if (const auto* bucket = std::get_if<TokenBucket>(found))
-                    c.tat = bucket_tat(bucket->tat, bucket->interval, now, c.interval, c.tolerance,
-                                       limit.counted() || limit.charges || limit.reports_cost());
+                    c.tat = bucket_tat(bucket->tat, bucket->interval, now, c.interval, c.tolerance, limit.keeps_debt());
             c.next_tat = c.tat + c.interval * c.cost;
             const std::int64_t allow_at = c.next_tat - c.tolerance;
             c.allowed = allow_at <= now;
