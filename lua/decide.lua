@@ -91,8 +91,9 @@
 -- that key is refused at once: nothing else is checked or written for it, and only the
 -- banning limit's result means anything (the others read 1, 0, 0, 0).
 --
--- Reply: an array of integers (Redis writes them without the cost of formatting numbers in
--- Lua): now_us, then four per limit, in KEYS order:
+-- Reply: one string of little-endian signed 64-bit integers (struct.pack '<i8': neither Lua
+-- nor Redis formats a number, and the proxy reads one bulk string rather than an array of
+-- replies): now_us, then four per limit, in KEYS order:
 --   allowed (1: this limit alone admits the request, 0: it would reject, 3: it rejects, and
 --     the key is banned (retry_after: until the ban's end, or the limit's own retry when that
 --     is later), 2: not decided, a key of the request lives on another cluster node: see
@@ -105,6 +106,7 @@ local NOT_HERE = {}
 local cluster = false  -- this call's: set by decide()
 -- The globals used per request, as upvalues (set on the first call: see above).
 local find, match, ceil, tostr, protected, format  -- string.find, string.match, math.ceil, tostring, pcall, string.format
+local pack, unpack_, rep, concat  -- struct.pack, unpack, string.rep, table.concat
 local function read_failed(reply)
   if not cluster then return end
   local message = reply.err or ''
@@ -241,6 +243,30 @@ local function parse_plan(text)
   return plan
 end
 local parsed, parsed_count = {}, 0  -- plan texts already parsed, kept across calls
+
+-- struct.pack formats by the number of integers they write, made once.
+local formats = {}
+local function packed_format(n)
+  local f = formats[n]
+  if not f then
+    f = '<' .. rep('i8', n)
+    formats[n] = f
+  end
+  return f
+end
+
+-- The reply's first `count` values as the reply string, 256 at a time (unpack puts each on
+-- Lua's stack, which is bounded).
+local function packed(values, count)
+  if count <= 256 then return pack(packed_format(count), unpack_(values, 1, count)) end
+  local parts = {}
+  for i = 1, count, 256 do
+    local n = count - i + 1
+    if n > 256 then n = 256 end
+    parts[#parts + 1] = pack(packed_format(n), unpack_(values, i, i + n - 1))
+  end
+  return concat(parts)
+end
 
 local function refuse(message)
   return redis.error_reply('ERR decide: ' .. message)
@@ -382,6 +408,7 @@ end
 local function decide(KEYS, ARGV, in_cluster)
   if not find then
     find, match, ceil, tostr, protected, format = string.find, string.match, math.ceil, tostring, pcall, string.format
+    pack, unpack_, rep, concat = struct.pack, unpack, string.rep, table.concat
   end
   cluster = in_cluster
   -- Every algorithm starts the call knowing nothing (an earlier call may have failed midway).
@@ -478,7 +505,7 @@ local function decide(KEYS, ARGV, in_cluster)
     k = k + n
   end
   for i = 1, #built do built[i].flush() end
-  local out = reply
+  local out = packed(reply, m)
   call_keys, reply = nil, nil  -- nothing of the call is kept
   return out
 end

@@ -177,8 +177,14 @@ void append_plan_number(std::size_t index, std::vector<std::string>& argv) {
 }  // namespace
 
 std::vector<std::string> DecideArgs::take() {
-    auto parts = take_parts();
-    return decide_argv({&parts});
+    DecideParts parts{std::move(plans_), std::move(plan_of_), std::move(tokens_)};
+    auto argv = decide_argv({&parts});
+    // The lists' buffers stay with this builder, for its next batch.
+    plans_ = std::move(parts.plans);
+    plan_of_ = std::move(parts.plan_of);
+    tokens_ = std::move(parts.tokens);
+    clear();
+    return argv;
 }
 
 DecideParts DecideArgs::take_parts() {
@@ -227,37 +233,50 @@ std::vector<std::string> decide_argv(const std::vector<DecideParts*>& parts) {
     return argv;
 }
 
+namespace {
+
+// The integer at `index` of a decide reply (see lua/decide.lua: little-endian, 64 bits each).
+std::int64_t reply_field(const redis::RedisReply& reply, std::size_t index) {
+    const auto* p = reinterpret_cast<const unsigned char*>(reply.text.data()) + 8 * index;
+    std::uint64_t value = 0;
+    for (int b = 7; b >= 0; --b) value = value << 8 | p[b];
+    return static_cast<std::int64_t>(value);
+}
+
+}  // namespace
+
 bool is_decide_reply(const redis::RedisReply& reply, std::size_t limits, bool cluster) {
     using redis::RedisReply;
-    if (reply.type != RedisReply::Type::array || reply.elements.size() != 1 + 4 * limits) return false;
+    if (reply.type != RedisReply::Type::string || reply.text.size() != 8 * (1 + 4 * limits)) return false;
     const std::int64_t most_allowed = cluster ? 2 : 1;
-    for (std::size_t i = 0; i < reply.elements.size(); ++i) {
-        const auto& element = reply.elements[i];
-        if (element.type != RedisReply::Type::integer || element.integer < 0) return false;
+    for (std::size_t i = 0; i < 1 + 4 * limits; ++i) {
+        const std::int64_t value = reply_field(reply, i);
+        if (value < 0) return false;
         // allowed: 0 | 1 | 3 (banned) (| 2)
-        if (i % 4 == 1 && element.integer > most_allowed && element.integer != 3) return false;
+        if (i % 4 == 1 && value > most_allowed && value != 3) return false;
     }
     return true;
 }
 
 bool decide_elsewhere(const redis::RedisReply& reply, std::size_t index) {
-    return reply.elements[1 + 4 * index].integer == 2;
+    return reply_field(reply, 1 + 4 * index) == 2;
 }
 
-std::int64_t decide_time(const redis::RedisReply& reply) { return reply.elements[0].integer; }
+std::int64_t decide_time(const redis::RedisReply& reply) { return reply_field(reply, 0); }
 
 LimitResult decide_result(const redis::RedisReply& reply, std::size_t index) {
-    const auto* field = &reply.elements[1 + 4 * index];
+    const std::size_t first = 1 + 4 * index;
+    const std::int64_t allowed = reply_field(reply, first);
     LimitResult result;
     result.applies = true;
-    result.allowed = field[0].integer == 1 || field[0].integer == 2;
-    result.banned = field[0].integer == 3;
-    result.remaining = static_cast<std::uint64_t>(field[1].integer);
+    result.allowed = allowed == 1 || allowed == 2;
+    result.banned = allowed == 3;
+    result.remaining = static_cast<std::uint64_t>(reply_field(reply, first + 1));
     // An admitted request's third field is how long a leaky bucket holds it back (0 for the
     // other algorithms); a rejected one's, when to try again.
-    if (result.allowed) result.wait = std::chrono::microseconds(field[2].integer);
-    else result.retry_after = std::chrono::milliseconds(field[2].integer);
-    result.reset = std::chrono::milliseconds(field[3].integer);
+    if (result.allowed) result.wait = std::chrono::microseconds(reply_field(reply, first + 2));
+    else result.retry_after = std::chrono::milliseconds(reply_field(reply, first + 2));
+    result.reset = std::chrono::milliseconds(reply_field(reply, first + 3));
     return result;
 }
 

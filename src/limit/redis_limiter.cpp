@@ -43,6 +43,9 @@ constexpr std::size_t max_batch = 64;
 // batch (max_batch) never waits.
 constexpr int max_in_flight = 1;
 
+// Answered batches kept for reuse (their lists keep their buffers) at most.
+constexpr std::size_t max_spare_batches = 4;
+
 // Cluster redirections (MOVED, ASK, "elsewhere") one request follows at most.
 constexpr int max_redirections = 5;
 
@@ -90,7 +93,7 @@ struct RedisLimiter::Pending {
     RedisLimiter::Callback callback;
     bool answered = false;
     std::vector<LimitResult> results;  // one per route limit; `applies` and `shadow` filled in
-    std::vector<std::size_t> sent;     // route index of each key sent
+    boost::container::small_vector<std::size_t, 4> sent;  // route index of each key sent
     boost::container::small_vector<std::uint64_t, 4> ids;  // KeyPlan::Limit::id of each key sent
     std::size_t first_key = 0;         // index of its first key in the batch
     // Bit i: a rejection by limit i says nothing about the client's next request, which may
@@ -454,7 +457,13 @@ void RedisLimiter::schedule_flush() {
 RedisLimiter::Batch& RedisLimiter::batch_for(redis::RedisConnection* connection) {
     for (auto& batch : batches_)
         if (batch->connection == connection) return *batch;
-    auto batch = std::make_shared<Batch>();
+    std::shared_ptr<Batch> batch;
+    if (spare_batches_.empty()) {
+        batch = std::make_shared<Batch>();
+    } else {
+        batch = std::move(spare_batches_.back());
+        spare_batches_.pop_back();
+    }
     batch->connection = connection;
     batches_.push_back(std::move(batch));
     return *batches_.back();
@@ -524,6 +533,7 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch) {
             }
             conclude(*pending, reply, pending->first_key, batch->keys, pending->first_key, sent);
         }
+        if (!alive.expired()) recycle(batch);
     };
     if (!sharded_) return connection->evalsha(script_, batch->keys, batch->args.take(), std::move(on_reply));
     // Cluster: the keys go first in ARGV (lua/cluster_keys.lua), none in KEYS.
@@ -534,6 +544,15 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch) {
     argv.insert(argv.end(), batch->keys.begin(), batch->keys.end());
     std::move(args.begin(), args.end(), std::back_inserter(argv));
     connection->evalsha(script_, {}, std::move(argv), std::move(on_reply));
+}
+
+void RedisLimiter::recycle(const std::shared_ptr<Batch>& batch) {
+    // Kept with its lists' buffers for a later batch, unless something else still holds it.
+    if (batch.use_count() > 1 || spare_batches_.size() >= max_spare_batches) return;
+    batch->connection = nullptr;
+    batch->keys.clear();
+    batch->pending.clear();
+    spare_batches_.push_back(batch);
 }
 
 void RedisLimiter::offer(std::shared_ptr<Batch> batch, redis::RedisConnection* connection, bool force,

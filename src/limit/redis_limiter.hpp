@@ -28,6 +28,7 @@
 
 #include "limit/decide_script.hpp"
 #include "limit/decision.hpp"
+#include "limit/decision_callback.hpp"
 #include "limit/keyed_hash.hpp"
 #include "limit/limit_key.hpp"
 #include "limit/shared_batches.hpp"
@@ -46,7 +47,7 @@ namespace sluice::limit {
 // One per worker, on the worker's io_context, next to its topology. Not thread-safe.
 class RedisLimiter {
 public:
-    using Callback = std::function<void(Decision)>;
+    using Callback = DecisionCallback;
 
     // Registers the decide script on the topology: construct before topology.start().
     // `timeout` is store.redis.timeout: the most a decision may take.
@@ -131,6 +132,7 @@ private:
     // flush(true) on the next turn of the loop (once, however often it is asked for).
     void schedule_flush();
     void send(std::shared_ptr<Batch> batch);
+    void recycle(const std::shared_ptr<Batch>& batch);
     // With a shared queue: `batch` (or nothing, only what others handed over) offered to it;
     // sent now with what waits there, or handed over. `force`: a full batch.
     void offer(std::shared_ptr<Batch> batch, redis::RedisConnection* connection, bool force, bool write_now);
@@ -182,6 +184,7 @@ private:
     std::unique_ptr<DeadlineTimer> deadline_timer_;
     bool deadline_timer_waiting_ = false;
     std::vector<std::shared_ptr<Batch>> batches_;  // one per node with decisions waiting
+    std::vector<std::shared_ptr<Batch>> spare_batches_;  // answered, kept for reuse (recycle)
     std::unordered_map<redis::RedisConnection*, int> in_flight_;  // calls sent, not yet answered
     bool flush_posted_ = false;
     std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted handlers hold it weakly

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "limit/decision.hpp"
+#include "limit/decision_callback.hpp"
 #include "limit/limit_key.hpp"
 #include "redis/topology.hpp"
 
@@ -27,7 +28,7 @@ class SharedBatches;
 // One per worker, on the worker's io_context. Not thread-safe.
 class Store {
 public:
-    using Callback = std::function<void(Decision)>;
+    using Callback = DecisionCallback;
     virtual ~Store() = default;
 
     virtual void start() = 0;

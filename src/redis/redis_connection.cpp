@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <exception>
 #include <iterator>
 #include <optional>
@@ -44,7 +45,11 @@ namespace {
 // A caller's command in flight; hiredis carries it as privdata.
 struct Request {
     RedisConnection::Callback callback;
-    std::vector<std::string> argv;                  // kept for EVALSHA only, to retry as EVAL
+    // EVALSHA or FCALL only, kept to retry as EVAL: the whole command in RESP, and where its
+    // arguments after the script's name begin (the number of keys, the keys, the arguments).
+    std::string command;
+    std::size_t tail = 0;
+    std::size_t argc = 0;  // the arguments after the script's name
     std::optional<RedisConnection::ScriptId> script;  // set while a NOSCRIPT retry is allowed
 };
 
@@ -82,21 +87,38 @@ bool is_no_function(const RedisResult& result) {
            result.error->message == "ERR Function not found";
 }
 
+// RESP's "<prefix><n>\r\n".
+void append_resp_number(std::string& out, char prefix, std::size_t n) {
+    char digits[24];
+    digits[0] = prefix;
+    auto [end, ec] = std::to_chars(digits + 1, digits + sizeof digits - 2, n);
+    *end++ = '\r';
+    *end++ = '\n';
+    out.append(digits, end);
+}
+
+void append_resp_arg(std::string& out, std::string_view arg) {
+    append_resp_number(out, '$', arg.size());
+    out.append(arg).append("\r\n", 2);
+}
+
 // Appends a command in RESP (what redisAsyncCommandArgv would build, without its
 // printf-style formatting of every length).
 void format_command(const std::vector<std::string>& args, std::string& out) {
-    char digits[24];
-    auto append_number = [&](char prefix, std::size_t n) {
-        out += prefix;
-        auto [end, ec] = std::to_chars(digits, digits + sizeof digits, n);
-        out.append(digits, end);
-        out.append("\r\n", 2);
-    };
-    append_number('*', args.size());
-    for (const auto& arg : args) {
-        append_number('$', arg.size());
-        out.append(arg).append("\r\n", 2);
-    }
+    append_resp_number(out, '*', args.size());
+    for (const auto& arg : args) append_resp_arg(out, arg);
+}
+
+// "EVALSHA sha" / "FCALL name" / "EVAL script" and then the command's `tail` (argc
+// arguments, in RESP), into `out` (emptied first).
+void format_script_call(std::string_view verb, std::string_view script, std::size_t argc, std::string_view tail,
+                        std::string& out) {
+    out.clear();
+    out.reserve(48 + script.size() + tail.size());
+    append_resp_number(out, '*', argc + 2);
+    append_resp_arg(out, verb);
+    append_resp_arg(out, script);
+    out.append(tail);
 }
 
 int issue(::redisAsyncContext* context, redisCallbackFn* fn, void* privdata,
@@ -165,28 +187,55 @@ public:
 
     void command(const std::vector<std::string>& args, Callback callback) {
         if (!ready_) return fail_later(std::move(callback), RedisError::Code::not_connected);
-        auto request = std::make_unique<Request>(Request{std::move(callback), {}, std::nullopt});
+        auto request = std::make_unique<Request>(Request{std::move(callback), {}, 0, 0, std::nullopt});
         send(std::move(request), args);
     }
 
-    void evalsha(ScriptId script, std::vector<std::string> keys, std::vector<std::string> args, Callback callback) {
+    void evalsha(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
+                 Callback callback) {
         if (!ready_) return fail_later(std::move(callback), RedisError::Code::not_connected);
-        auto request = std::make_unique<Request>(Request{std::move(callback), {}, script});
-        auto& argv = request->argv;
-        argv.reserve(3 + keys.size() + args.size());
+        auto request = std::make_unique<Request>(Request{std::move(callback), {}, 0, 0, script});
         const auto& code = scripts_.at(script);
-        if (code.use_function) {
-            argv.push_back("FCALL");
-            argv.push_back(code.code.function);
-        } else {
-            argv.push_back("EVALSHA");
-            argv.push_back(code.sha);
+        const std::string_view verb = code.use_function ? "FCALL" : "EVALSHA";
+        const std::string_view name = code.use_function ? std::string_view(code.code.function) : code.sha;
+        // Formatted once, straight from the caller's strings, into the command kept for a retry:
+        // the head, then each argument written where its room is (a string sized once).
+        auto& out = request->command;
+        out.reserve(64 + name.size());
+        append_resp_number(out, '*', 3 + keys.size() + args.size());
+        append_resp_arg(out, verb);
+        append_resp_arg(out, name);
+        request->tail = out.size();
+        request->argc = 1 + keys.size() + args.size();
+        char digits[24];
+        auto [end, ec] = std::to_chars(digits, digits + sizeof digits, keys.size());
+        append_resp_arg(out, std::string_view(digits, static_cast<std::size_t>(end - digits)));
+        // "$<size>\r\n<arg>\r\n": at most 20 digits of size, and 5 more bytes.
+        std::size_t most = out.size();
+        for (const auto& key : keys) most += key.size() + 25;
+        for (const auto& arg : args) most += arg.size() + 25;
+        const std::size_t start = out.size();
+        out.resize(most);
+        char* p = out.data() + start;
+        auto put = [&p](const std::string& arg) {
+            *p++ = '$';
+            p = std::to_chars(p, p + 20, arg.size()).ptr;
+            *p++ = '\r';
+            *p++ = '\n';
+            std::memcpy(p, arg.data(), arg.size());
+            p += arg.size();
+            *p++ = '\r';
+            *p++ = '\n';
+        };
+        for (const auto& key : keys) put(key);
+        for (const auto& arg : args) put(arg);
+        out.resize(static_cast<std::size_t>(p - out.data()));
+        if (redisAsyncFormattedCommand(context_, &on_request_reply, request.get(), out.data(), out.size()) ==
+            REDIS_OK) {
+            request.release();  // on_request_reply owns it now
+            return;
         }
-        argv.push_back(std::to_string(keys.size()));
-        std::move(keys.begin(), keys.end(), std::back_inserter(argv));
-        std::move(args.begin(), args.end(), std::back_inserter(argv));
-        const auto& sent = request->argv;
-        send(std::move(request), sent);
+        fail_later(std::move(request->callback), RedisError::Code::connection_lost);
     }
 
 private:
@@ -250,10 +299,8 @@ private:
     // restarted between SCRIPT LOAD and now). EVAL also caches it again.
     void retry_with_eval(::redisAsyncContext* context, std::unique_ptr<Request> request) {
         const ScriptId script = *std::exchange(request->script, std::nullopt);
-        request->argv[0] = "EVAL";
-        request->argv[1] = scripts_[script].code.script;
         spdlog::debug("redis: NOSCRIPT for script {}, retrying once with EVAL", script);
-        if (issue(context, &on_request_reply, request.get(), request->argv) == REDIS_OK) {
+        if (reissue_as_eval(context, *request, scripts_[script].code.script) == REDIS_OK) {
             request.release();
             return;
         }
@@ -271,12 +318,10 @@ private:
         spdlog::debug("redis: function {} not found, loading its library again and retrying once with EVAL",
                       scripts_[script].code.function);
         const std::vector<std::string> load{"FUNCTION", "LOAD", scripts_[script].code.library};
-        request->argv[0] = "EVAL";  // FCALL function numkeys ... and EVAL script numkeys ... alike
-        request->argv[1] = scripts_[script].code.script;
-        // The load's reply says nothing the call needs: "already exists" when another
-        // connection was first.
+        // (FCALL function numkeys ... and EVAL script numkeys ... alike.) The load's reply
+        // says nothing the call needs: "already exists" when another connection was first.
         if (issue(context, &on_ignored_reply, nullptr, load) == REDIS_OK &&
-            issue(context, &on_request_reply, request.get(), request->argv) == REDIS_OK) {
+            reissue_as_eval(context, *request, scripts_[script].code.script) == REDIS_OK) {
             request.release();
             return;
         }
@@ -285,6 +330,16 @@ private:
     }
 
     static void on_ignored_reply(::redisAsyncContext*, void*, void*) {}
+
+    // The kept EVALSHA/FCALL `request` again, as EVAL of `source` with the same arguments.
+    static int reissue_as_eval(::redisAsyncContext* context, Request& request, std::string_view source) {
+        std::string command;
+        format_script_call("EVAL", source, request.argc, std::string_view(request.command).substr(request.tail),
+                           command);
+        request.command = std::move(command);  // (no retry after this one: `tail` is not used again)
+        return redisAsyncFormattedCommand(context, &on_request_reply, &request, request.command.data(),
+                                          request.command.size());
+    }
 
     // ---- connecting ---------------------------------------------------------------------
 
@@ -646,9 +701,9 @@ void RedisConnection::command(const std::vector<std::string>& args, Callback cal
     impl_->command(args, std::move(callback));
 }
 
-void RedisConnection::evalsha(ScriptId script, std::vector<std::string> keys, std::vector<std::string> args,
+void RedisConnection::evalsha(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
                               Callback callback) {
-    impl_->evalsha(script, std::move(keys), std::move(args), std::move(callback));
+    impl_->evalsha(script, keys, args, std::move(callback));
 }
 
 }  // namespace sluice::redis

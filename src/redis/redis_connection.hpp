@@ -100,9 +100,9 @@ public:
     // the function is not there (FUNCTION FLUSH, or a restart without persistence), the call
     // goes once more as EVAL of the script form, and the library is loaded again for the
     // calls after it. Neither retry can double-count: Redis ran nothing.
-    // (keys and args are copied into the command kept for that retry: pass them as rvalues
-    // where the caller has no further use for them.)
-    void evalsha(ScriptId script, std::vector<std::string> keys, std::vector<std::string> args, Callback callback);
+    // (The command is formatted once, from keys and args as they are, and kept for that retry.)
+    void evalsha(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
+                 Callback callback);
 
     // "host:port" or "unix:/path" of the server it connects to.
     std::string address() const;

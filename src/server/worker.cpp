@@ -57,12 +57,20 @@ void Worker::remove_session(http::ClientSession* s) {
 
 net::awaitable<limit::Decision> Worker::decide(const limit::RouteLimits& route, const limit::RequestKeyValues& request) {
     if (auto now = store_->decide_now(route, request)) co_return std::move(*now);
-    co_return co_await net::async_initiate<decltype(net::use_awaitable), void(limit::Decision)>(
-        [&](auto handler) {
-            // RedisLimiter takes a copyable std::function; the coroutine's handler is move-only.
-            auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-            store_->decide(route, request, [shared](limit::Decision d) { (*shared)(std::move(d)); });
-        },
+    co_return co_await ask_store(route, request);
+}
+
+std::optional<limit::Decision> Worker::decide_now(const limit::RouteLimits& route,
+                                                  const limit::RequestKeyValues& request) {
+    return store_->decide_now(route, request);
+}
+
+net::awaitable<limit::Decision> Worker::ask_store(const limit::RouteLimits& route,
+                                                  const limit::RequestKeyValues& request) {
+    // The coroutine's handler goes to the store as it is (limit::DecisionCallback keeps it
+    // inline): nothing is allocated for it.
+    return net::async_initiate<decltype(net::use_awaitable), void(limit::Decision)>(
+        [&route, &request, this](auto handler) { store_->decide(route, request, std::move(handler)); },
         net::use_awaitable);
 }
 

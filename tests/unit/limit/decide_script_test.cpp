@@ -1046,20 +1046,24 @@ TEST_CASE("decide script: a route's limits known by their ids share a plan witho
     CHECK(args.take() == std::vector<std::string>{"2", "token_bucket 0 1 1000 6", "token_bucket 0 1 1000 5", "1", "2"});
 }
 
+namespace {
+
+// A decide reply as the script writes it: one string of little-endian 64-bit integers.
+redis::RedisReply packed_reply(const std::vector<std::int64_t>& values) {
+    redis::RedisReply r;
+    r.type = redis::RedisReply::Type::string;
+    for (auto v : values) {
+        auto bits = static_cast<std::uint64_t>(v);
+        for (int b = 0; b < 8; ++b, bits >>= 8) r.text.push_back(static_cast<char>(bits & 0xff));
+    }
+    return r;
+}
+
+}  // namespace
+
 TEST_CASE("decide script: reading the reply", "[lua]") {
     using redis::RedisReply;
-    auto array = [](std::vector<std::int64_t> values) {
-        RedisReply r;
-        r.type = RedisReply::Type::array;
-        for (auto v : values) {
-            RedisReply e;
-            e.type = RedisReply::Type::integer;
-            e.integer = v;
-            r.elements.push_back(e);
-        }
-        return r;
-    };
-    const auto ok = array({1700000000000001, 1, 4, 0, 250, 0, 0, 1200, 60000});
+    const auto ok = packed_reply({1700000000000001, 1, 4, 0, 250, 0, 0, 1200, 60000});
     REQUIRE(limit::is_decide_reply(ok, 2));
     CHECK(limit::decide_time(ok) == 1700000000000001);
     auto second = limit::decide_result(ok, 1);
@@ -1068,19 +1072,36 @@ TEST_CASE("decide script: reading the reply", "[lua]") {
     CHECK(second.retry_after == 1200ms);
     CHECK(second.reset == 60000ms);
     CHECK(limit::decide_result(ok, 0).remaining == 4);
+    // Values past 32 bits are read whole.
+    const auto big = packed_reply({(std::int64_t{1} << 53) - 1, 1, std::int64_t{1} << 40, 7, std::int64_t{3} << 33});
+    REQUIRE(limit::is_decide_reply(big, 1));
+    CHECK(limit::decide_time(big) == (std::int64_t{1} << 53) - 1);
+    CHECK(limit::decide_result(big, 0).remaining == std::uint64_t{1} << 40);
+    CHECK(limit::decide_result(big, 0).reset == std::chrono::milliseconds(std::int64_t{3} << 33));
 
     for (const auto& bad : std::vector<std::vector<std::int64_t>>{{}, {1}, {1, 1, 4, 0}, {1, 1, -4, 0, 250}, {1, 1, 4, 0, 250, 7}, {-1, 1, 4, 0, 250}}) {
         INFO("reply of " << bad.size() << " integers");
-        CHECK_FALSE(limit::is_decide_reply(array(bad), 1));
+        CHECK_FALSE(limit::is_decide_reply(packed_reply(bad), 1));
     }
-    auto text = array({1, 1, 4, 0, 250});
-    text.elements[2].type = RedisReply::Type::string;
-    text.elements[2].text = "4";
-    CHECK_FALSE(limit::is_decide_reply(text, 1));
-    RedisReply string;
-    string.type = RedisReply::Type::string;
-    string.text = "1 1 4 0 250";
-    CHECK_FALSE(limit::is_decide_reply(string, 1));
+    // A string that is not a whole number of integers, or one byte short.
+    auto odd = packed_reply({1, 1, 4, 0, 250});
+    odd.text.push_back('\0');
+    CHECK_FALSE(limit::is_decide_reply(odd, 1));
+    odd.text.resize(39);
+    CHECK_FALSE(limit::is_decide_reply(odd, 1));
+    // The shape of the reply before this form (an array of integers) is not taken.
+    RedisReply array;
+    array.type = RedisReply::Type::array;
+    for (std::int64_t v : {1, 1, 4, 0, 250}) {
+        RedisReply e;
+        e.type = RedisReply::Type::integer;
+        e.integer = v;
+        array.elements.push_back(e);
+    }
+    CHECK_FALSE(limit::is_decide_reply(array, 1));
+    auto status = packed_reply({1, 1, 4, 0, 250});
+    status.type = RedisReply::Type::status;
+    CHECK_FALSE(limit::is_decide_reply(status, 1));
 }
 
 TEST_CASE("decide script, cluster variant: keys in ARGV decide exactly as keys in KEYS", "[lua][redis][cluster]") {
@@ -1134,20 +1155,13 @@ TEST_CASE("decide script, cluster variant: keys in ARGV decide exactly as keys i
 }
 
 TEST_CASE("decide replies: 2 (elsewhere) is only read from the cluster variant; 3 is banned", "[lua][cluster]") {
-    redis::RedisReply reply;
-    reply.type = redis::RedisReply::Type::array;
-    for (std::int64_t v : {1'000'000, 2, 0, 0, 0}) {
-        redis::RedisReply e;
-        e.type = redis::RedisReply::Type::integer;
-        e.integer = v;
-        reply.elements.push_back(e);
-    }
+    auto reply = packed_reply({1'000'000, 2, 0, 0, 0});
     CHECK_FALSE(limit::is_decide_reply(reply, 1));
     REQUIRE(limit::is_decide_reply(reply, 1, true));
     CHECK(limit::decide_elsewhere(reply, 0));
-    reply.elements[1].integer = 4;
+    reply = packed_reply({1'000'000, 4, 0, 0, 0});
     CHECK_FALSE(limit::is_decide_reply(reply, 1, true));
-    reply.elements[1].integer = 3;
+    reply = packed_reply({1'000'000, 3, 0, 0, 0});
     REQUIRE(limit::is_decide_reply(reply, 1));
     REQUIRE(limit::is_decide_reply(reply, 1, true));
     CHECK_FALSE(limit::decide_elsewhere(reply, 0));
