@@ -174,15 +174,13 @@ KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfi
     return plan;
 }
 
-std::vector<std::optional<std::string>> build_limit_keys(std::string_view key_prefix,
-                                                         const RouteLimits& route,
-                                                         const RequestKeyValues& request) {
+LimitKeys build_limit_keys(std::string_view key_prefix, const RouteLimits& route, const RequestKeyValues& request) {
     if (!route.plan) {
         const auto plan = make_key_plan(route.route, route.limits);
         return build_limit_keys(key_prefix, RouteLimits{route.route, route.limits, &plan}, request);
     }
     const auto& plan = *route.plan;
-    std::vector<std::optional<std::string>> keys(plan.limits.size());
+    LimitKeys keys(plan.limits.size());
 
     // "<prefix>:{<route>:<shared values>}:"; a shared header that is absent means no limit applies.
     // Room for a limit's name and values too: the last limit's key is the head itself, grown.

@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "config/config.hpp"
 #include "limit/key_values.hpp"
 
@@ -116,9 +118,9 @@ std::optional<std::string> key_value(const config::KeyPart& part, const RequestK
 inline std::string ban_key(std::string_view key) { return std::string(key) + ":ban"; }
 
 // One key per limit of the route, in order; nullopt for a limit that does not apply
-// because a header (or other value) its key names is absent.
-std::vector<std::optional<std::string>> build_limit_keys(std::string_view key_prefix,
-                                                         const RouteLimits& route,
-                                                         const RequestKeyValues& request);
+// because a header (or other value) its key names is absent. (Up to four kept inline: a
+// route has a few limits, and every limited request makes these.)
+using LimitKeys = boost::container::small_vector<std::optional<std::string>, 4>;
+LimitKeys build_limit_keys(std::string_view key_prefix, const RouteLimits& route, const RequestKeyValues& request);
 
 }  // namespace sluice::limit

@@ -231,7 +231,7 @@ void RedisLimiter::stop(std::function<void()> then) {
     });
 }
 
-std::optional<Decision> RedisLimiter::remembered(const std::vector<std::optional<std::string>>& keys,
+std::optional<Decision> RedisLimiter::remembered(const LimitKeys& keys,
                                                  const RouteLimits& route, const KeyPlan& plan) {
     if (rejections_.empty()) return std::nullopt;
     const auto now = std::chrono::steady_clock::now();

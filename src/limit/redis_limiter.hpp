@@ -118,7 +118,7 @@ private:
     };
     void remember(const std::string& key, std::chrono::steady_clock::time_point sent, const Decision& decision,
                   std::uint64_t id);
-    std::optional<Decision> remembered(const std::vector<std::optional<std::string>>& keys, const RouteLimits& route,
+    std::optional<Decision> remembered(const LimitKeys& keys, const RouteLimits& route,
                                        const KeyPlan& plan);
 
     // The decisions asked for since the last flush, per node; each sent as one EVALSHA by

@@ -1,9 +1,12 @@
-// libFuzzer target: hiredis's reply reader building sluice's RedisReply trees.
-// Sources: src/redis/redis_reply.cpp (links hiredis)
+// libFuzzer target: hiredis's reply reader building sluice's RedisReply trees, and the
+// decide script's reply read from them.
+// Sources: src/redis/redis_reply.cpp src/limit/decide_reply.cpp (links hiredis)
 //
 // The input is fed in pieces (sizes from its first byte); every reply is taken and freed.
 // Checked: no crash, leak or unbounded allocation (run with -rss_limit_mb), and the same
-// replies whatever the pieces.
+// replies whatever the pieces. A string reply is also read as a decide reply (as many keys
+// as its length holds, and one more and one fewer): accepted exactly when an independent
+// reading finds the documented shape, and then read the same.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,6 +14,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "limit/decide_reply.hpp"
 #include "redis/redis_reply.hpp"
 
 namespace {
@@ -30,6 +34,40 @@ std::string describe(const sluice::redis::RedisReply& r) {
     }
 }
 
+// The decide reply's integer at `i`, read byte by byte (little-endian, two's complement).
+std::int64_t field(const std::string& text, std::size_t i) {
+    std::uint64_t v = 0;
+    for (std::size_t b = 0; b < 8; ++b) v |= std::uint64_t{static_cast<unsigned char>(text[8 * i + b])} << (8 * b);
+    return static_cast<std::int64_t>(v);
+}
+
+void check_decide_reply(const sluice::redis::RedisReply& reply) {
+    using T = sluice::redis::RedisReply::Type;
+    const std::size_t n = reply.text.size() >= 8 ? (reply.text.size() / 8 - 1) / 4 : 0;
+    for (const bool cluster : {false, true}) {
+        for (const std::size_t keys : {n, n + 1, n > 0 ? n - 1 : 0}) {
+            bool shaped = reply.type == T::string && reply.text.size() == 8 * (1 + 4 * keys);
+            for (std::size_t i = 0; shaped && i < 1 + 4 * keys; ++i) {
+                const auto v = field(reply.text, i);
+                if (v < 0 || (i % 4 == 1 && !(v == 0 || v == 1 || v == 3 || (cluster && v == 2)))) shaped = false;
+            }
+            if (sluice::limit::is_decide_reply(reply, keys, cluster) != shaped) __builtin_trap();
+            if (!shaped) continue;
+            if (sluice::limit::decide_time(reply) != field(reply.text, 0)) __builtin_trap();
+            for (std::size_t k = 0; k < keys; ++k) {
+                const auto r = sluice::limit::decide_result(reply, k);
+                const auto allowed = field(reply.text, 1 + 4 * k);
+                if (r.allowed != (allowed == 1 || allowed == 2) || r.banned != (allowed == 3)) __builtin_trap();
+                if (r.remaining != static_cast<std::uint64_t>(field(reply.text, 2 + 4 * k))) __builtin_trap();
+                const auto third = field(reply.text, 3 + 4 * k);
+                if (r.allowed ? r.wait.count() != third : r.retry_after.count() != third) __builtin_trap();
+                if (r.reset.count() != field(reply.text, 4 + 4 * k)) __builtin_trap();
+                if (cluster && sluice::limit::decide_elsewhere(reply, k) != (allowed == 2)) __builtin_trap();
+            }
+        }
+    }
+}
+
 std::vector<std::string> read_all(const std::uint8_t* data, std::size_t size, std::size_t piece) {
     std::vector<std::string> out;
     redisReader* reader = redisReaderCreate();
@@ -46,6 +84,7 @@ std::vector<std::string> read_all(const std::uint8_t* data, std::size_t size, st
             }
             if (reply == nullptr) break;
             auto result = sluice::redis::take_reply(reply);
+            if (result.ok()) check_decide_reply(result.reply);
             out.push_back(result.ok() ? describe(result.reply) : "E" + result.error->message);
             reader->fn->freeObject(reply);
         }

@@ -37,7 +37,8 @@ struct Request {
 std::vector<std::optional<std::string>> keys_for(const std::vector<config::LimitConfig>& limits,
                                                  const Request& request = {}, std::string_view route = "login",
                                                  std::string_view prefix = "sluice") {
-    return build_limit_keys(prefix, RouteLimits{route, limits}, request.values());
+    const auto keys = build_limit_keys(prefix, RouteLimits{route, limits}, request.values());
+    return {keys.begin(), keys.end()};
 }
 
 // Redis Cluster's rule: the part between the first '{' and the first '}' after it, if not empty.
@@ -184,7 +185,8 @@ TEST_CASE("limit keys: one plan per route serves every request", "[limit_key]") 
     for (const auto& [ip, head] : cases) {
         Request request;
         request.ip = ip;
-        const auto planned = build_limit_keys("app:rl", RouteLimits{"log:in", limits, &plan}, request.values());
+        const auto made = build_limit_keys("app:rl", RouteLimits{"log:in", limits, &plan}, request.values());
+        const std::vector<std::optional<std::string>> planned(made.begin(), made.end());
         CHECK(planned == keys_for(limits, request, "log:in", "app:rl"));
         CHECK(planned == std::vector<std::optional<std::string>>{head + "burst", head + "minute"});
     }
