@@ -72,7 +72,8 @@ wait "$SLUICE_PID" 2>/dev/null || true
 SLUICE_PID=""
 [ -n "$FUNCTION" ] || { echo "decide_cost: sluice did not load its library; its log:" >&2; cat "$W/sluice.log" >&2; exit 1; }
 
-# The same call with nothing decided: TIME, and a reply of the same shape.
+# The same call with nothing decided: TIME, and a reply of the same shape (the integers
+# packed into one string, as lua/decide.lua answers).
 redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE >/dev/null <<'EOF'
 #!lua name=bench_empty
 redis.register_function('bench_empty', function(keys, args)
@@ -82,7 +83,7 @@ redis.register_function('bench_empty', function(keys, args)
     local m = #reply
     reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 1, 999999, 0, 60000
   end
-  return reply
+  return struct.pack('<' .. string.rep('i8', #reply), unpack(reply))
 end)
 EOF
 
