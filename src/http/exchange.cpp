@@ -35,19 +35,13 @@ double ms_since(Clock::time_point t) {
 
 namespace {
 
-// Whether a limit of the route reads a key part of this kind (on a route with plans: its
-// identity, or a limit of a plan; a client's overrides do not change what is read).
-bool route_reads(const config::RouteConfig& route, config::KeyPart::Kind kind) {
-    auto reads = [kind](const std::vector<config::LimitConfig>& limits) {
-        return std::any_of(limits.begin(), limits.end(), [kind](const auto& limit) {
-            return std::any_of(limit.key.begin(), limit.key.end(), [kind](const auto& part) { return part.kind == kind; });
-        });
-    };
-    if (!route.plans) return reads(route.limits);
-    if (route.plans->identity.kind == kind) return true;
-    for (std::size_t i = 0; i < route.plans->by_plan.size(); ++i)
-        if (reads(route.plans->sets[i].limits)) return true;
-    return false;
+// Whether a limit of the route reads a key part of this kind (server::route_key_kinds,
+// worked out with the snapshot; a snapshot made without them works it out here).
+bool route_reads(const Exchange& x, config::KeyPart::Kind kind) {
+    const auto& read = x.snap.key_kinds_read;
+    const std::size_t route = x.route_index();
+    const std::uint32_t kinds = route < read.size() ? read[route] : server::route_key_kinds(*x.route);
+    return (kinds >> static_cast<unsigned>(kind) & 1) != 0;
 }
 
 // x.limit_set: the route's limits; on a route with plans, the plan a trusted hop's
@@ -448,7 +442,7 @@ namespace {
 // identity) reads one; a refusal for a token that does not verify (401) or two
 // Authorization fields (400).
 std::optional<LocalReply> read_bearer_token(Exchange& x) {
-    if (!route_reads(*x.route, config::KeyPart::Kind::jwt) || !x.snap.jwt) return std::nullopt;
+    if (!route_reads(x, config::KeyPart::Kind::jwt) || !x.snap.jwt) return std::nullopt;
     std::optional<std::string_view> authorization;
     for (const auto& f : x.parser.get()) {
         if (f.name() != bhttp::field::authorization) continue;
@@ -623,7 +617,7 @@ bool exempt_from_limits(Exchange& x) {
 
 limit::RequestKeyValues key_values(Exchange& x) {
     // The Cookie fields, joined, when a limit of the route reads a cookie.
-    if (!x.key_cookies_read && route_reads(*x.route, config::KeyPart::Kind::cookie)) {
+    if (!x.key_cookies_read && route_reads(x, config::KeyPart::Kind::cookie)) {
         x.key_cookies_read = true;
         for (const auto& f : x.parser.get())
             if (f.name() == bhttp::field::cookie) {

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "limit/header_list.hpp"
+
 namespace sluice::http {
 
 // {"type":"about:blank","title":"Not Found","status":404,"detail":"..."} plus any
@@ -29,7 +31,7 @@ struct LocalReply {
     unsigned status = 500;
     std::string detail;
     Body body = Body::problem;
-    std::vector<std::pair<std::string_view, std::string>> headers;  // names unique; values owned
+    limit::HeaderList headers;  // names unique; values owned
 };
 
 // A problem+json answer with no extra headers.
@@ -43,7 +45,7 @@ struct ProblemResponse {
     unsigned version = 11;    // 10 or 11: HTTP/1.0 or HTTP/1.1
     bool keep_alive = false;  // the connection stays open after it
     bool head = false;        // the request was HEAD: the same headers, no content (RFC 9110 9.3.2)
-    const std::vector<std::pair<std::string_view, std::string>>* headers = nullptr;  // names unique
+    const limit::HeaderList* headers = nullptr;  // names unique
     std::string_view body;    // a problem_json document; empty: no Content-Type is sent
 };
 

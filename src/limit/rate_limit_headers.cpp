@@ -54,16 +54,16 @@ std::pair<std::uint64_t, std::uint64_t> quota_and_window(const config::LimitConf
 
 namespace {
 
-// "\"<name>\";<a>=<x>;<b>=<y>", written into a string of its final length (every response
-// of a limited route carries two of these).
-std::string structured(std::string_view name, char a, std::uint64_t x, char b, std::uint64_t y) {
+// "\"<name>\";<a>=<x>;<b>=<y>", written where it is kept (every response of a limited route
+// carries two of these).
+HeaderValue structured(std::string_view name, char a, std::uint64_t x, char b, std::uint64_t y) {
     char digits[2][24];
     const auto end_x = std::to_chars(digits[0], digits[0] + 24, x).ptr;
     const auto end_y = std::to_chars(digits[1], digits[1] + 24, y).ptr;
     const auto size_x = static_cast<std::size_t>(end_x - digits[0]);
     const auto size_y = static_cast<std::size_t>(end_y - digits[1]);
-    std::string out(name.size() + 8 + size_x + size_y, '\0');
-    char* p = out.data();
+    HeaderValue out;
+    char* p = out.overwrite(name.size() + 8 + size_x + size_y);
     *p++ = '"';
     std::memcpy(p, name.data(), name.size());
     p += name.size();
@@ -80,6 +80,13 @@ std::string structured(std::string_view name, char a, std::uint64_t x, char b, s
     return out;
 }
 
+// A number as a header value.
+HeaderValue number(std::uint64_t n) {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+    return HeaderValue(std::string_view(digits, static_cast<std::size_t>(end - digits)));
+}
+
 }  // namespace
 
 HeaderList rate_limit_headers(std::span<const config::LimitConfig> limits, const Decision& decision,
@@ -91,20 +98,20 @@ HeaderList rate_limit_headers(std::span<const config::LimitConfig> limits, const
     const auto& limit = limits[*index];
     const auto& result = decision.limits[*index];
     auto [quota, window] = quota_and_window(limit);
+    out.reserve(4);  // room for Retry-After too
     // t (and X-RateLimit-Reset): when more quota is there. On a refusal that is when the
     // refusing limit admits this request again, the same figure as Retry-After (draft-ietf-
     // httpapi-ratelimit-headers-10: "seconds until additional quota ... is made available");
     // otherwise when the limit is back to its full quota.
     auto reset = decision.limited_by == index ? retry_after_seconds(result.retry_after) : ceil_seconds(result.reset);
-    out.reserve(6);  // room for Retry-After too
     if (style == config::HeaderStyle::ietf || style == config::HeaderStyle::both) {
         out.emplace_back("RateLimit-Policy", structured(limit.name, 'q', quota, 'w', window));
         out.emplace_back("RateLimit", structured(limit.name, 'r', result.remaining, 't', reset));
     }
     if (style == config::HeaderStyle::legacy || style == config::HeaderStyle::both) {
-        out.emplace_back("X-RateLimit-Limit", std::to_string(quota));
-        out.emplace_back("X-RateLimit-Remaining", std::to_string(result.remaining));
-        out.emplace_back("X-RateLimit-Reset", std::to_string(reset));
+        out.emplace_back("X-RateLimit-Limit", number(quota));
+        out.emplace_back("X-RateLimit-Remaining", number(result.remaining));
+        out.emplace_back("X-RateLimit-Reset", number(reset));
     }
     return out;
 }

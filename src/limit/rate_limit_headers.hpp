@@ -12,10 +12,10 @@
 
 #include "config/config.hpp"
 #include "limit/decision.hpp"
+#include "limit/header_list.hpp"
 
 namespace sluice::limit {
 
-using HeaderList = std::vector<std::pair<std::string_view, std::string>>;
 
 // The enforced limit the headers speak of: the one that rejected the request, else the
 // applicable non-shadow limit with the least remaining (ties: the longer reset).

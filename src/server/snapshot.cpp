@@ -66,12 +66,30 @@ void add_charge_sets(LimitSet& set, std::string_view route, std::span<const conf
     }
 }
 
+static_assert(static_cast<unsigned>(config::KeyPart::Kind::jwt) < 32, "one bit per kind of key part");
+
+std::uint32_t route_key_kinds(const config::RouteConfig& route) {
+    std::uint32_t kinds = 0;
+    auto add = [&kinds](const std::vector<config::LimitConfig>& limits) {
+        for (const auto& limit : limits)
+            for (const auto& part : limit.key) kinds |= std::uint32_t{1} << static_cast<unsigned>(part.kind);
+    };
+    if (!route.plans) {
+        add(route.limits);
+        return kinds;
+    }
+    kinds |= std::uint32_t{1} << static_cast<unsigned>(route.plans->identity.kind);
+    for (std::size_t i = 0; i < route.plans->by_plan.size(); ++i) add(route.plans->sets[i].limits);
+    return kinds;
+}
+
 std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Config> config, observe::Metrics& metrics) {
     auto snap = std::make_shared<Snapshot>();
     snap->metrics = &metrics;
     for (const auto& route : config->routes) {
         auto& rm = metrics.route(route.name);
         snap->route_metrics.push_back(&rm);
+        snap->key_kinds_read.push_back(route_key_kinds(route));
         auto& sets = snap->limit_sets.emplace_back();
         if (!route.plans) {
             LimitSet set{"", route.limits, limit::make_key_plan(route.name, route.limits), {}, {}, {}, {}};

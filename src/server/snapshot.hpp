@@ -69,6 +69,11 @@ struct LimitSet {
 // key plan was made with).
 void add_charge_sets(LimitSet& set, std::string_view route, std::span<const config::LimitConfig> tag_from);
 
+// The kinds of key part (bit k: config::KeyPart::Kind k) a limit of `route` reads: on a
+// route with plans its identity, and the limits of every plan (a client's overrides do not
+// change what is read).
+std::uint32_t route_key_kinds(const config::RouteConfig& route);
+
 struct Snapshot {
     std::shared_ptr<const config::Config> config;
     std::vector<std::vector<UpstreamServer>> servers;  // per upstream, in config order
@@ -77,6 +82,9 @@ struct Snapshot {
     // Per route: one set for a route without plans (its limits, perhaps none), else one per
     // RoutePlans::sets entry, in that order.
     std::vector<std::vector<LimitSet>> limit_sets;
+    // Per route: bit k set when a limit of the route reads a key part of kind k
+    // (config::KeyPart::Kind; route_key_kinds), worked out once rather than per request.
+    std::vector<std::uint32_t> key_kinds_read;
     // Built from the certificates the config names (read again on every reload).
     std::vector<std::shared_ptr<tls::ServerContext>> listener_tls;  // per server.listen entry; null: plain
     std::vector<std::shared_ptr<tls::ClientContext>> upstream_tls;  // per upstream; null: plain

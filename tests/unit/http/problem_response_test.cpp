@@ -11,7 +11,7 @@ const std::string body = "{\"status\":429}\n";  // 15 bytes
 }  // namespace
 
 TEST_CASE("problem response: HTTP/1.1 kept open, with the given headers in order") {
-    const std::vector<std::pair<std::string_view, std::string>> headers{{"RateLimit", "\"b\";r=0;t=9"},
+    const limit::HeaderList headers{{"RateLimit", "\"b\";r=0;t=9"},
                                                                         {"Retry-After", "9"}};
     http::ProblemResponse r;
     r.status = 429;

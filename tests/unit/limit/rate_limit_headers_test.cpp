@@ -30,7 +30,7 @@ limit::LimitResult result(bool allowed, std::uint64_t remaining, std::chrono::mi
 
 std::string find(const limit::HeaderList& h, std::string_view name) {
     for (const auto& [n, v] : h)
-        if (n == name) return v;
+        if (n == name) return std::string(v);
     return "<none>";
 }
 
