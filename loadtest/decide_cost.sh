@@ -137,7 +137,8 @@ fresh_keys() {
 still_admits() {
   local key='sluice:{bench:one}:tb' allowed
   [ "$1" = 1 ] || key='sluice:{bench:1}:tb'
-  allowed=$(redis-cli -p "$PORT" FCALL "$FUNCTION" 1 "$key" 1 "$PLAN" 1 | sed -n 2p | tr -d '\r')
+  # The reply packs its integers (little-endian int64, lua/decide.lua): "allowed" is the second.
+  allowed=$(redis-cli -p "$PORT" --raw FCALL "$FUNCTION" 1 "$key" 1 "$PLAN" 1 | head -c 16 | od -An -t d8 -j 8 -N 8 | tr -d ' \n')
   [ "$allowed" = 1 ] || { echo "decide_cost: the bucket refused ($1 keys): the figures would be refusals" >&2; exit 1; }
 }
 for space in $KEYSPACES; do

@@ -3,6 +3,7 @@
 // keeps small ones inline: the request path passes one per decision and allocates nothing.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <new>
 #include <type_traits>
@@ -24,7 +25,7 @@ public:
             ::new (static_cast<void*>(storage_)) Stored(std::forward<F>(f));
             ops_ = &inline_ops<Stored>;
         } else {
-            *reinterpret_cast<Stored**>(storage_) = new Stored(std::forward<F>(f));
+            ::new (static_cast<void*>(storage_)) Stored*(new Stored(std::forward<F>(f)));
             ops_ = &heap_ops<Stored>;
         }
     }
@@ -47,7 +48,10 @@ public:
     explicit operator bool() const noexcept { return ops_ != nullptr; }
 
     // Calls it (it must hold one). It stays callable only if the callable itself allows.
-    void operator()(Decision decision) { ops_->invoke(storage_, std::move(decision)); }
+    void operator()(Decision decision) {
+        assert(ops_ != nullptr);
+        ops_->invoke(storage_, std::move(decision));
+    }
 
 private:
     static constexpr std::size_t inline_size = 4 * sizeof(void*);
@@ -77,9 +81,9 @@ private:
 
     template <class T>
     static constexpr Ops heap_ops{
-        [](void* self, Decision&& decision) { (**static_cast<T**>(self))(std::move(decision)); },
-        [](void* to, void* from) noexcept { *static_cast<T**>(to) = *static_cast<T**>(from); },
-        [](void* self) noexcept { delete *static_cast<T**>(self); },
+        [](void* self, Decision&& decision) { (**std::launder(static_cast<T**>(self)))(std::move(decision)); },
+        [](void* to, void* from) noexcept { ::new (to) T*(*std::launder(static_cast<T**>(from))); },
+        [](void* self) noexcept { delete *std::launder(static_cast<T**>(self)); },
     };
 
     void reset() noexcept {

@@ -98,7 +98,7 @@ HeaderList rate_limit_headers(std::span<const config::LimitConfig> limits, const
     const auto& limit = limits[*index];
     const auto& result = decision.limits[*index];
     auto [quota, window] = quota_and_window(limit);
-    out.reserve(4);  // room for Retry-After too
+    out.reserve(6);  // room for Retry-After too
     // t (and X-RateLimit-Reset): when more quota is there. On a refusal that is when the
     // refusing limit admits this request again, the same figure as Retry-After (draft-ietf-
     // httpapi-ratelimit-headers-10: "seconds until additional quota ... is made available");

@@ -143,6 +143,36 @@ std::int64_t ceil_ms(std::int64_t us) { return us <= 0 ? 0 : (us + 999) / 1000; 
 
 }  // namespace
 
+TEST_CASE("decide script: a reply of more than 256 integers (a full batch and more) is read whole, in order", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    const bool library = GENERATE(true, false);
+    CAPTURE(library);
+    Script decide{redis, false, library};
+    // 130 requests, one bucket each with its own burst: 521 integers, packed 256 at a time.
+    std::vector<std::vector<ScriptLimit>> requests;
+    for (int i = 0; i < 130; ++i)
+        requests.push_back({bucket("{big" + std::to_string(i) + "}:b", 3'600'000'000, 2 + i % 50)});
+    const auto first = decide.batch(requests);
+    REQUIRE(first.size() == requests.size());
+    for (std::size_t i = 0; i < first.size(); ++i) {
+        CAPTURE(i);
+        CHECK(first[i].results[0].allowed);
+        CHECK(first[i].results[0].remaining == static_cast<std::uint64_t>(1 + i % 50));
+    }
+    // The same with the buckets emptied by a cost of their burst: each refused, each with its own wait.
+    for (int i = 0; i < 130; ++i) requests[static_cast<std::size_t>(i)][0].cost = 2 + i % 50;
+    const auto second = decide.batch(requests);
+    for (std::size_t i = 0; i < second.size(); ++i) {
+        CAPTURE(i);
+        CHECK_FALSE(second[i].results[0].allowed);
+        CHECK(second[i].results[0].remaining == static_cast<std::uint64_t>(1 + i % 50));
+        // One token short, an hour a token: about an hour to wait.
+        CHECK(second[i].results[0].retry_after > 3'599'000ms);
+        CHECK(second[i].results[0].retry_after <= 3'600'001ms);
+    }
+}
+
 TEST_CASE("decide script: token bucket admits a full burst, then rejects with exact figures", "[lua][redis]") {
     RedisServer server;
     SyncRedis redis(server.port());
