@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Instructions sluice executes per request, counted with callgrind: they do not move with the
+# machine's neighbours as CPU time does, so a change of a few per cent shows. One sluice
+# worker under `valgrind --tool=callgrind` (instrumentation off until a 2 s warm-up has run),
+# an nginx upstream answering "ok", a redis-server, and wrk keeping CONNS connections busy for
+# DURATION; prints the instructions of the whole process divided by the requests wrk counted,
+# and the heap allocations (operator new) per request.
+#
+#   loadtest/instructions.sh                       (every scenario, 4 connections, 15 s each)
+#   SCENARIOS="none token_bucket" CONNS=12 DURATION=15s SLUICE=path loadtest/instructions.sh
+#
+# Scenarios: none (no limits), token_bucket (one Redis key), clients100k (a Redis token bucket
+# per client, 100,000 clients behind a trusted X-Forwarded-For, as loadtest/run.sh),
+# clients100k_memory (the same on the memory store). Needs valgrind, nginx, redis-server, wrk
+# (loadtest/run.sh installs the last three). The profiles stay in OUT (default a temporary
+# directory, printed) for callgrind_annotate.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+SLUICE=${SLUICE:-$ROOT/build/sluice}
+SCENARIOS=${SCENARIOS:-"none token_bucket clients100k clients100k_memory"}
+CONNS=${CONNS:-4}
+DURATION=${DURATION:-15s}
+OUT=${OUT:-$(mktemp -d /tmp/sluice-instructions.XXXXXX)}
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+for tool in valgrind callgrind_annotate redis-server redis-cli wrk curl python3; do
+  command -v "$tool" >/dev/null || { echo "instructions: $tool is missing" >&2; exit 1; }
+done
+[ -x "$NGINX" ] || { echo "instructions: nginx is missing" >&2; exit 1; }
+[ -x "$SLUICE" ] || { echo "instructions: no sluice binary at $SLUICE (make build)" >&2; exit 1; }
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+REDIS_PORT=$(free_port)
+UP_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --save "" --appendonly no >"$OUT/redis.log" 2>&1 &
+PIDS+=($!)
+mkdir -p "$OUT/up/tmp"
+cat >"$OUT/up/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $OUT/up/nginx.pid;
+error_log $OUT/up/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $OUT/up/tmp/body; proxy_temp_path $OUT/up/tmp/proxy;
+  fastcgi_temp_path $OUT/up/tmp/fastcgi; uwsgi_temp_path $OUT/up/tmp/uwsgi; scgi_temp_path $OUT/up/tmp/scgi;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  default_type text/plain;
+  server { listen 127.0.0.1:$UP_PORT; location / { return 200 "ok\n"; } }
+}
+EOF
+"$NGINX" -c "$OUT/up/nginx.conf" &
+PIDS+=($!)
+for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" PING >/dev/null 2>&1 && break; sleep 0.1; done
+
+echo "| scenario | connections | requests | instructions per request | allocations per request |"
+echo "|---|---:|---:|---:|---:|"
+for scenario in $SCENARIOS; do
+  trusted="" limits="" script=""
+  store="
+  type: redis
+  redis:
+    address: \"127.0.0.1:$REDIS_PORT\""
+  bucket="
+    limits:
+      - { name: per_client, algorithm: token_bucket, rate: 1000000, per: 1s, burst: 1000000, key: [client_ip] }"
+  clients="
+    limits:
+      - { name: per_client, algorithm: token_bucket, rate: 1, per: 1m, burst: 1000000, key: [client_ip] }"
+  case "$scenario" in
+    none) ;;
+    token_bucket) limits=$bucket ;;
+    clients100k) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" ;;
+    clients100k_memory) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" store="
+  type: memory" ;;
+    *) echo "instructions: unknown scenario $scenario" >&2; exit 1 ;;
+  esac
+  redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
+  port=$(free_port) admin=$(free_port) dir="$OUT/$scenario"
+  mkdir -p "$dir"
+  cat >"$dir/sluice.yaml" <<EOF
+server:
+  listen: ["127.0.0.1:$port"]
+  workers: 1
+admin:
+  listen: "127.0.0.1:$admin"
+client_ip:
+  trusted_proxies: [$trusted]
+store:$store
+upstreams:
+  app:
+    servers: ["127.0.0.1:$UP_PORT"]
+routes:
+  - name: api
+    match: { path_prefix: / }
+    upstream: app$limits
+logging:
+  level: warn
+  access_log: "off"
+  summary_interval: 0
+EOF
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
+    "$SLUICE" -c "$dir/sluice.yaml" >"$dir/sluice.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  ready=0
+  for _ in $(seq 200); do curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.2; done
+  [ "$ready" = 1 ] || { echo "instructions: sluice did not get ready ($scenario)" >&2; tail -5 "$dir/sluice.log" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  wrk -t1 -c"$CONNS" -d2s $script "http://127.0.0.1:$port/" >/dev/null
+  callgrind_control -i on "$pid" >/dev/null 2>&1
+  # shellcheck disable=SC2086
+  wrk -t1 -c"$CONNS" -d"$DURATION" $script "http://127.0.0.1:$port/" >"$dir/wrk.txt"
+  callgrind_control -i off "$pid" >/dev/null 2>&1
+  kill -TERM "$pid"
+  wait "$pid" 2>/dev/null || true
+  requests=$(awk '/requests in/ { print $1 }' "$dir/wrk.txt")
+  total=$(callgrind_annotate "$dir/callgrind.out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }')
+  # Calls of operator new(unsigned long), summed over every call site.
+  allocations=$(python3 - "$dir/callgrind.out" <<'PY'
+import re, sys
+names, total, callee = {}, 0, None
+for line in open(sys.argv[1]):
+    m = re.match(r'^(c?fn)=\((\d+)\)(?: (.*))?$', line.rstrip('\n'))
+    if m:
+        kind, key, name = m.groups()
+        if name:
+            names[key] = name
+        if kind == 'cfn':
+            callee = key
+        continue
+    m = re.match(r'^calls=(\d+)', line)
+    if m and callee and names.get(callee, '').startswith('operator new(unsigned long)'):
+        total += int(m.group(1))
+print(total)
+PY
+)
+  awk -v s="$scenario" -v c="$CONNS" -v n="$requests" -v t="$total" -v a="$allocations" \
+    'BEGIN { printf "| %s | %s | %d | %.0f | %.1f |\n", s, c, n, t / n, a / n }'
+done
+echo "profiles: $OUT" >&2
