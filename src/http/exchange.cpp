@@ -37,12 +37,21 @@ namespace {
 
 // Whether a limit of the route reads a key part of this kind (server::route_key_kinds,
 // worked out with the snapshot; a snapshot made without them works it out here).
-bool route_reads(const Exchange& x, config::KeyPart::Kind kind) {
+std::uint32_t route_key_kinds(const Exchange& x) {
     const auto& read = x.snap.key_kinds_read;
     const std::size_t route = x.route_index();
-    const std::uint32_t kinds = route < read.size() ? read[route] : server::route_key_kinds(*x.route);
-    return (kinds >> static_cast<unsigned>(kind) & 1) != 0;
+    return route < read.size() ? read[route] : server::route_key_kinds(*x.route);
 }
+
+bool route_reads(const Exchange& x, config::KeyPart::Kind kind) {
+    return (route_key_kinds(x) >> static_cast<unsigned>(kind) & 1) != 0;
+}
+
+// Key parts every request has (limit::has_key_value): a route whose limits read only these
+// never skips a limit for a missing value.
+constexpr std::uint32_t always_present = std::uint32_t{1} << static_cast<unsigned>(config::KeyPart::Kind::client_ip) |
+                                         std::uint32_t{1} << static_cast<unsigned>(config::KeyPart::Kind::method) |
+                                         std::uint32_t{1} << static_cast<unsigned>(config::KeyPart::Kind::path);
 
 // x.limit_set: the route's limits; on a route with plans, the plan a trusted hop's
 // plan_header names, else the map's entry for the client's identity, else default_plan. A
@@ -505,7 +514,7 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
     count_decision(x.snap, x.route_index(), *x.limit_set, decision, on_error);
     if (decision.outcome == limit::Decision::Outcome::limited) worker.limited_clients().add(route.name, x.rec.client);
 
-    LimitVerdict verdict = limit_verdict(cfg, route, limits, decision);
+    LimitVerdict verdict = limit_verdict(cfg, route, limits, decision, x.limit_set->policies);
     x.rec.decision = verdict.decision;
     x.rec.limit = verdict.limit;
     x.rec.remaining = verdict.remaining;
@@ -515,7 +524,7 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
     if (x.wait.count() == 0) x.waiting_place.reset();
     if (decision.outcome == limit::Decision::Outcome::store_error) {
         warn_store_error(route.name, decision.error, on_error);
-    } else {
+    } else if ((route_key_kinds(x) & ~always_present) != 0) {
         // A limit keyed on a header the request lacks does not count it: the line says so.
         // (From the request, not from `applies`, which a remembered refusal also clears.)
         const auto values = key_values(x);

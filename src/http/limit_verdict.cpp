@@ -9,7 +9,8 @@
 namespace sluice::http {
 
 LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig& route,
-                           std::span<const config::LimitConfig> limits, const limit::Decision& decision) {
+                           std::span<const config::LimitConfig> limits, const limit::Decision& decision,
+                           std::span<const limit::HeaderValue> policies) {
     using Outcome = limit::Decision::Outcome;
     using observe::AccessDecision;
     LimitVerdict verdict;
@@ -27,7 +28,7 @@ LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig&
     // A decision that does not match the route (it cannot, from our own limiters) is read
     // only as far as both go.
     const std::size_t n = std::min(limits.size(), decision.limits.size());
-    verdict.headers = limit::rate_limit_headers(limits, decision, cfg.responses.headers);
+    verdict.headers = limit::rate_limit_headers(limits, decision, cfg.responses.headers, policies);
     if (const auto shown = limit::advertised_limit(decision); shown && *shown < n) {
         verdict.limit = limits[*shown].name;
         verdict.remaining = decision.limits[*shown].remaining;

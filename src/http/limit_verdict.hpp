@@ -37,8 +37,10 @@ struct LimitVerdict {
 // answer for its limits (Decision::limits in the order of route.limits).
 // `limits` are the limits that decided (route.limits, or on a route with plans the client's
 // plan's).
+// `policies`: each limit's RateLimit-Policy value, made beforehand (limit::rate_limit_headers).
 LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig& route,
-                           std::span<const config::LimitConfig> limits, const limit::Decision& decision);
+                           std::span<const config::LimitConfig> limits, const limit::Decision& decision,
+                           std::span<const limit::HeaderValue> policies = {});
 inline LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig& route,
                                   const limit::Decision& decision) {
     return limit_verdict(cfg, route, route.limits, decision);

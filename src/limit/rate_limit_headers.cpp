@@ -89,26 +89,35 @@ HeaderValue number(std::uint64_t n) {
 
 }  // namespace
 
+HeaderValue rate_limit_policy(const config::LimitConfig& limit) {
+    const auto [quota, window] = quota_and_window(limit);
+    return structured(limit.name, 'q', quota, 'w', window);
+}
+
 HeaderList rate_limit_headers(std::span<const config::LimitConfig> limits, const Decision& decision,
-                              config::HeaderStyle style) {
+                              config::HeaderStyle style, std::span<const HeaderValue> policies) {
     HeaderList out;
     if (style == config::HeaderStyle::none) return out;
     auto index = advertised_limit(decision);
     if (!index || *index >= limits.size() || *index >= decision.limits.size()) return out;
     const auto& limit = limits[*index];
     const auto& result = decision.limits[*index];
-    auto [quota, window] = quota_and_window(limit);
+    const bool ietf = style == config::HeaderStyle::ietf || style == config::HeaderStyle::both;
+    const bool legacy = style == config::HeaderStyle::legacy || style == config::HeaderStyle::both;
+    const bool made = *index < policies.size();
+    // (The window only goes into the policy: not worked out where that was made already.)
+    const auto [quota, window] = made && !legacy ? std::pair<std::uint64_t, std::uint64_t>{0, 0} : quota_and_window(limit);
     out.reserve(6);  // room for Retry-After too
     // t (and X-RateLimit-Reset): when more quota is there. On a refusal that is when the
     // refusing limit admits this request again, the same figure as Retry-After (draft-ietf-
     // httpapi-ratelimit-headers-10: "seconds until additional quota ... is made available");
     // otherwise when the limit is back to its full quota.
     auto reset = decision.limited_by == index ? retry_after_seconds(result.retry_after) : ceil_seconds(result.reset);
-    if (style == config::HeaderStyle::ietf || style == config::HeaderStyle::both) {
-        out.emplace_back("RateLimit-Policy", structured(limit.name, 'q', quota, 'w', window));
+    if (ietf) {
+        out.emplace_back("RateLimit-Policy", made ? policies[*index] : structured(limit.name, 'q', quota, 'w', window));
         out.emplace_back("RateLimit", structured(limit.name, 'r', result.remaining, 't', reset));
     }
-    if (style == config::HeaderStyle::legacy || style == config::HeaderStyle::both) {
+    if (legacy) {
         out.emplace_back("X-RateLimit-Limit", number(quota));
         out.emplace_back("X-RateLimit-Remaining", number(result.remaining));
         out.emplace_back("X-RateLimit-Reset", number(reset));

@@ -27,9 +27,13 @@ std::optional<std::size_t> advertised_limit(const Decision& decision);
 std::pair<std::uint64_t, std::uint64_t> quota_and_window(const config::LimitConfig& limit);
 
 // RateLimit-Policy / RateLimit (ietf), X-RateLimit-* (legacy), both or none.
-// `limits`: the limits `decision` answers for, in its order.
+// `limits`: the limits `decision` answers for, in its order. `policies`, when given: each
+// limit's rate_limit_policy, made beforehand (it depends on the limit alone).
 HeaderList rate_limit_headers(std::span<const config::LimitConfig> limits, const Decision& decision,
-                              config::HeaderStyle style);
+                              config::HeaderStyle style, std::span<const HeaderValue> policies = {});
+
+// A limit's RateLimit-Policy value: "\"<name>\";q=<quota>;w=<window>".
+HeaderValue rate_limit_policy(const config::LimitConfig& limit);
 
 // Whole seconds a limited client should wait: rounded up, never 0.
 std::uint64_t retry_after_seconds(std::chrono::milliseconds wait);

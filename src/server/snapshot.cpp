@@ -9,6 +9,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "limit/describe.hpp"
+#include "limit/rate_limit_headers.hpp"
 #include "tls/context.hpp"
 
 namespace sluice::server {
@@ -92,8 +93,11 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         snap->key_kinds_read.push_back(route_key_kinds(route));
         auto& sets = snap->limit_sets.emplace_back();
         if (!route.plans) {
-            LimitSet set{"", route.limits, limit::make_key_plan(route.name, route.limits), {}, {}, {}, {}};
-            for (const auto& limit : route.limits) set.metrics.push_back(&metrics.limit(rm, limit.name));
+            LimitSet set{"", route.limits, limit::make_key_plan(route.name, route.limits), {}, {}, {}, {}, {}};
+            for (const auto& limit : route.limits) {
+                set.metrics.push_back(&metrics.limit(rm, limit.name));
+                set.policies.push_back(limit::rate_limit_policy(limit));
+            }
             add_charge_sets(set, route.name, route.limits);
             sets.push_back(std::move(set));
             continue;
@@ -104,10 +108,12 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         for (const auto& set : route.plans->sets)
             if (set.identity.empty()) every.insert(every.end(), set.limits.begin(), set.limits.end());
         for (const auto& plan_set : route.plans->sets) {
-            LimitSet set{plan_set.plan, plan_set.limits, limit::make_key_plan(route.name, plan_set.limits, every), {}, {}, {}, {}};
+            LimitSet set{plan_set.plan, plan_set.limits, limit::make_key_plan(route.name, plan_set.limits, every), {}, {}, {}, {}, {}};
             // Counted per plan: "PLAN/LIMIT" (a client's overrides count with its plan).
-            for (const auto& limit : plan_set.limits)
+            for (const auto& limit : plan_set.limits) {
                 set.metrics.push_back(&metrics.limit(rm, plan_set.plan + "/" + limit.name));
+                set.policies.push_back(limit::rate_limit_policy(limit));
+            }
             add_charge_sets(set, route.name, every);
             sets.push_back(std::move(set));
         }

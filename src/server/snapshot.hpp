@@ -10,6 +10,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "config/config.hpp"
+#include "limit/header_list.hpp"
 #include "limit/limit_key.hpp"
 #include "observe/metrics.hpp"
 
@@ -54,6 +55,8 @@ struct LimitSet {
     // response_trailer}`): copies of them that charge, with the keys of the originals. A
     // request's settle is a copy of these with its own costs (http::Exchange).
     ChargeSet settles;
+    // Per limit: its RateLimit-Policy value (limit::rate_limit_policy), made once.
+    std::vector<limit::HeaderValue> policies;
     limit::RouteLimits route_limits(std::string_view route) const { return {route, limits, &key_plan}; }
     bool counted() const { return !charges.empty(); }
     bool settled() const { return !settles.limits.empty(); }

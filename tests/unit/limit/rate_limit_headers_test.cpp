@@ -91,6 +91,33 @@ TEST_CASE("a rejected request advertises the limit that rejected it") {
     CHECK(find(h, "X-RateLimit-Reset") == "2");
 }
 
+TEST_CASE("policies made beforehand give the same headers, in every style") {
+    config::RouteConfig route;
+    route.name = "api";
+    route.limits = {bucket("burst", 5, 1s, 10), window("minute", 30, 60s),
+                    window(std::string(80, 'n'), 7, 90s)};  // a name too long to be kept inline
+    std::vector<limit::HeaderValue> policies;
+    for (const auto& limit : route.limits) policies.push_back(limit::rate_limit_policy(limit));
+    CHECK(policies[0] == "\"burst\";q=10;w=2");
+    CHECK(policies[2].view() == "\"" + std::string(80, 'n') + "\";q=7;w=90");
+    const std::vector<limit::Decision> decisions{
+        limit::Decision::from_results({result(true, 3, 1400ms), result(true, 20, 60000ms), result(true, 6, 90000ms)}, 0),
+        limit::Decision::from_results({result(true, 0, 2000ms), result(false, 0, 59000ms, 1500ms), result(true, 1, 1000ms)}, 0),
+        limit::Decision::from_results({result(true, 9, 100ms), result(true, 29, 2000ms), result(true, 0, 80000ms)}, 0)};
+    for (const auto style : {config::HeaderStyle::ietf, config::HeaderStyle::legacy, config::HeaderStyle::both,
+                             config::HeaderStyle::none}) {
+        for (const auto& decision : decisions) {
+            const auto made = limit::rate_limit_headers(route.limits, decision, style, policies);
+            const auto fresh = limit::rate_limit_headers(route.limits, decision, style);
+            REQUIRE(made.size() == fresh.size());
+            for (std::size_t i = 0; i < made.size(); ++i) {
+                CHECK(made[i].first == fresh[i].first);
+                CHECK(made[i].second.view() == fresh[i].second.view());
+            }
+        }
+    }
+}
+
 TEST_CASE("Retry-After is whole seconds, rounded up, never 0") {
     CHECK(limit::retry_after_seconds(0ms) == 1);
     CHECK(limit::retry_after_seconds(1ms) == 1);
