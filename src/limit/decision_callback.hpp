@@ -48,7 +48,7 @@ public:
     explicit operator bool() const noexcept { return ops_ != nullptr; }
 
     // Calls it (it must hold one). It stays callable only if the callable itself allows.
-    void operator()(Decision decision) {
+    void operator()(Decision&& decision) {
         assert(ops_ != nullptr);
         ops_->invoke(storage_, std::move(decision));
     }

@@ -73,7 +73,7 @@ bool parse_redirection(const std::string& message, std::string_view kind, std::u
 struct RedisLimiter::Pending {
     explicit Pending(RedisLimiter::Callback cb) : callback(std::move(cb)) {}
 
-    void answer(Decision decision) {
+    void answer(Decision&& decision) {
         if (answered) return;
         answered = true;
         if (!concurrency.empty()) {
