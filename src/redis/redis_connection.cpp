@@ -109,16 +109,12 @@ void format_command(const std::vector<std::string>& args, std::string& out) {
     for (const auto& arg : args) append_resp_arg(out, arg);
 }
 
-// "EVALSHA sha" / "FCALL name" / "EVAL script" and then the command's `tail` (argc
-// arguments, in RESP), into `out` (emptied first).
-void format_script_call(std::string_view verb, std::string_view script, std::size_t argc, std::string_view tail,
-                        std::string& out) {
-    out.clear();
-    out.reserve(48 + script.size() + tail.size());
+// The head of a script call of `argc` arguments after the script's name: "EVALSHA sha",
+// "FCALL name" or "EVAL script".
+void append_script_head(std::string& out, std::string_view verb, std::string_view script, std::size_t argc) {
     append_resp_number(out, '*', argc + 2);
     append_resp_arg(out, verb);
     append_resp_arg(out, script);
-    out.append(tail);
 }
 
 int issue(::redisAsyncContext* context, redisCallbackFn* fn, void* privdata,
@@ -202,11 +198,9 @@ public:
         // the head, then each argument written where its room is (a string sized once).
         auto& out = request->command;
         out.reserve(64 + name.size());
-        append_resp_number(out, '*', 3 + keys.size() + args.size());
-        append_resp_arg(out, verb);
-        append_resp_arg(out, name);
-        request->tail = out.size();
         request->argc = 1 + keys.size() + args.size();
+        append_script_head(out, verb, name, request->argc);
+        request->tail = out.size();
         char digits[24];
         auto [end, ec] = std::to_chars(digits, digits + sizeof digits, keys.size());
         append_resp_arg(out, std::string_view(digits, static_cast<std::size_t>(end - digits)));
@@ -333,9 +327,11 @@ private:
 
     // The kept EVALSHA/FCALL `request` again, as EVAL of `source` with the same arguments.
     static int reissue_as_eval(::redisAsyncContext* context, Request& request, std::string_view source) {
+        const std::string_view tail = std::string_view(request.command).substr(request.tail);
         std::string command;
-        format_script_call("EVAL", source, request.argc, std::string_view(request.command).substr(request.tail),
-                           command);
+        command.reserve(48 + source.size() + tail.size());
+        append_script_head(command, "EVAL", source, request.argc);
+        command.append(tail);
         request.command = std::move(command);  // (no retry after this one: `tail` is not used again)
         return redisAsyncFormattedCommand(context, &on_request_reply, &request, request.command.data(),
                                           request.command.size());

@@ -53,6 +53,16 @@ ScriptLimit window(std::string key, std::int64_t limit, std::int64_t window_us, 
     return {std::move(key), "sliding_window", shadow, limit, window_us, 1, {}};
 }
 
+// `limit` with its flags field written as given (and, with `cost`, that cost).
+ScriptLimit flagged(ScriptLimit limit, std::string flags) {
+    limit.flags = std::move(flags);
+    return limit;
+}
+ScriptLimit flagged(ScriptLimit limit, std::string flags, std::int64_t cost) {
+    limit.cost = cost;
+    return flagged(std::move(limit), std::move(flags));
+}
+
 // One request's answer: Redis's TIME and one result per limit.
 struct DecideReply {
     std::int64_t now_us = 0;
@@ -695,14 +705,10 @@ TEST_CASE("decide script: a limit checked only takes nothing; its charge takes t
     CAPTURE(library);
     Script decide{redis, false, library};
     const std::int64_t minute = 60'000'000;
-    auto with = [](ScriptLimit limit, std::string flags) {
-        limit.flags = std::move(flags);
-        return limit;
-    };
     SECTION("token bucket") {
         // Checked (flags 2) three times: nothing taken, every one admitted.
-        auto replies = decide.batch({{with(bucket("b", minute, 2), "2")}, {with(bucket("b", minute, 2), "2")},
-                                     {with(bucket("b", minute, 2), "2"), bucket("other", minute, 5)}});
+        auto replies = decide.batch({{flagged(bucket("b", minute, 2), "2")}, {flagged(bucket("b", minute, 2), "2")},
+                                     {flagged(bucket("b", minute, 2), "2"), bucket("other", minute, 5)}});
         for (const auto& reply : replies) {
             CHECK(reply.results[0].allowed);
             CHECK(reply.results[0].remaining == 2);
@@ -711,8 +717,8 @@ TEST_CASE("decide script: a limit checked only takes nothing; its charge takes t
         CHECK(redis.integer({"EXISTS", "b"}) == 0);
         // Charged (flags 4) three times: the third goes past the capacity, and is reported
         // as a limit with no room (allowed 0), remaining 0.
-        replies = decide.batch({{with(bucket("b", minute, 2), "4")}, {with(bucket("b", minute, 2), "4")},
-                                {with(bucket("b", minute, 2), "4")}});
+        replies = decide.batch({{flagged(bucket("b", minute, 2), "4")}, {flagged(bucket("b", minute, 2), "4")},
+                                {flagged(bucket("b", minute, 2), "4")}});
         CHECK(replies[0].results[0].remaining == 1);
         CHECK(replies[1].results[0].remaining == 0);
         CHECK_FALSE(replies[2].results[0].allowed);
@@ -721,39 +727,39 @@ TEST_CASE("decide script: a limit checked only takes nothing; its charge takes t
         // kept (a counted limit's bucket is not read as merely empty): the next check waits
         // two intervals, one for the debt and one for itself.
         CHECK(std::stoll(redis.text({"GET", "b"})) == replies[2].now_us + 3 * minute);
-        const auto waits = decide.batch({{with(bucket("b", minute, 2), "2")}});
+        const auto waits = decide.batch({{flagged(bucket("b", minute, 2), "2")}});
         CHECK(waits[0].results[0].retry_after.count() == ceil_ms(replies[2].now_us + 2 * minute - waits[0].now_us));
         // The check refuses now, and a refused request of another limit takes nothing.
-        replies = decide.batch({{with(bucket("b", minute, 2), "2"), bucket("other", minute, 5)}});
+        replies = decide.batch({{flagged(bucket("b", minute, 2), "2"), bucket("other", minute, 5)}});
         CHECK_FALSE(replies[0].results[0].allowed);
         CHECK(replies[0].results[1].allowed);
         CHECK(replies[0].results[1].remaining == 4);  // (it would take one: the request is refused)
     }
     SECTION("sliding window") {
-        auto replies = decide.batch({{with(window("w", 2, minute), "2")}, {with(window("w", 2, minute), "3")}});
+        auto replies = decide.batch({{flagged(window("w", 2, minute), "2")}, {flagged(window("w", 2, minute), "3")}});
         CHECK(replies[0].results[0].remaining == 2);
         CHECK(replies[1].results[0].remaining == 2);
         CHECK(redis.integer({"EXISTS", "w"}) == 0);
-        replies = decide.batch({{with(window("w", 2, minute), "4")}, {with(window("w", 2, minute), "4")},
-                                {with(window("w", 2, minute), "4")}});
+        replies = decide.batch({{flagged(window("w", 2, minute), "4")}, {flagged(window("w", 2, minute), "4")},
+                                {flagged(window("w", 2, minute), "4")}});
         CHECK(replies[1].results[0].remaining == 0);
         CHECK_FALSE(replies[2].results[0].allowed);
         CHECK(redis.integer({"ZCARD", "w"}) == 3);  // every charge counted
-        replies = decide.batch({{with(window("w", 2, minute), "2")}});
+        replies = decide.batch({{flagged(window("w", 2, minute), "2")}});
         CHECK_FALSE(replies[0].results[0].allowed);
         // Room again once two of the three have left: a whole window after the second.
         CHECK(replies[0].results[0].retry_after.count() > 0);
     }
     SECTION("fixed window, with a cost") {
         ScriptLimit quota = fixed("f", 5, minute, 2);
-        auto replies = decide.batch({{with(quota, "2")}, {with(quota, "4")}, {with(quota, "4")}, {with(quota, "4")}});
+        auto replies = decide.batch({{flagged(quota, "2")}, {flagged(quota, "4")}, {flagged(quota, "4")}, {flagged(quota, "4")}});
         CHECK(replies[0].results[0].remaining == 5);
         CHECK(replies[1].results[0].remaining == 3);
         CHECK(replies[2].results[0].remaining == 1);
         CHECK_FALSE(replies[3].results[0].allowed);  // 4 + 2 > 5: no room, charged all the same
         CHECK(replies[3].results[0].remaining == 0);
         CHECK(redis.text({"GET", "f"}).ends_with(":6"));
-        replies = decide.batch({{with(fixed("f", 5, minute, 1), "2")}});
+        replies = decide.batch({{flagged(fixed("f", 5, minute, 1), "2")}});
         CHECK_FALSE(replies[0].results[0].allowed);
     }
 }
@@ -840,11 +846,6 @@ TEST_CASE("decide script: a reservation settled after the response: a charge pas
     CAPTURE(library);
     Script decide{redis, false, library};
     const std::int64_t minute = 60'000'000;
-    auto with = [](ScriptLimit limit, std::string flags, std::int64_t cost) {
-        limit.flags = std::move(flags);
-        limit.cost = cost;
-        return limit;
-    };
     auto give_back = [](ScriptLimit limit, std::int64_t cost, std::int64_t at) {
         limit.flags = "5t" + std::to_string(at);
         limit.cost = cost;
@@ -852,7 +853,7 @@ TEST_CASE("decide script: a reservation settled after the response: a charge pas
     };
     SECTION("token bucket") {
         // A reservation of 40 of 100 ("d": the bucket keeps a debt), then 10 more reserved.
-        auto reserved = decide.batch({{with(bucket("b", minute, 100), "0d", 40)}});
+        auto reserved = decide.batch({{flagged(bucket("b", minute, 100), "0d", 40)}});
         REQUIRE(reserved[0].results[0].allowed);
         CHECK(reserved[0].results[0].remaining == 60);
         // The response reports 15: 25 go back.
@@ -864,27 +865,27 @@ TEST_CASE("decide script: a reservation settled after the response: a charge pas
         CHECK(settled[0].results[0].remaining == 100);
         // Another reports 250 against a reservation of 50: 200 charged past it, a debt of 150
         // the next requests wait out ("d" keeps it: the retry counts the whole debt).
-        reserved = decide.batch({{with(bucket("b", minute, 100), "0d", 50)}});
-        decide.batch({{with(bucket("b", minute, 100), "4", 200)}});
-        auto next = decide.batch({{with(bucket("b", minute, 100), "0d", 1)}});
+        reserved = decide.batch({{flagged(bucket("b", minute, 100), "0d", 50)}});
+        decide.batch({{flagged(bucket("b", minute, 100), "4", 200)}});
+        auto next = decide.batch({{flagged(bucket("b", minute, 100), "0d", 1)}});
         CHECK_FALSE(next[0].results[0].allowed);
         const std::int64_t tat = reserved[0].now_us + 250 * minute;  // (a full bucket before)
         CHECK(std::stoll(redis.text({"GET", "b"})) >= tat - 1);
         CHECK(next[0].results[0].retry_after.count() ==
               ceil_ms(std::stoll(redis.text({"GET", "b"})) + minute - 100 * minute - next[0].now_us));
         // Without "d" the same bucket reads as merely empty: a retry of one interval.
-        auto capped = decide.batch({{with(bucket("b", minute, 100), "0", 1)}});
+        auto capped = decide.batch({{flagged(bucket("b", minute, 100), "0", 1)}});
         CHECK(capped[0].results[0].retry_after.count() <= 60'000);
     }
     SECTION("sliding window") {
-        auto reserved = decide.batch({{with(window("w", 10, minute), "0", 6)}});
+        auto reserved = decide.batch({{flagged(window("w", 10, minute), "0", 6)}});
         CHECK(reserved[0].results[0].remaining == 4);
-        decide.batch({{with(window("w", 10, minute), "0", 2)}});
+        decide.batch({{flagged(window("w", 10, minute), "0", 2)}});
         CHECK(redis.integer({"ZCARD", "w"}) == 8);
         // 4 of the first reservation's 6 go back (its members, scored at its time); then 3 are
         // admitted in one call after a give-back in the same call: every member distinct.
         auto replies = decide.batch({{give_back(window("w", 10, minute), 4, reserved[0].now_us)},
-                                     {with(window("w", 10, minute), "0", 3)}});
+                                     {flagged(window("w", 10, minute), "0", 3)}});
         CHECK(replies[0].results[0].remaining == 6);
         CHECK(replies[1].results[0].remaining == 3);
         CHECK(redis.integer({"ZCARD", "w"}) == 7);
@@ -900,7 +901,7 @@ TEST_CASE("decide script: a reservation settled after the response: a charge pas
     SECTION("fixed window") {
         // Windows of 1000 days: no window ends while this runs.
         const std::int64_t days = 1000LL * 86'400'000'000;
-        auto reserved = decide.batch({{with(fixed("f", 10, days), "0", 6)}});
+        auto reserved = decide.batch({{flagged(fixed("f", 10, days), "0", 6)}});
         const std::int64_t start = reserved[0].now_us - reserved[0].now_us % days;
         auto replies = decide.batch({{give_back(fixed("f", 10, days), 5, reserved[0].now_us)}});
         CHECK(redis.text({"GET", "f"}) == std::to_string(start) + ":1");
@@ -908,15 +909,15 @@ TEST_CASE("decide script: a reservation settled after the response: a charge pas
         // Never below 0; a reservation of an earlier window gives nothing back to this one.
         decide.batch({{give_back(fixed("f", 10, days), 5, reserved[0].now_us)}});
         CHECK(redis.text({"GET", "f"}) == std::to_string(start) + ":0");
-        decide.batch({{with(fixed("f", 10, days), "0", 4)}});
+        decide.batch({{flagged(fixed("f", 10, days), "0", 4)}});
         decide.batch({{give_back(fixed("f", 10, days), 3, start - 1)}});
         CHECK(redis.text({"GET", "f"}) == std::to_string(start) + ":4");
     }
     SECTION("thousands of units at once") {
         // A window's members go to Redis a thousand per command (Lua unpacks a few thousand
         // values at most): a settle of 4500 and a give-back of 4400 of them.
-        auto reserved = decide.batch({{with(window("w", 10'000, minute), "0", 100)}});
-        auto charged = decide.batch({{with(window("w", 10'000, minute), "4", 4500)}});
+        auto reserved = decide.batch({{flagged(window("w", 10'000, minute), "0", 100)}});
+        auto charged = decide.batch({{flagged(window("w", 10'000, minute), "4", 4500)}});
         CHECK(charged[0].results[0].remaining == 10'000 - 4600);
         CHECK(redis.integer({"ZCARD", "w"}) == 4600);
         decide.batch({{give_back(window("w", 10'000, minute), 4400, charged[0].now_us)}});
@@ -924,8 +925,8 @@ TEST_CASE("decide script: a reservation settled after the response: a charge pas
         decide.batch({{give_back(window("w", 10'000, minute), 100, reserved[0].now_us)}});
         CHECK(redis.integer({"ZCARD", "w"}) == 100);
         // A cost past 2^53 would not count exactly: refused.
-        REQUIRE(decide.raw({with(fixed("f", 10, minute), "4", 0)}).ok());
-        auto huge = with(fixed("f", 10, minute), "4", 0);
+        REQUIRE(decide.raw({flagged(fixed("f", 10, minute), "4", 0)}).ok());
+        auto huge = flagged(fixed("f", 10, minute), "4", 0);
         huge.cost = std::numeric_limits<std::int64_t>::max();
         REQUIRE_FALSE(decide.raw({huge}).ok());
     }
