@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -750,9 +751,12 @@ net::awaitable<bool> Session::forward(Exchange& x) {
             const bool body_done = request_body_.done();
             if (!first && n == 0 && !body_done) continue;
             const auto out = gathered(writer.frame(std::string_view(relay.data(), n), body_done));
-            arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
-            auto [wec0, wn] = co_await net::async_write(conn->stream, out, nothrow);
-            upstream_error = disarm_upstream(wec0);
+            const std::size_t sent = conn->stream.send_now(out, upstream_error);
+            if (!upstream_error && sent < net::buffer_size(out)) {
+                arm_upstream(conn->stream.socket(), upstream_cfg.timeout);
+                auto [wec0, wn] = co_await net::async_write(conn->stream, rest_after(out, sent), nothrow);
+                upstream_error = disarm_upstream(wec0);
+            }
             if (upstream_error || body_done) break;
         }
 
@@ -889,10 +893,15 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         // A cost the trailer reports: settled before the body's end goes.
         if (body_done && x.unsettled) co_await settle_trailer(x, body.trailers());
         const auto out = gathered(writer.frame(std::string_view(relay.data(), n), body_done));
-        arm(cfg.server.idle_timeout);
-        auto [wec, wn] = co_await net::async_write(stream_, out, nothrow);
-        disarm();
-        if (wec || timed_out_) co_return false;
+        boost::system::error_code wec;
+        const std::size_t sent = stream_.send_now(out, wec);
+        if (wec) co_return false;
+        if (sent < net::buffer_size(out)) {
+            arm(cfg.server.idle_timeout);
+            std::tie(wec, std::ignore) = co_await net::async_write(stream_, rest_after(out, sent), nothrow);
+            disarm();
+            if (wec || timed_out_) co_return false;
+        }
         rec.bytes_sent += n;
         if (body_done) break;
     }

@@ -460,9 +460,12 @@ private:
                 std::array<net::const_buffer, 5> out;
                 const auto parts = writer.frame(piece, body_done);
                 for (std::size_t i = 0; i < parts.size(); ++i) out[i] = net::buffer(parts[i].data(), parts[i].size());
-                deadline.arm(conn->stream.socket(), Clock::now() + upstream_cfg.timeout);
-                auto [wec, wn] = co_await net::async_write(conn->stream, out, nothrow);
-                upstream_error = deadline.disarm(wec);
+                const std::size_t sent = conn->stream.send_now(out, upstream_error);
+                if (!upstream_error && sent < net::buffer_size(out)) {
+                    deadline.arm(conn->stream.socket(), Clock::now() + upstream_cfg.timeout);
+                    auto [wec, wn] = co_await net::async_write(conn->stream, rest_after(out, sent), nothrow);
+                    upstream_error = deadline.disarm(wec);
+                }
                 if (n > 0) {
                     codec_.consumed(s.id, n);
                     kick();

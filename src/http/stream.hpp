@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -58,10 +59,34 @@ public:
         return plain_->async_write_some(buffers, std::forward<Token>(token));
     }
 
+    // Sends what a plain connection's socket takes at once, without waiting: one sendmsg of
+    // up to 8 of the buffers, not through Asio's reactor, so a write that completes at once
+    // (nearly every request and response piece: the send buffer has room) needs no
+    // asynchronous operation and no trip through the event loop. Returns the bytes sent: 0
+    // over TLS (the record layer writes), when the socket would block, and on an error, which
+    // `ec` then holds (what an asynchronous write would report). The caller writes the rest
+    // asynchronously; no other write may be pending on the stream.
+    std::size_t send_now(const boost::asio::const_buffer* buffers, std::size_t count, boost::system::error_code& ec);
+    template <std::size_t N>
+    std::size_t send_now(const std::array<boost::asio::const_buffer, N>& buffers, boost::system::error_code& ec) {
+        return send_now(buffers.data(), N, ec);
+    }
+
 private:
     std::optional<tcp::socket> plain_;
     std::unique_ptr<TlsStream> tls_;
     std::unique_ptr<std::array<char, 16384>> gather_;
 };
+
+// The part of `buffers` past their first `n` bytes: what a write that sent `n` left.
+template <std::size_t N>
+std::array<boost::asio::const_buffer, N> rest_after(std::array<boost::asio::const_buffer, N> buffers, std::size_t n) {
+    for (auto& piece : buffers) {
+        const std::size_t skipped = n < piece.size() ? n : piece.size();
+        piece += skipped;
+        n -= skipped;
+    }
+    return buffers;
+}
 
 }  // namespace sluice::http

@@ -1,0 +1,34 @@
+#include "http/stream.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+
+namespace sluice::http {
+
+std::size_t Stream::send_now(const boost::asio::const_buffer* buffers, std::size_t count,
+                             boost::system::error_code& ec) {
+    ec.clear();
+    if (tls_ || !plain_->is_open()) return 0;
+    constexpr std::size_t max_pieces = 8;
+    ::iovec pieces[max_pieces];
+    std::size_t used = 0;
+    for (std::size_t i = 0; i < count && used < max_pieces; ++i) {
+        if (buffers[i].size() == 0) continue;
+        pieces[used].iov_base = const_cast<void*>(buffers[i].data());
+        pieces[used].iov_len = buffers[i].size();
+        ++used;
+    }
+    if (used == 0) return 0;
+    ::msghdr message{};
+    message.msg_iov = pieces;
+    message.msg_iovlen = used;
+    const ::ssize_t sent = ::sendmsg(plain_->native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent >= 0) return static_cast<std::size_t>(sent);
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        ec.assign(errno, boost::system::system_category());
+    return 0;
+}
+
+}  // namespace sluice::http

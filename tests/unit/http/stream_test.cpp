@@ -1,0 +1,124 @@
+// Stream::send_now (the write that does not wait) and rest_after, over real loopback TCP.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/ssl/context.hpp>
+
+#include "http/stream.hpp"
+
+using boost::asio::ip::tcp;
+using sluice::http::rest_after;
+using sluice::http::Stream;
+namespace net = boost::asio;
+
+namespace {
+
+struct Pair {
+    net::io_context io;
+    tcp::acceptor acceptor{io, tcp::endpoint(net::ip::address_v4::loopback(), 0)};
+    tcp::socket peer{io};
+    Stream stream{tcp::socket(io)};
+
+    Pair() {
+        stream.socket().connect(acceptor.local_endpoint());
+        peer = acceptor.accept();
+    }
+
+    std::string read_exactly(std::size_t n) {
+        std::string got(n, '\0');
+        net::read(peer, net::buffer(got));
+        return got;
+    }
+};
+
+std::string joined(const std::array<net::const_buffer, 5>& buffers) {
+    std::string s;
+    for (const auto& b : buffers) s.append(static_cast<const char*>(b.data()), b.size());
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("send_now writes every non-empty buffer in one go, in order") {
+    Pair p;
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+    const std::string body = "hello";
+    const std::array<net::const_buffer, 5> out{net::buffer(head), net::const_buffer(), net::buffer(body),
+                                               net::const_buffer(), net::const_buffer()};
+    boost::system::error_code ec;
+    REQUIRE(p.stream.send_now(out, ec) == head.size() + body.size());
+    REQUIRE_FALSE(ec);
+    CHECK(p.read_exactly(head.size() + body.size()) == head + body);
+
+    // Nothing to send: nothing sent, no error.
+    const std::array<net::const_buffer, 5> empty{};
+    CHECK(p.stream.send_now(empty, ec) == 0);
+    CHECK_FALSE(ec);
+}
+
+TEST_CASE("send_now stops where the socket is full, without an error, and rest_after resumes there") {
+    Pair p;
+    p.stream.socket().set_option(net::socket_base::send_buffer_size(4096));
+    p.peer.set_option(net::socket_base::receive_buffer_size(4096));
+    const std::string a(400000, 'a'), b(400000, 'b');
+    const std::array<net::const_buffer, 5> out{net::buffer(a), net::buffer(b), {}, {}, {}};
+    boost::system::error_code ec;
+    // The peer reads nothing: the buffers fill, and a try then sends nothing and is no error
+    // (the caller waits asynchronously for the rest).
+    std::size_t sent = 0;
+    for (int i = 0; i < 1000; ++i) {
+        const std::size_t n = p.stream.send_now(rest_after(out, sent), ec);
+        REQUIRE_FALSE(ec);
+        if (n == 0) break;
+        sent += n;
+    }
+    REQUIRE(sent > 0);
+    REQUIRE(sent < a.size() + b.size());
+    CHECK(p.stream.send_now(rest_after(out, sent), ec) == 0);
+    CHECK_FALSE(ec);
+    // What was sent and what is left make the whole, in order.
+    CHECK(joined(rest_after(out, sent)) == (a + b).substr(sent));
+    CHECK(p.read_exactly(sent) == (a + b).substr(0, sent));
+}
+
+TEST_CASE("send_now reports a connection the peer reset, with no SIGPIPE") {
+    Pair p;
+    p.peer.set_option(net::socket_base::linger(true, 0));
+    p.peer.close();  // a reset
+    const std::string s(1000, 'x');
+    const std::array<net::const_buffer, 5> out{net::buffer(s), {}, {}, {}, {}};
+    boost::system::error_code ec;
+    // The first send may still be taken before the reset is seen; one of a few is refused.
+    for (int i = 0; i < 50 && !ec; ++i) p.stream.send_now(out, ec);
+    REQUIRE(ec);
+    CHECK((ec == net::error::connection_reset || ec == net::error::broken_pipe));
+    // As an asynchronous write would report it.
+    CHECK(ec.category() == boost::system::system_category());
+}
+
+TEST_CASE("send_now leaves a TLS stream and a closed socket to the asynchronous write") {
+    net::io_context io;
+    net::ssl::context context(net::ssl::context::tls_client);
+    Stream tls(tcp::socket(io), context);
+    const std::string s = "x";
+    const std::array<net::const_buffer, 5> out{net::buffer(s), {}, {}, {}, {}};
+    boost::system::error_code ec;
+    CHECK(tls.send_now(out, ec) == 0);
+    CHECK_FALSE(ec);
+    Stream closed{tcp::socket(io)};
+    CHECK(closed.send_now(out, ec) == 0);
+    CHECK_FALSE(ec);
+}
+
+TEST_CASE("rest_after skips whole and partial buffers") {
+    const std::string a = "abc", b = "de", c = "fghi";
+    const std::array<net::const_buffer, 5> out{net::buffer(a), {}, net::buffer(b), net::buffer(c), {}};
+    for (std::size_t n = 0; n <= 9; ++n) CHECK(joined(rest_after(out, n)) == std::string("abcdefghi").substr(n));
+    CHECK(joined(rest_after(out, 100)).empty());
+}
