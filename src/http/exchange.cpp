@@ -421,12 +421,12 @@ void identify_client(Exchange& x) {
         }
     }
     x.rec.request_id = request_id(req, x.peer_trusted);
-    if (auto it = req.find(bhttp::field::user_agent); it != req.end()) x.rec.user_agent = std::string(sv(it->value()));
+    if (const auto agent = find_field(req, bhttp::field::user_agent)) x.rec.user_agent = std::string(*agent);
 }
 
 std::optional<LocalReply> route_request(Exchange& x) {
     const auto& req = x.parser.get();
-    x.route = match_route(x.cfg.routes, sv(req.method_string()), x.key_path, sv(req[bhttp::field::host]));
+    x.route = match_route(x.cfg.routes, sv(req.method_string()), x.key_path, find_field(req, bhttp::field::host).value_or(std::string_view()));
     if (!x.route) return local_problem(404, "no route matches the request");
     x.rec.route = x.route->name;
     x.check = x.route->action == config::RouteAction::check;

@@ -38,6 +38,12 @@ void describe_raw_request(std::string_view head, observe::AccessRecord& rec) {
 
 }  // namespace
 
+std::optional<std::string_view> find_field(const bhttp::fields& fields, bhttp::field name) {
+    for (const auto& f : fields)
+        if (f.name() == name) return sv(f.value());
+    return std::nullopt;
+}
+
 RequestHead read_request_head(std::span<char> bytes, const config::ServerConfig& server, RequestParser& parser,
                               observe::AccessRecord& rec) {
     RequestHead out;
@@ -90,7 +96,7 @@ RequestHead read_request_head(std::span<char> bytes, const config::ServerConfig&
                : framing.body == Body::chunked ? BodyReader::chunked(limits)
                                                : BodyReader();
     out.length = framing.length;
-    out.expects = req.find(bhttp::field::expect) != req.end();
+    out.expects = find_field(req, bhttp::field::expect).has_value();
     if (out.body.state() == BodyReader::State::too_large) return refuse(413, "request body larger than max_body_bytes");
 
     // One reading of the target for routing, `path` keys and forwarding: the normalised path
@@ -100,13 +106,14 @@ RequestHead read_request_head(std::span<char> bytes, const config::ServerConfig&
     if (!out.target.ok()) return refuse(400, out.target.problem);
     if (!out.target.authority.empty()) {
         req.set(bhttp::field::host, out.target.authority);
-    } else if (auto it = req.find(bhttp::field::host); it != req.end()) {
+        rec.host = std::string(out.target.authority);
+    } else if (const auto host = find_field(req, bhttp::field::host)) {
         std::string_view problem;
-        validate_host(sv(it->value()), problem);
+        validate_host(*host, problem);
         if (!problem.empty()) return refuse(400, problem);
+        rec.host = std::string(*host);
     }
     req.target(out.target.origin_form());
-    rec.host = std::string(sv(req[bhttp::field::host]));
     return out;
 }
 

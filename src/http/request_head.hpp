@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -37,6 +38,12 @@ struct RequestHead {
     bool expects = false;      // the head carries Expect (only 100-continue is answered)
     RequestTarget target;      // the target, read once: its normalised `path` routes
 };
+
+// The value of the first field `name` (one Beast has a code for, not field::unknown), in one
+// pass over the fields in the order received. Beast's find and operator[] go down an ordered
+// index comparing names case-insensitively: several times the cost, for the few fields a
+// request has.
+std::optional<std::string_view> find_field(const boost::beast::http::fields& fields, boost::beast::http::field name);
 
 // `raw`: the head, request line to blank line. A minor version above 1 is rewritten in place
 // (HTTP/1.2 is read as HTTP/1.1). `parser` must be fresh; when `parsed` it holds the head,

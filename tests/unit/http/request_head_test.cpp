@@ -177,3 +177,28 @@ TEST_CASE("a request line with nothing to name is named '-'") {
     CHECK(out.rec.method == "GET");
     CHECK(out.rec.target == "-");
 }
+
+TEST_CASE("find_field: the first field of a known name, in the order received, whatever its case") {
+    namespace bhttp = boost::beast::http;
+    bhttp::fields fields;
+    fields.insert("X-Other", "1");
+    fields.insert("user-agent", "first");
+    fields.insert("Accept", "*/*");
+    fields.insert("User-Agent", "second");
+    CHECK(http::find_field(fields, bhttp::field::user_agent) == std::optional<std::string_view>("first"));
+    CHECK(http::find_field(fields, bhttp::field::accept) == std::optional<std::string_view>("*/*"));
+    CHECK_FALSE(http::find_field(fields, bhttp::field::host).has_value());
+    fields.insert(bhttp::field::host, "");
+    CHECK(http::find_field(fields, bhttp::field::host) == std::optional<std::string_view>(""));
+}
+
+TEST_CASE("request head: the access record's host is the Host field, or the absolute-form authority") {
+    CHECK(read("GET / HTTP/1.1\r\nHost: example.com:8080\r\n\r\n").rec.host == "example.com:8080");
+    const auto absolute = read("GET http://other.example/x HTTP/1.1\r\nHost: example.com\r\n\r\n");
+    CHECK(absolute.status == 0);
+    CHECK(absolute.rec.host == "other.example");
+    CHECK(absolute.host == "other.example");
+    CHECK(read("GET / HTTP/1.0\r\n\r\n").rec.host.empty());
+    CHECK(read("GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n").head.expects);
+    CHECK_FALSE(read("GET / HTTP/1.1\r\nHost: a\r\n\r\n").head.expects);
+}
