@@ -106,7 +106,7 @@ constexpr std::string_view invalid_head = "upstream sent an invalid response hea
 
 }  // namespace
 
-std::string_view parse_response_head(std::string_view head, UpstreamResponse& out) {
+std::string_view parse_response_head(std::string_view head, UpstreamResponse& out, std::size_t max_fields) {
     out.fields.clear();
     out.reason = {};
     out.status = 0;
@@ -158,6 +158,7 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
         if (id == bhttp::field::connection || id == bhttp::field::proxy_connection) {
             connection_options(value, close, keep_alive);
         }
+        if (out.fields.size() == max_fields) return "upstream response has too many header fields";
         out.fields.insert_kept(id, name, value);
     }
     if (pos != data.size()) return invalid_head;  // bytes after the blank line: not one head

@@ -87,8 +87,9 @@ struct UpstreamResponse {
 // status line "HTTP/1.x NNN reason", field names that are tokens followed by the colon (no
 // obs-fold, no whitespace before the colon), lines that end in CRLF, no control byte but
 // tab in a reason or value (the same bytes check_request_head refuses in a request head).
-// Returns an empty view on success, else the problem, worded for the 502 that follows.
-// Any bytes are safe to give it.
-std::string_view parse_response_head(std::string_view head, UpstreamResponse& out);
+// More than `max_fields` field lines are refused too. Returns an empty view on success, else
+// the problem, worded for the 502 that follows. Any bytes are safe to give it.
+std::string_view parse_response_head(std::string_view head, UpstreamResponse& out,
+                                     std::size_t max_fields = static_cast<std::size_t>(-1));
 
 }  // namespace sluice::http

@@ -13,31 +13,44 @@ HeadScan scan_request_head(std::string_view data, std::size_t& scanned) {
     result.leading_crlf = start;
     if (scanned < start) scanned = start;
 
-    // A line at a time: memchr finds its LF and any NUL before it (both with vector
-    // instructions; this runs over every head, request and response). The first of a NUL, a
-    // bare LF and the blank line decides, as in a reading byte by byte.
+    // A line at a time: memchr finds its LF (with vector instructions; this runs over every
+    // head, request and response). A bare LF or the blank line stops the reading; a NUL
+    // before that point (one memchr over all the lines read, not one per line) decides
+    // first, as in a reading byte by byte.
     const char* const base = data.data();
+    enum class Stop { none, bare_lf, blank_line } stop = Stop::none;
+    std::size_t stop_at = data.size();  // the LF that stopped the reading, else the end
     for (std::size_t i = scanned; i < data.size();) {
         const auto* lf = static_cast<const char*>(std::memchr(base + i, '\n', data.size() - i));
-        const std::size_t end = lf ? static_cast<std::size_t>(lf - base) : data.size();
-        if (std::memchr(base + i, '\0', end - i) != nullptr) {
-            result.state = HeadScan::State::malformed;
-            result.problem = "NUL in request head";
-            return result;
-        }
         if (!lf) break;
+        const auto end = static_cast<std::size_t>(lf - base);
         if (end == 0 || data[end - 1] != '\r') {
-            result.state = HeadScan::State::malformed;
-            result.problem = "bare LF in request head";
-            return result;
+            stop = Stop::bare_lf;
+            stop_at = end;
+            break;
         }
         if (end >= start + 3 && data[end - 2] == '\n' && data[end - 3] == '\r') {
-            result.state = HeadScan::State::complete;
-            result.head_size = end + 1 - start;
-            scanned = end + 1;
-            return result;
+            stop = Stop::blank_line;
+            stop_at = end;
+            break;
         }
         i = end + 1;
+    }
+    if (scanned < stop_at && std::memchr(base + scanned, '\0', stop_at - scanned) != nullptr) {
+        result.state = HeadScan::State::malformed;
+        result.problem = "NUL in request head";
+        return result;
+    }
+    if (stop == Stop::bare_lf) {
+        result.state = HeadScan::State::malformed;
+        result.problem = "bare LF in request head";
+        return result;
+    }
+    if (stop == Stop::blank_line) {
+        result.state = HeadScan::State::complete;
+        result.head_size = stop_at + 1 - start;
+        scanned = stop_at + 1;
+        return result;
     }
     // Keep the last three bytes unscanned: they may be the start of the terminator.
     scanned = data.size() > start + 3 ? data.size() - 3 : start;

@@ -108,9 +108,7 @@ RequestHead read_request_head(std::span<char> bytes, const config::ServerConfig&
         req.set(bhttp::field::host, out.target.authority);
         rec.host = std::string(out.target.authority);
     } else if (const auto host = find_field(req, bhttp::field::host)) {
-        std::string_view problem;
-        validate_host(*host, problem);
-        if (!problem.empty()) return refuse(400, problem);
+        if (const auto problem = host_problem(*host); !problem.empty()) return refuse(400, problem);
         rec.host = std::string(*host);
     }
     req.target(out.target.origin_form());

@@ -2,15 +2,24 @@
 
 #include <arpa/inet.h>
 
+#include <array>
 #include <vector>
 
 namespace sluice::http {
 
 namespace {
 
-bool is_alpha(unsigned char c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-bool is_unreserved(unsigned char c) { return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~'; }
+// RFC 3986 unreserved: ALPHA / DIGIT / "-" / "." / "_" / "~" (a table: every Host byte is
+// looked up).
+constexpr std::array<bool, 256> unreserved_bytes = [] {
+    std::array<bool, 256> t{};
+    for (int c = 0; c < 256; ++c)
+        t[static_cast<std::size_t>(c)] = ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || (c >= '0' && c <= '9') ||
+                                         c == '-' || c == '.' || c == '_' || c == '~';
+    return t;
+}();
+bool is_unreserved(unsigned char c) { return unreserved_bytes[c]; }
 
 int hex_value(unsigned char c) {
     if (is_digit(c)) return c - '0';
@@ -101,28 +110,26 @@ std::string normalize_path(std::string_view raw, std::string_view& problem) {
     return out;
 }
 
-std::string validate_host(std::string_view value, std::string_view& problem) {
-    problem = {};
-    auto invalid = [&problem](std::string_view why) {
-        problem = why;
-        return std::string();
-    };
-    std::string_view host = value;
-    std::string_view port;
-    bool has_port = false;
+namespace {
+
+// validate_host's check: the problem (empty when valid), and the host and port parts.
+std::string_view check_host(std::string_view value, std::string_view& host, std::string_view& port, bool& has_port) {
+    host = value;
+    port = {};
+    has_port = false;
     if (!host.empty() && host.front() == '[') {
         const auto close = host.find(']');
-        if (close == std::string_view::npos) return invalid("invalid Host: unclosed IPv6 literal");
+        if (close == std::string_view::npos) return "invalid Host: unclosed IPv6 literal";
         const auto literal = host.substr(1, close - 1);
         char text[64];
         unsigned char addr[16];
-        if (literal.empty() || literal.size() >= sizeof(text)) return invalid("invalid Host: bad IPv6 literal");
+        if (literal.empty() || literal.size() >= sizeof(text)) return "invalid Host: bad IPv6 literal";
         literal.copy(text, literal.size());
         text[literal.size()] = '\0';
-        if (::inet_pton(AF_INET6, text, addr) != 1) return invalid("invalid Host: bad IPv6 literal");
+        if (::inet_pton(AF_INET6, text, addr) != 1) return "invalid Host: bad IPv6 literal";
         const auto after = host.substr(close + 1);
         if (!after.empty()) {
-            if (after.front() != ':') return invalid("invalid Host: bytes after the IPv6 literal");
+            if (after.front() != ':') return "invalid Host: bytes after the IPv6 literal";
             has_port = true;
             port = after.substr(1);
         }
@@ -134,23 +141,37 @@ std::string validate_host(std::string_view value, std::string_view& problem) {
             port = host.substr(colon + 1);
             host = host.substr(0, colon);
         }
-        if (host.empty()) return invalid("invalid Host: empty host");
-        if (host.size() > 255) return invalid("invalid Host: longer than 255 bytes");
-        for (std::size_t i = 0; i < host.size(); ++i) {
-            const auto c = static_cast<unsigned char>(host[i]);
-            if (!is_unreserved(c)) return invalid("invalid Host: character not allowed in a host name");
-            if (c == '.' && i + 1 < host.size() && host[i + 1] == '.') return invalid("invalid Host: empty label");
-        }
+        if (host.empty()) return "invalid Host: empty host";
+        if (host.size() > 255) return "invalid Host: longer than 255 bytes";
+        for (const char c : host)
+            if (!is_unreserved(static_cast<unsigned char>(c))) return "invalid Host: character not allowed in a host name";
+        if (host.find("..") != std::string_view::npos) return "invalid Host: empty label";
     }
     if (has_port) {
-        if (port.size() > 5) return invalid("invalid Host: bad port");
+        if (port.size() > 5) return "invalid Host: bad port";
         unsigned n = 0;
         for (char c : port) {
-            if (!is_digit(static_cast<unsigned char>(c))) return invalid("invalid Host: bad port");
+            if (!is_digit(static_cast<unsigned char>(c))) return "invalid Host: bad port";
             n = n * 10 + static_cast<unsigned>(c - '0');
         }
-        if (n > 65535) return invalid("invalid Host: bad port");
+        if (n > 65535) return "invalid Host: bad port";
     }
+    return {};
+}
+
+}  // namespace
+
+std::string_view host_problem(std::string_view value) {
+    std::string_view host, port;
+    bool has_port = false;
+    return check_host(value, host, port, has_port);
+}
+
+std::string validate_host(std::string_view value, std::string_view& problem) {
+    std::string_view host, port;
+    bool has_port = false;
+    problem = check_host(value, host, port, has_port);
+    if (!problem.empty()) return std::string();
     std::string out(host);
     for (auto& c : out) c = static_cast<char>((c >= 'A' && c <= 'Z') ? c | 0x20 : c);
     if (has_port) {

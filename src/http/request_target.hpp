@@ -36,5 +36,7 @@ std::string normalize_path(std::string_view raw, std::string_view& problem);
 // optionally `:port` with a port of at most 65535. Returns the value with the host
 // lowercased, or an empty string (and `problem`) when invalid.
 std::string validate_host(std::string_view host, std::string_view& problem);
+// The same check without the lowercased copy: the problem, or an empty view when valid.
+std::string_view host_problem(std::string_view host);
 
 }  // namespace sluice::http

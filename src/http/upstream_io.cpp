@@ -156,10 +156,8 @@ net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, Upstre
             const auto raw = data.substr(0, scan.head_size);
             if (raw.size() > upstream_header_limit) {
                 result.problem = "upstream response head too large";
-            } else if (count_field_lines(raw) > upstream_field_lines) {
-                result.problem = "upstream response has too many header fields";
             } else {
-                result.problem = parse_response_head(raw, response);
+                result.problem = parse_response_head(raw, response, upstream_field_lines);
                 // An interim head is relayed without its framing, never framed: what would
                 // make a final one ambiguous is refused here (as Beast's parser did).
                 if (result.problem.empty() && response.status < 200) {

@@ -277,3 +277,14 @@ TEST_CASE("FieldList keeps every name and value in place while fields come and g
     list.insert(bhttp::field::via, "1.1 sluice");
     CHECK(lines_of(list) == Lines{{"Via", "1.1 sluice"}});
 }
+
+TEST_CASE("parse_response_head refuses more field lines than max_fields") {
+    http::UpstreamResponse res;
+    std::string head = "HTTP/1.1 200 OK\r\n";
+    for (int i = 0; i < 3; ++i) head += "X-A: " + std::to_string(i) + "\r\n";
+    head += "\r\n";
+    CHECK(http::parse_response_head(head, res, 3).empty());
+    CHECK(res.fields.size() == 3);
+    CHECK(http::parse_response_head(head, res, 2) == "upstream response has too many header fields");
+    CHECK(http::parse_response_head("HTTP/1.1 204 No Content\r\n\r\n", res, 0).empty());
+}

@@ -17,6 +17,7 @@ std::string norm(std::string_view raw) {
 std::string host(std::string_view raw) {
     std::string_view problem;
     auto out = validate_host(raw, problem);
+    CHECK(sluice::http::host_problem(raw) == problem);  // the check alone agrees
     return problem.empty() ? out : "<invalid>";
 }
 }  // namespace
