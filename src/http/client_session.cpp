@@ -969,9 +969,14 @@ net::awaitable<bool> Session::reply(const config::ServerConfig& server, LocalRep
     const std::string out = serialize(response);
     rec.status = status;
     rec.bytes_sent = response.head ? 0 : body.size();
-    arm(server.idle_timeout);
-    auto [ec, n] = co_await net::async_write(stream_, net::buffer(out), nothrow);
-    disarm();
+    const std::array<net::const_buffer, 1> whole{net::buffer(out)};
+    boost::system::error_code ec;
+    const std::size_t sent = stream_.send_now(whole, ec);
+    if (!ec && sent < out.size()) {
+        arm(server.idle_timeout);
+        std::tie(ec, std::ignore) = co_await net::async_write(stream_, rest_after(whole, sent), nothrow);
+        disarm();
+    }
     co_return keep_alive && !ec;
 }
 
