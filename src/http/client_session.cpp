@@ -275,7 +275,18 @@ private:
                 if (self->hold_timer_) self->hold_timer_->cancel();
             });
     }
+    // watch_client for the upstream's answer, should it take a while: a worker tick (50 to
+    // 100 ms) later (server::SlowWaits), or at once when the worker is stopping. Most answers
+    // come sooner and need no watch; a client gone meanwhile is seen when its response is
+    // written.
+    void watch_client_soon() {
+        client_gone_ = false;
+        if (stream_.is_tls()) return;
+        if (worker_.stopping()) return watch_client();
+        worker_.slow_waits().add(watch_later_);
+    }
     void unwatch_client() {
+        watch_later_.unlink();
         ++client_watch_generation_;
         if (!client_watched_) return;
         client_watched_ = false;
@@ -328,6 +339,12 @@ private:
     char client_peek_ = 0;         // where it peeks
     bool client_gone_ = false;     // it saw the client go while the upstream was answering
     std::uint64_t client_watch_generation_ = 0;
+    struct WatchLater final : server::SlowWait {
+        explicit WatchLater(Session& s) : session(s) {}
+        Session& session;
+        void fire() override { session.watch_client(); }
+    };
+    WatchLater watch_later_{*this};  // watch_client_soon's link
     bool idle_ = false;  // waiting for a request with nothing received: graceful stop may close it
     net::steady_timer* hold_timer_ = nullptr;  // the request is held back on it (hold_back)
     Clock::time_point held_until_{};
@@ -769,7 +786,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         // it, so it is never sent again.
         bool answered = false;
         const auto head_deadline = Clock::now() + upstream_cfg.timeout;
-        if (!upstream_error) watch_client();
+        if (!upstream_error) watch_client_soon();
         for (int interim = 0; !upstream_error && !client_gone_; ++interim) {
             const auto got = co_await read_upstream_head(*conn, response, head_deadline, upstream_deadline_);
             if (got.ec || !got.problem.empty()) {
@@ -969,9 +986,12 @@ net::awaitable<bool> Session::reply(const config::ServerConfig& server, LocalRep
     const std::string out = serialize(response);
     rec.status = status;
     rec.bytes_sent = response.head ? 0 : body.size();
+    // At once, unless the client has sent more already: then the asynchronous write, which
+    // lets the worker's other connections have their turn before the next request (requests
+    // pipelined behind one another need no read, and every one could be answered here).
     const std::array<net::const_buffer, 1> whole{net::buffer(out)};
     boost::system::error_code ec;
-    const std::size_t sent = stream_.send_now(whole, ec);
+    const std::size_t sent = buffer_.size() == 0 ? stream_.send_now(whole, ec) : 0;
     if (!ec && sent < out.size()) {
         arm(server.idle_timeout);
         std::tie(ec, std::ignore) = co_await net::async_write(stream_, rest_after(whole, sent), nothrow);

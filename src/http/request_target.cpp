@@ -143,9 +143,11 @@ std::string_view check_host(std::string_view value, std::string_view& host, std:
         }
         if (host.empty()) return "invalid Host: empty host";
         if (host.size() > 255) return "invalid Host: longer than 255 bytes";
-        for (const char c : host)
-            if (!is_unreserved(static_cast<unsigned char>(c))) return "invalid Host: character not allowed in a host name";
-        if (host.find("..") != std::string_view::npos) return "invalid Host: empty label";
+        for (std::size_t i = 0; i < host.size(); ++i) {
+            const auto c = static_cast<unsigned char>(host[i]);
+            if (!is_unreserved(c)) return "invalid Host: character not allowed in a host name";
+            if (c == '.' && i + 1 < host.size() && host[i + 1] == '.') return "invalid Host: empty label";
+        }
     }
     if (has_port) {
         if (port.size() > 5) return "invalid Host: bad port";

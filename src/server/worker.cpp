@@ -111,8 +111,10 @@ void Worker::renew_slots(const limit::Slots& slots) {
     if (store_) store_->renew(slots);
 }
 
-// Copies the store's state (owned by this thread) where other threads may read it.
+// Every 50 ms: ticks the slow waits, and copies the store's state (owned by this thread)
+// where other threads may read it.
 void Worker::watch_store() {
+    slow_waits_.tick();
     store_ready_ = store_->ready();
     {
         auto nodes = store_->nodes();
@@ -229,6 +231,7 @@ void Worker::shutdown() {
         for (auto* s : sessions) s->stop_if_idle();
         pool_.shut();  // sessions still finishing close their upstream connections
         if (store_watch_) store_watch_->cancel();
+        slow_waits_.fire_all();  // no more ticks: what waits is watched now
         if (sessions_.empty()) store_->stop();
         guard_.reset();
     });

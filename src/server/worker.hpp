@@ -24,6 +24,7 @@
 #include "limit/limit_key.hpp"
 #include "observe/limited_clients.hpp"
 #include "redis/topology.hpp"
+#include "server/slow_waits.hpp"
 #include "server/snapshot.hpp"
 
 namespace sluice::http {
@@ -69,6 +70,9 @@ public:
     const std::shared_ptr<const Snapshot>& snapshot() const { return snapshot_; }
     http::UpstreamPool& upstream_pool() { return pool_; }
     http::RelayBuffers& relay_buffers() { return relay_buffers_; }
+    // Waits that want something done should they last (ticked with watch_store, every 50 ms;
+    // all fired at once when the worker starts stopping, and at once from then on).
+    SlowWaits& slow_waits() { return slow_waits_; }
     std::size_t next_server(std::size_t upstream_index, std::size_t server_count);
     bool stopping() const { return stopping_; }
     // While stopping: when the server gives up on what is left (shutdown_timeout after the stop).
@@ -119,6 +123,7 @@ private:
     // unregister and read the snapshot; the pool and acceptors hold sockets of io_ and go first.
     unsigned index_;
     std::unordered_set<http::ClientSession*> sessions_;
+    SlowWaits slow_waits_;  // sessions' links (unlinked when they go)
     http::RelayBuffers relay_buffers_;
     std::vector<std::size_t> round_robin_;
     std::shared_ptr<const Snapshot> snapshot_;

@@ -1,12 +1,14 @@
 """Proxy-generated statuses: 400 framing errors, 408, 413, 431, 502, 504."""
 
 import select
+import socket
+import threading
 import time
 import unittest
 
-from harness import (LOOPBACK, ConnectionClosed, IncompleteResponse, SluiceTestCase,
-                     build_request, by_path, close_without_answer, delayed, echo, free_port,
-                     garbage, proxy_config, reset, respond, send_raw)
+from harness import (LOOPBACK, ConnectionClosed, IncompleteResponse, RawClient, SluiceTestCase,
+                     big_response, build_request, by_path, close_without_answer, delayed, echo,
+                     free_port, garbage, proxy_config, reset, respond, send_raw)
 
 MAX_BODY = 1024
 MAX_HEADER = 4096
@@ -305,6 +307,83 @@ class UpstreamFailureTest(SluiceTestCase):
                 self.assertEqual(cut.exception.partial_response.status, 200)
                 self.assertIn(first, cut.exception.partial or b"")
                 self.sluice.wait_log("response body cut short: timed out")
+
+
+class StalledPeerTest(SluiceTestCase):
+    """A peer that stops reading: what sluice writes at once goes, the rest waits under the
+    deadline of its side (idle_timeout for the client, the upstream's timeout), then the
+    connection is given up."""
+
+    BIG = 64 << 20  # more than loopback's socket buffers hold
+
+    def setUp(self):
+        # An upstream that accepts and never reads.
+        self.silent = socket.socket()
+        self.silent.bind((LOOPBACK, 0))
+        self.silent.listen(8)
+        self.held = []
+        threading.Thread(target=self.hold_connections, daemon=True).start()
+        self.big = big_response(self.BIG, chunked=False, seed=5)
+        self.up = self.start_upstream(by_path({"/big": self.big, "/ok": respond(200, b"ok")}))
+        self.port = free_port()
+        routes = [
+            {"name": "silent", "match": {"path_prefix": "/silent"}, "upstream": "silent"},
+            {"name": "main", "match": {"path_prefix": "/"}, "upstream": "app"},
+        ]
+        self.sluice = self.start_sluice(proxy_config(
+            self.port,
+            {"app": self.up.address,
+             "silent": {"servers": [f"{LOOPBACK}:{self.silent.getsockname()[1]}"], "timeout": "1s"}},
+            routes, server={"idle_timeout": "1s", "max_body_bytes": 2 * self.BIG}))
+
+    def tearDown(self):
+        self.silent.close()
+        for conn in self.held:
+            conn.close()
+        super().tearDown()
+
+    def hold_connections(self):
+        while True:
+            try:
+                conn, _ = self.silent.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def test_a_client_that_stops_reading_is_let_go_after_idle_timeout(self):
+        c = RawClient(self.port, timeout=10)
+        self.addCleanup(c.close)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        c.send(build_request("GET", "/big"))
+        time.sleep(3)  # not reading: sluice's write waits, past the 1 s idle_timeout
+        got = c.wait_closed(10)
+        self.assertTrue(got.startswith(b"HTTP/1.1 200 "), got[:100])
+        self.assertLess(len(got), self.BIG, "the whole body went: the write never waited")
+        # The worker is not stuck on it.
+        self.assertEqual(self.client(self.port).request("GET", "/ok").body, b"ok")
+
+    def test_an_upstream_that_stops_reading_a_body_times_out(self):
+        c = RawClient(self.port, timeout=10)
+        self.addCleanup(c.close)
+        head = (f"POST /silent/upload HTTP/1.1\r\nHost: test.local\r\n"
+                f"Content-Length: {self.BIG}\r\n\r\n").encode()
+
+        def send_body():
+            try:
+                c.send(head + b"x" * self.BIG)
+            except OSError:
+                pass  # sluice answered and closed before the body was all sent
+
+        sender = threading.Thread(target=send_body, daemon=True)
+        start = time.monotonic()
+        sender.start()
+        r = c.read_response(timeout=10)
+        self.assert_problem(r, 504)
+        self.assertLess(time.monotonic() - start, 8)
+        entry = self.sluice.wait_access(target="/silent/upload")
+        self.assertEqual(entry["status"], "504")
+        self.assertTrue(self.held, "the request never reached the upstream")
+        sender.join(10)
 
 
 if __name__ == "__main__":

@@ -159,3 +159,12 @@ TEST_CASE("parse_request_target") {
         CHECK(t.origin_form() == "*");
     }
 }
+
+TEST_CASE("validate_host names the first problem in the host, reading left to right") {
+    const auto problem = [](std::string_view raw) { return std::string(sluice::http::host_problem(raw)); };
+    CHECK(problem("a..b@") == "invalid Host: empty label");
+    CHECK(problem("a@b..c") == "invalid Host: character not allowed in a host name");
+    CHECK(problem("a..b:99999") == "invalid Host: empty label");
+    CHECK(problem("ab:99999") == "invalid Host: bad port");
+    CHECK(problem("example.com:8080").empty());
+}

@@ -116,6 +116,22 @@ TEST_CASE("send_now leaves a TLS stream and a closed socket to the asynchronous 
     CHECK_FALSE(ec);
 }
 
+TEST_CASE("send_now sends the first 8 non-empty buffers of more; rest_after resumes with the others") {
+    Pair p;
+    std::vector<std::string> pieces;
+    for (char c = 'a'; c < 'a' + 10; ++c) pieces.emplace_back(3, c);
+    std::array<net::const_buffer, 11> out;
+    out[0] = net::const_buffer();  // empty ones do not count
+    for (std::size_t i = 0; i < 10; ++i) out[i + 1] = net::buffer(pieces[i]);
+    boost::system::error_code ec;
+    const std::size_t sent = p.stream.send_now(out, ec);
+    REQUIRE_FALSE(ec);
+    CHECK(sent == 24);
+    const auto rest = rest_after(out, sent);
+    CHECK(p.stream.send_now(rest, ec) == 6);
+    CHECK(p.read_exactly(30) == "aaabbbcccdddeeefffggghhhiiijjj");
+}
+
 TEST_CASE("rest_after skips whole and partial buffers") {
     const std::string a = "abc", b = "de", c = "fghi";
     const std::array<net::const_buffer, 5> out{net::buffer(a), {}, net::buffer(b), net::buffer(c), {}};
