@@ -11,7 +11,9 @@
 #
 # Scenarios: none (no limits), token_bucket (one Redis key), clients100k (a Redis token bucket
 # per client, 100,000 clients behind a trusted X-Forwarded-For, as loadtest/run.sh),
-# clients100k_memory (the same on the memory store). Needs valgrind, nginx, redis-server, wrk
+# clients100k_memory (the same on the memory store), nginx (the reference: nginx as a reverse
+# proxy with one worker and run.sh's forwarding, under callgrind the same way; not in the
+# default list). Needs valgrind, nginx, redis-server, wrk
 # (loadtest/run.sh installs the last three). The profiles stay in OUT (default a temporary
 # directory, printed) for callgrind_annotate.
 set -euo pipefail
@@ -79,7 +81,7 @@ for scenario in $SCENARIOS; do
     limits:
       - { name: per_client, algorithm: token_bucket, rate: 1, per: 1m, burst: 1000000, key: [client_ip] }"
   case "$scenario" in
-    none) ;;
+    none|nginx) ;;
     token_bucket) limits=$bucket ;;
     clients100k) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" ;;
     clients100k_memory) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" store="
@@ -89,6 +91,56 @@ for scenario in $SCENARIOS; do
   redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
   port=$(free_port) admin=$(free_port) dir="$OUT/$scenario"
   mkdir -p "$dir"
+  if [ "$scenario" = nginx ]; then
+    # The reference: nginx as a reverse proxy (one worker, no master process), forwarding as
+    # in loadtest/run.sh. It allocates from its own pools: no allocations column.
+    mkdir -p "$dir/tmp"
+    cat >"$dir/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $dir/tmp/body; proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi; uwsgi_temp_path $dir/tmp/uwsgi; scgi_temp_path $dir/tmp/scgi;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  upstream app { server 127.0.0.1:$UP_PORT; keepalive 64; keepalive_requests 1000000; keepalive_timeout 300s; }
+  server {
+    listen 127.0.0.1:$port;
+    location / {
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header Via "1.1 nginx";
+    }
+  }
+}
+EOF
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
+      "$NGINX" -c "$dir/nginx.conf" >"$dir/nginx.log" 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    ready=0
+    for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.2; done
+    [ "$ready" = 1 ] || { echo "instructions: nginx did not get ready" >&2; tail -5 "$dir/nginx.log" >&2; exit 1; }
+    wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/" >/dev/null
+    callgrind_control -i on "$pid" >/dev/null 2>&1
+    wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:$port/" >"$dir/wrk.txt"
+    callgrind_control -i off "$pid" >/dev/null 2>&1
+    kill -QUIT "$pid"
+    wait "$pid" 2>/dev/null || true
+    requests=$(awk '/requests in/ { print $1 }' "$dir/wrk.txt")
+    total=$(callgrind_annotate "$dir"/callgrind.out* 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }')
+    awk -v c="$CONNS" -v n="$requests" -v t="$total" \
+      'BEGIN { printf "| nginx (reference) | %s | %d | %.0f | - |\n", c, n, t / n }'
+    continue
+  fi
   cat >"$dir/sluice.yaml" <<EOF
 server:
   listen: ["127.0.0.1:$port"]

@@ -277,8 +277,8 @@ private:
     }
     // watch_client for the upstream's answer, should it take a while: a worker tick (50 to
     // 100 ms) later (server::SlowWaits), or at once when the worker is stopping. Most answers
-    // come sooner and need no watch; a client gone meanwhile is seen when its response is
-    // written.
+    // come sooner and need no watch; a client gone meanwhile is seen when the watch starts,
+    // or when its response is written if that comes first.
     void watch_client_soon() {
         client_gone_ = false;
         if (stream_.is_tls()) return;
