@@ -66,6 +66,30 @@ EOF
 PIDS+=($!)
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" PING >/dev/null 2>&1 && break; sleep 0.1; done
 
+# profile DIR WHAT READY_URL LOAD_URL STOP_SIGNAL WRK_SCRIPT COMMAND...: runs COMMAND under
+# callgrind (counting off), waits until READY_URL answers, warms up for 2 s, counts while wrk
+# keeps CONNS connections busy against LOAD_URL for DURATION, stops it with STOP_SIGNAL;
+# sets `requests` (wrk's count) and `total` (instructions counted).
+profile() {
+  local dir=$1 what=$2 ready_url=$3 load_url=$4 stop=$5 script=$6
+  shift 6
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" "$@" >"$dir/$what.log" 2>&1 &
+  local pid=$! ready=0
+  PIDS+=("$pid")
+  for _ in $(seq 200); do curl -sf "$ready_url" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.2; done
+  [ "$ready" = 1 ] || { echo "instructions: $what did not get ready ($scenario)" >&2; tail -5 "$dir/$what.log" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  wrk -t1 -c"$CONNS" -d2s $script "$load_url" >/dev/null
+  callgrind_control -i on "$pid" >/dev/null 2>&1
+  # shellcheck disable=SC2086
+  wrk -t1 -c"$CONNS" -d"$DURATION" $script "$load_url" >"$dir/wrk.txt"
+  callgrind_control -i off "$pid" >/dev/null 2>&1
+  kill -"$stop" "$pid"
+  wait "$pid" 2>/dev/null || true
+  requests=$(awk '/requests in/ { print $1 }' "$dir/wrk.txt")
+  total=$(callgrind_annotate "$dir"/callgrind.out* 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }')
+}
+
 echo "| scenario | connections | requests | instructions per request | allocations per request |"
 echo "|---|---:|---:|---:|---:|"
 for scenario in $SCENARIOS; do
@@ -122,21 +146,7 @@ http {
   }
 }
 EOF
-    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
-      "$NGINX" -c "$dir/nginx.conf" >"$dir/nginx.log" 2>&1 &
-    pid=$!
-    PIDS+=("$pid")
-    ready=0
-    for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.2; done
-    [ "$ready" = 1 ] || { echo "instructions: nginx did not get ready" >&2; tail -5 "$dir/nginx.log" >&2; exit 1; }
-    wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/" >/dev/null
-    callgrind_control -i on "$pid" >/dev/null 2>&1
-    wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:$port/" >"$dir/wrk.txt"
-    callgrind_control -i off "$pid" >/dev/null 2>&1
-    kill -QUIT "$pid"
-    wait "$pid" 2>/dev/null || true
-    requests=$(awk '/requests in/ { print $1 }' "$dir/wrk.txt")
-    total=$(callgrind_annotate "$dir"/callgrind.out* 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }')
+    profile "$dir" nginx "http://127.0.0.1:$port/" "http://127.0.0.1:$port/" QUIT "" "$NGINX" -c "$dir/nginx.conf"
     awk -v c="$CONNS" -v n="$requests" -v t="$total" \
       'BEGIN { printf "| nginx (reference) | %s | %d | %.0f | - |\n", c, n, t / n }'
     continue
@@ -162,23 +172,8 @@ logging:
   access_log: "off"
   summary_interval: 0
 EOF
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
-    "$SLUICE" -c "$dir/sluice.yaml" >"$dir/sluice.log" 2>&1 &
-  pid=$!
-  PIDS+=("$pid")
-  ready=0
-  for _ in $(seq 200); do curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.2; done
-  [ "$ready" = 1 ] || { echo "instructions: sluice did not get ready ($scenario)" >&2; tail -5 "$dir/sluice.log" >&2; exit 1; }
-  # shellcheck disable=SC2086
-  wrk -t1 -c"$CONNS" -d2s $script "http://127.0.0.1:$port/" >/dev/null
-  callgrind_control -i on "$pid" >/dev/null 2>&1
-  # shellcheck disable=SC2086
-  wrk -t1 -c"$CONNS" -d"$DURATION" $script "http://127.0.0.1:$port/" >"$dir/wrk.txt"
-  callgrind_control -i off "$pid" >/dev/null 2>&1
-  kill -TERM "$pid"
-  wait "$pid" 2>/dev/null || true
-  requests=$(awk '/requests in/ { print $1 }' "$dir/wrk.txt")
-  total=$(callgrind_annotate "$dir/callgrind.out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }')
+  profile "$dir" sluice "http://127.0.0.1:$admin/readyz" "http://127.0.0.1:$port/" TERM "$script" \
+    "$SLUICE" -c "$dir/sluice.yaml"
   # Calls of operator new(unsigned long), summed over every call site.
   allocations=$(python3 - "$dir/callgrind.out" <<'PY'
 import re, sys
