@@ -16,8 +16,65 @@ void FieldList::insert(bhttp::field name, std::string_view value) {
 }
 
 void FieldList::insert(std::string_view name, std::string_view value) {
+    lines_.emplace_back(field_id(name), keep(name), keep(value));
+}
+
+namespace {
+
+// A name as last spelled, and Beast's code for it. Plain data: thread_local storage starts
+// zeroed (size 0: empty) and needs no initialisation on first use.
+struct RememberedName {
+    std::uint8_t size;
+    bhttp::field id;
+    char bytes[27];
+};
+constexpr std::size_t remembered_names = 128;  // 4 KiB a thread
+thread_local RememberedName remembered[remembered_names];
+
+// Whether the n bytes (1 to 27) at a and b are equal: words compared, the last one where the
+// string ends (overlapping), none read past either end.
+bool same_bytes(const char* a, const char* b, std::size_t n) {
+    const auto word = [](const char* p) {
+        std::uint64_t x;
+        std::memcpy(&x, p, 8);
+        return x;
+    };
+    const auto half = [](const char* p) {
+        std::uint32_t x;
+        std::memcpy(&x, p, 4);
+        return x;
+    };
+    if (n < 4) {
+        for (std::size_t i = 0; i < n; ++i)
+            if (a[i] != b[i]) return false;
+        return true;
+    }
+    if (n < 8) return half(a) == half(b) && half(a + n - 4) == half(b + n - 4);
+    for (std::size_t i = 0; i + 8 < n; i += 8)
+        if (word(a + i) != word(b + i)) return false;
+    return word(a + n - 8) == word(b + n - 8);
+}
+
+// A name not remembered (or too long to be): looked up, and remembered when it fits.
+[[gnu::noinline]] bhttp::field look_up_field(std::string_view name, RememberedName* slot) {
     const auto id = bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()));
-    lines_.emplace_back(id, keep(name), keep(value));
+    if (slot) {
+        slot->size = static_cast<std::uint8_t>(name.size());
+        slot->id = id;
+        std::memcpy(slot->bytes, name.data(), name.size());
+    }
+    return id;
+}
+
+}  // namespace
+
+bhttp::field field_id(std::string_view name) {
+    const std::size_t n = name.size();
+    if (n == 0 || n > sizeof(RememberedName::bytes)) return look_up_field(name, nullptr);
+    const auto byte = [&](std::size_t i) { return static_cast<std::size_t>(static_cast<unsigned char>(name[i])); };
+    auto& slot = remembered[(n * 31 + byte(0) * 7 + byte(n / 2) * 3 + byte(n - 1)) % remembered_names];
+    if (slot.size == n && same_bytes(slot.bytes, name.data(), n)) return slot.id;
+    return look_up_field(name, &slot);
 }
 
 void FieldList::clear() {
@@ -66,23 +123,31 @@ constexpr std::array<bool, 256> value_bytes = [] {
 }();
 
 // Eight bytes at a time: a word with no byte below 0x20 and none equal to 0x7f is plain as it
-// is (most words of most heads); one with such a byte (a tab, usually) is looked at byte by byte.
-bool plain(std::string_view s) {
+// is (most words of most heads); one with such a byte (a tab, usually) is looked at byte by
+// byte. A string of 8 bytes or more ends with its last 8 (read again where they overlap).
+[[gnu::always_inline]] inline bool plain_word(const char* p) {
     constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-    std::size_t i = 0;
-    for (; i + 8 <= s.size(); i += 8) {
-        std::uint64_t x;
-        std::memcpy(&x, s.data() + i, 8);
-        const std::uint64_t below_space = (x - ones * 0x20) & ~x & highs;  // some byte < 0x20
-        const std::uint64_t del = x ^ (ones * 0x7f);
-        const std::uint64_t has_del = (del - ones) & ~del & highs;  // some byte == 0x7f
-        if ((below_space | has_del) == 0) continue;
-        for (std::size_t j = i; j < i + 8; ++j)
-            if (!value_bytes[static_cast<unsigned char>(s[j])]) return false;
-    }
-    for (; i < s.size(); ++i)
-        if (!value_bytes[static_cast<unsigned char>(s[i])]) return false;
+    std::uint64_t x;
+    std::memcpy(&x, p, 8);
+    const std::uint64_t below_space = (x - ones * 0x20) & ~x & highs;  // some byte < 0x20
+    const std::uint64_t del = x ^ (ones * 0x7f);
+    const std::uint64_t has_del = (del - ones) & ~del & highs;  // some byte == 0x7f
+    if ((below_space | has_del) == 0) return true;
+    for (int j = 0; j < 8; ++j)
+        if (!value_bytes[static_cast<unsigned char>(p[j])]) return false;
     return true;
+}
+
+bool plain(std::string_view s) {
+    const std::size_t n = s.size();
+    if (n < 8) {
+        for (char c : s)
+            if (!value_bytes[static_cast<unsigned char>(c)]) return false;
+        return true;
+    }
+    for (std::size_t i = 0; i + 8 <= n; i += 8)
+        if (!plain_word(s.data() + i)) return false;
+    return n % 8 == 0 || plain_word(s.data() + n - 8);
 }
 
 constexpr std::string_view malformed_head = "upstream sent a malformed response head";
@@ -114,11 +179,12 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
     out.keep_alive = false;
     if (head.size() < 4 || head.substr(head.size() - 4) != "\r\n\r\n") return invalid_head;
     const std::string_view data = out.fields.keep(head);
+    const char* const bytes = data.data();
     out.fields.reserve(16);
 
     // status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF
     auto eol = data.find("\r\n");
-    const std::string_view line = data.substr(0, eol);
+    const std::string_view line(bytes, eol);
     if (line.size() < 13 || !line.starts_with("HTTP/") || !digit(line[5]) || line[6] != '.' || !digit(line[7]) ||
         line[8] != ' ' || !digit(line[9]) || !digit(line[10]) || !digit(line[11]) || line[12] != ' ')
         return invalid_head;
@@ -126,7 +192,7 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
     out.version = line[7] == '0' ? 10 : 11;
     out.status = static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
     if (out.status < 100 || out.status > 599) return "upstream sent an invalid status code";
-    out.reason = line.substr(13);
+    out.reason = std::string_view(bytes + 13, line.size() - 13);
     if (!plain(out.reason)) return malformed_head;
 
     bool close = false;
@@ -134,25 +200,29 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
     std::size_t pos = eol + 2;
     while (true) {
         // Lines end in CRLF: the LF found, the CR checked (any bytes may come here).
-        const auto* lf = static_cast<const char*>(std::memchr(data.data() + pos, '\n', data.size() - pos));
+        const auto* lf = static_cast<const char*>(std::memchr(bytes + pos, '\n', data.size() - pos));
         if (lf == nullptr) return invalid_head;  // (the head ends in CRLF CRLF)
-        eol = static_cast<std::size_t>(lf - data.data());
-        if (eol == pos || data[eol - 1] != '\r') return invalid_head;  // a bare LF
+        eol = static_cast<std::size_t>(lf - bytes);
+        if (eol == pos || bytes[eol - 1] != '\r') return invalid_head;  // a bare LF
         --eol;
         if (eol == pos) {  // the blank line
             pos += 2;
             break;
         }
-        const std::string_view field = data.substr(pos, eol - pos);
+        const char* const field = bytes + pos;
+        const std::size_t field_size = eol - pos;
         pos = eol + 2;
         std::size_t colon = 0;
-        while (colon < field.size() && token_bytes[static_cast<unsigned char>(field[colon])]) ++colon;
-        if (colon == 0 || colon == field.size() || field[colon] != ':') return invalid_head;
-        const std::string_view name = field.substr(0, colon);
-        const std::string_view raw_value = field.substr(colon + 1);
+        while (colon < field_size && token_bytes[static_cast<unsigned char>(field[colon])]) ++colon;
+        if (colon == 0 || colon == field_size || field[colon] != ':') return invalid_head;
+        const std::string_view name(field, colon);
+        const std::string_view raw_value(field + colon + 1, field_size - colon - 1);
         if (!plain(raw_value)) return malformed_head;
-        const std::string_view value = trim_ows(raw_value);
-        const auto id = bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()));
+        std::size_t first = colon + 1, last = field_size;  // the value without the whitespace around it
+        while (first < last && (field[first] == ' ' || field[first] == '\t')) ++first;
+        while (last > first && (field[last - 1] == ' ' || field[last - 1] == '\t')) --last;
+        const std::string_view value(field + first, last - first);
+        const auto id = field_id(name);
         // Beast's parser read Proxy-Connection as Connection for this (a server that says
         // close there is not kept either).
         if (id == bhttp::field::connection || id == bhttp::field::proxy_connection) {

@@ -15,6 +15,13 @@
 
 namespace sluice::http {
 
+// Beast's code for a field name (field::unknown for a name it does not know), as
+// boost::beast::http::string_to_field, which hashes the name and compares it ignoring case
+// every time. The names a thread met last are remembered as spelled (up to 27 bytes, 128 of
+// them, by a hash of length and three bytes): an upstream's or sluice's own names are the same
+// few, and one found again costs a comparison.
+boost::beast::http::field field_id(std::string_view name);
+
 // One header field: views into its FieldList's storage.
 class FieldLine {
 public:

@@ -10,7 +10,8 @@
 // sluice reads as 1.1, a Connection that is not a token list, which Beast refuses and
 // sluice removes as any other, and Transfer-Encoding lists Beast misread where no body
 // follows), with the same status, fields of each name in the same order and keep-alive
-// (where the body does not run to the connection's end); the head sluice writes from it
+// (where the body does not run to the connection's end); each field's code is Beast's for its
+// name (field_id remembers names per thread); the head sluice writes from it
 // (hop-by-hop fields gone, Via added) reads back the same.
 #include <algorithm>
 #include <cstddef>
@@ -83,6 +84,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (f.name_string().empty()) __builtin_trap();
             for (unsigned char c : f.name_string())
                 if (!token_char(c)) __builtin_trap();
+            // The code remembered for a name (field_id) is Beast's for it.
+            const auto name = f.name_string();
+            if (f.name() != bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()))) __builtin_trap();
             const auto v = f.value();
             if (v.find_first_of("\r\n") != std::string_view::npos) __builtin_trap();
             if (!v.empty() && (v.front() == ' ' || v.front() == '\t' || v.back() == ' ' || v.back() == '\t')) __builtin_trap();

@@ -144,16 +144,19 @@ TEST_CASE("parse_response_head checks every byte of a value and a reason, at eve
     // Values are checked eight bytes at a time: each byte value at each offset of a value long
     // enough for whole words and a tail, in a field and in the reason phrase. Allowed: tab,
     // space to '~', and obs-text (0x80-0xff); refused: the other control bytes and DEL.
+    // Every length from 1 to 25: shorter than a word, whole words, and tails that the last
+    // word (read again where it overlaps) covers.
     for (int byte = 0; byte < 256; ++byte) {
         if (byte == '\r' || byte == '\n') continue;  // line ends: their own checks
         const bool allowed = byte == '\t' || (byte >= 0x20 && byte != 0x7f);
-        for (std::size_t at = 0; at < 21; ++at) {
-            std::string value(21, 'v');
+        for (std::size_t size = 1; size <= 25; ++size)
+        for (std::size_t at = 0; at < size; ++at) {
+            std::string value(size, 'v');
             value[at] = static_cast<char>(byte);
-            if (at == 0 || at == 20) {
+            if (at == 0 || at == size - 1) {
                 if (byte == ' ' || byte == '\t') continue;  // trimmed: not part of the value
             }
-            CAPTURE(byte, at);
+            CAPTURE(byte, size, at);
             http::UpstreamResponse res;
             const std::string head = "HTTP/1.1 200 OK\r\nX-Value: " + value + "\r\nContent-Length: 0\r\n\r\n";
             CHECK(parse_response_head(head, res).empty() == allowed);
@@ -236,6 +239,56 @@ TEST_CASE("parse_response_head agrees with Beast's parser over generated heads")
             CHECK((ours.keep_alive && framing.body != http::Framing::Body::until_close) == parser.keep_alive());
     }
     CHECK(accepted > 2000);
+}
+
+TEST_CASE("field_id gives Beast's code for every name, remembered or not") {
+    auto beast = [](std::string_view name) {
+        return bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()));
+    };
+    std::vector<std::string> names = {"Content-Length", "content-length", "CONTENT-LENGTH", "Connection",
+                                      "Server", "Date", "ETag", "Via", "X-Custom", "RateLimit-Policy",
+                                      "RateLimit", "Retry-After", "a", "ab", "abc", "abcd", "Content-Lengtg",
+                                      "Content-Lxngth", "Cxntent-Length", std::string(27, 'x'),
+                                      std::string(28, 'x'), "Access-Control-Allow-Credentials",
+                                      "Access-Control-Allow-Credential"};
+    // Names of every length up to 40 that share their length, first, middle and last bytes
+    // (and so a remembered slot) but differ elsewhere; and random ones.
+    std::mt19937 rng(24);
+    for (std::size_t n = 1; n <= 40; ++n) {
+        for (int k = 0; k < 8; ++k) {
+            std::string s(n, 'a');
+            for (std::size_t i = 0; i < n; ++i)
+                if (i != 0 && i != n / 2 && i != n - 1) s[i] = static_cast<char>('a' + rng() % 26);
+            names.push_back(s);
+        }
+    }
+    for (int k = 0; k < 2000; ++k) {
+        std::string s(1 + rng() % 30, 'a');
+        for (auto& c : s) c = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-"[rng() % 53];
+        names.push_back(s);
+    }
+    // Every known name, in both cases.
+    for (int f = 1; f <= static_cast<int>(bhttp::field::xref); ++f) {
+        const auto spelled = bhttp::to_string(static_cast<bhttp::field>(f));
+        std::string name(spelled.data(), spelled.size());
+        names.push_back(name);
+        for (auto& c : name) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 32 : c);
+        names.push_back(name);
+    }
+    for (int round = 0; round < 3; ++round) {
+        std::shuffle(names.begin(), names.end(), rng);
+        for (const auto& name : names) {
+            CAPTURE(name, round);
+            CHECK(http::field_id(name) == beast(name));
+            CHECK(http::field_id(name) == beast(name));  // just remembered
+        }
+    }
+    CHECK(http::field_id("") == bhttp::field::unknown);
+    http::FieldList list;
+    list.insert("content-type", "text/plain");
+    list.insert("X-Mine", "1");
+    CHECK(list.begin()->name() == bhttp::field::content_type);
+    CHECK(std::next(list.begin())->name() == bhttp::field::unknown);
 }
 
 TEST_CASE("Connection: close also removes a field named Close, as any field Connection names") {
