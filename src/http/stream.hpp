@@ -72,6 +72,16 @@ public:
         return send_now(buffers.data(), N, ec);
     }
 
+    // True when the peer has neither closed the connection nor sent anything: a receive that
+    // only peeks finds nothing (a pooled connection is checked so before reuse). The next
+    // read then waits for the socket to become readable without first attempting a receive
+    // (see stream.cpp): a response never comes back before its request was sent, so that
+    // attempt would find nothing, a system call per request.
+    bool quiet();
+    // Whether the next read first attempts a receive (Asio's "speculative" read): false after
+    // quiet() until the socket is next reported readable. For tests.
+    bool attempts_read_first();
+
 private:
     std::optional<tcp::socket> plain_;
     std::unique_ptr<TlsStream> tls_;

@@ -2,29 +2,17 @@
 
 #include "http/upstream_connection.hpp"
 
-#include <sys/socket.h>
-
 namespace sluice::http {
 
 namespace {
 
 // Connections idle longer than this are dropped rather than reused (as nginx's upstream
-// keepalive_timeout). A connection the server closed meanwhile is caught by still_open();
+// keepalive_timeout). A connection the server closed meanwhile is caught by Stream::quiet();
 // one it closes while our request is in flight is retried by the session when safe.
 constexpr auto max_idle_time = std::chrono::seconds(30);
 
 // A connection's read buffer larger than this is given back when it goes idle.
 constexpr std::size_t max_kept_buffer = 16 * 1024;
-
-// True when the peer has not closed the connection and sent nothing unexpected.
-bool still_open(UpstreamConnection& conn) {
-    auto& socket = conn.stream.socket();
-    if (!socket.is_open()) return false;
-    char byte;
-    ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n >= 0) return false;  // closed by the peer (0) or unsolicited bytes
-    return errno == EAGAIN || errno == EWOULDBLOCK;
-}
 
 }  // namespace
 
@@ -37,7 +25,7 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key) {
         auto conn = std::move(list.back());  // most recently used first: warmest, least likely closed
         list.pop_back();
         const auto idle = now - conn->idle_since;
-        if (idle < max_idle_time && still_open(*conn)) return conn;
+        if (idle < max_idle_time && conn->stream.quiet()) return conn;
         boost::system::error_code ec;
         conn->stream.socket().close(ec);
     }

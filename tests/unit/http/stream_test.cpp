@@ -2,12 +2,15 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/asio/ssl/context.hpp>
 
 #include "http/stream.hpp"
@@ -137,4 +140,86 @@ TEST_CASE("rest_after skips whole and partial buffers") {
     const std::array<net::const_buffer, 5> out{net::buffer(a), {}, net::buffer(b), net::buffer(c), {}};
     for (std::size_t n = 0; n <= 9; ++n) CHECK(joined(rest_after(out, n)) == std::string("abcdefghi").substr(n));
     CHECK(joined(rest_after(out, 100)).empty());
+}
+
+namespace {
+
+// One read on the stream, run until it completes (or 5 s, which fails the test).
+struct ReadResult {
+    bool done_at_once = false;  // before anything more was sent
+    bool done = false;
+    boost::system::error_code ec;
+    std::string bytes;
+};
+
+ReadResult read_once(Pair& p, const std::function<void()>& after_start = {}) {
+    ReadResult r;
+    std::array<char, 64> buf{};
+    p.stream.async_read_some(net::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
+        r.done = true;
+        r.ec = ec;
+        r.bytes.assign(buf.data(), n);
+    });
+    p.io.restart();
+    p.io.poll();
+    r.done_at_once = r.done;
+    if (after_start) after_start();
+    p.io.restart();
+    p.io.run_for(std::chrono::seconds(5));
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("quiet: the next read waits for the socket without a receive first, and gets what arrives") {
+    Pair p;
+    CHECK(p.stream.attempts_read_first());
+    REQUIRE(p.stream.quiet());
+    CHECK_FALSE(p.stream.attempts_read_first());
+
+    SECTION("bytes sent after the read started") {
+        const auto r = read_once(p, [&] { net::write(p.peer, net::buffer(std::string("abc"))); });
+        CHECK_FALSE(r.done_at_once);
+        REQUIRE(r.done);
+        CHECK_FALSE(r.ec);
+        CHECK(r.bytes == "abc");
+        CHECK(p.stream.attempts_read_first());  // the socket was reported readable
+    }
+    SECTION("bytes that arrived between quiet() and the read") {
+        net::write(p.peer, net::buffer(std::string("late")));
+        const auto r = read_once(p);
+        REQUIRE(r.done);
+        CHECK(r.bytes == "late");
+    }
+    SECTION("the peer's close") {
+        p.peer.close();
+        const auto r = read_once(p);
+        REQUIRE(r.done);
+        CHECK(r.ec == net::error::eof);
+    }
+    SECTION("after a read, the next one attempts a receive again") {
+        net::write(p.peer, net::buffer(std::string("one")));
+        CHECK(read_once(p).bytes == "one");
+        net::write(p.peer, net::buffer(std::string("two")));
+        CHECK(p.stream.attempts_read_first());
+        CHECK(read_once(p).bytes == "two");
+    }
+}
+
+TEST_CASE("quiet is false for a connection with bytes nobody asked for, or closed") {
+    Pair p;
+    SECTION("unsolicited bytes, left in place") {
+        net::write(p.peer, net::buffer(std::string("x")));
+        CHECK_FALSE(p.stream.quiet());
+        CHECK(p.stream.attempts_read_first());
+        CHECK(read_once(p).bytes == "x");
+    }
+    SECTION("closed by the peer") {
+        p.peer.close();
+        CHECK_FALSE(p.stream.quiet());
+    }
+    SECTION("closed here") {
+        p.stream.socket().close();
+        CHECK_FALSE(p.stream.quiet());
+    }
 }
