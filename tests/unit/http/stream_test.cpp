@@ -197,6 +197,16 @@ TEST_CASE("quiet: the next read waits for the socket without a receive first, an
         REQUIRE(r.done);
         CHECK(r.ec == net::error::eof);
     }
+    SECTION("bytes and the close together: the bytes, then the end") {
+        const auto r = read_once(p, [&] {
+            net::write(p.peer, net::buffer(std::string("last")));
+            p.peer.close();
+        });
+        CHECK(r.bytes == "last");
+        const auto end = read_once(p);
+        REQUIRE(end.done);
+        CHECK(end.ec == net::error::eof);
+    }
     SECTION("after a read, the next one attempts a receive again") {
         net::write(p.peer, net::buffer(std::string("one")));
         CHECK(read_once(p).bytes == "one");
