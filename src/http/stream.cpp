@@ -14,8 +14,11 @@ namespace sluice::http {
 // by a read of 0 bytes. An operation started while it is clear is queued with no system
 // call and performed when epoll next reports the socket (edge-triggered: any byte or close
 // arriving from now on is reported). Clearing it is right only when a receive has just
-// found nothing, with no wait in between (the worker's event loop is single-threaded): what
-// arrives afterwards sets it again. The flag is private to Asio; it is reached through the
+// found nothing, no byte and no close, with no wait in between (the worker's event loop is
+// single-threaded): what arrives afterwards sets it again. A receive that returned fewer
+// bytes than asked for is not enough: the peer's close may already be queued behind them,
+// reported together with them and never again (tried: a close-delimited response then hung;
+// nginx knows it from EPOLLRDHUP, which Asio does not ask for). The flag is private to Asio; it is reached through the
 // socket's protected implementation and an explicit instantiation, which the language lets
 // name private members. Only for the Asio of Boost 1.81 with its epoll reactor (bookworm's);
 // elsewhere quiet() only peeks and reads attempt a receive first as before.
