@@ -56,9 +56,9 @@ void HopByHop::read(const L& fields) {
     for (const auto& f : fields) {
         if (f.name() != bhttp::field::connection) continue;
         for_each_token(sv(f.value()), [&](std::string_view t) {
-            // The usual options without an allocation: keep-alive names a field removed
-            // anyway, close one that is rare (RFC 9110 reserves the name) but goes too.
-            if (is_protected(t) || iequals_ascii(t, "keep-alive")) return;
+            // The usual options first, without an allocation: keep-alive names a field
+            // removed anyway, close one that is rare (RFC 9110 reserves the name) but goes too.
+            if (iequals_ascii(t, "keep-alive") || is_protected(t)) return;
             if (iequals_ascii(t, "close"))
                 names_close_ = true;
             else
@@ -231,10 +231,14 @@ void erase_all_of(L& fields, bhttp::field name) {
     for (auto it = fields.begin(); it != fields.end();) it = it->name() == name ? fields.erase(it) : std::next(it);
 }
 
+// By name: a name Beast has a code for matches exactly the fields with that code; one it has
+// none for matches only fields without one, whose names are compared.
 template <class L>
 void erase_all_of(L& fields, std::string_view name) {
+    if (const auto id = field_id(name); id != bhttp::field::unknown) return erase_all_of(fields, id);
     for (auto it = fields.begin(); it != fields.end();)
-        it = iequals_ascii(sv(it->name_string()), name) ? fields.erase(it) : std::next(it);
+        it = it->name() == bhttp::field::unknown && iequals_ascii(sv(it->name_string()), name) ? fields.erase(it)
+                                                                                              : std::next(it);
 }
 
 template <class L>

@@ -331,6 +331,41 @@ TEST_CASE("FieldList keeps every name and value in place while fields come and g
     CHECK(lines_of(list) == Lines{{"Via", "1.1 sluice"}});
 }
 
+TEST_CASE("erase_all and replace_field by name remove every field of that name, in any case, and no other") {
+    auto fill = [](auto& fields) {
+        fields.insert("Content-Type", "a");
+        fields.insert("RateLimit", "b");
+        fields.insert("content-type", "c");
+        fields.insert("ratelimit", "d");
+        fields.insert("RateLimit-Policy", "e");
+        fields.insert("X-Other", "f");
+    };
+    auto names = [](const auto& fields) {
+        std::vector<std::string> out;
+        for (const auto& f : fields) out.emplace_back(http::sv(f.name_string()));
+        return out;
+    };
+    using Names = std::vector<std::string>;
+    http::FieldList list;
+    bhttp::fields beast;
+    fill(list);
+    fill(beast);
+    SECTION("a name Beast knows, spelled in another case") {
+        http::erase_all(list, "CONTENT-TYPE");
+        http::erase_all(beast, "CONTENT-TYPE");
+        const Names left{"RateLimit", "ratelimit", "RateLimit-Policy", "X-Other"};
+        CHECK(names(list) == left);
+        CHECK(names(beast) == left);
+    }
+    SECTION("a name Beast does not know") {
+        http::replace_field(list, "RATELIMIT", "z");
+        http::replace_field(beast, "RATELIMIT", "z");
+        const Names left{"Content-Type", "content-type", "RateLimit-Policy", "X-Other", "RATELIMIT"};
+        CHECK(names(list) == left);
+        CHECK(names(beast) == left);
+    }
+}
+
 TEST_CASE("parse_response_head refuses more field lines than max_fields") {
     http::UpstreamResponse res;
     std::string head = "HTTP/1.1 200 OK\r\n";
