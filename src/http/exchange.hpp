@@ -122,6 +122,8 @@ struct Exchange {
 
 // The peer's trust, the client a trusted proxy names, the request id and User-Agent.
 void identify_client(Exchange& x);
+// A request id of sluice's own: 32 hexadecimal digits of a per-thread generator.
+std::string new_request_id();
 // The route, and for a check route the original request's method and path; a refusal
 // (404, or 400 for an original request that cannot be read).
 std::optional<LocalReply> route_request(Exchange& x);

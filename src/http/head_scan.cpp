@@ -1,5 +1,7 @@
 #include "http/head_scan.hpp"
 
+#include "http/field_text.hpp"
+
 #include <array>
 #include <cstring>
 
@@ -102,6 +104,7 @@ std::string_view check_request_head(std::string_view head) {
         }
         first_line = false;
         for (;;) {  // the rest of the line
+            while (i + 8 <= n && plain_word(head.data() + i)) i += 8;
             while (i < n && plain_bytes[p[i]]) ++i;
             if (i >= n) return {};
             const auto c = p[i];
