@@ -4,6 +4,7 @@
 #include <memory>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <hiredis/async.h>
 
@@ -26,7 +27,21 @@ public:
 
     void add_read() { start(read_); }
     void del_read() { read_.want = false; }
-    void add_write() { start(write_); }
+    // On a connected context hiredis asks for the writable event whenever a command is
+    // queued, though the socket nearly always takes it at once. Waiting for that event cost
+    // an epoll_ctl (Asio re-arms the descriptor for every wait) and a wake-up per batch of
+    // commands: the write is attempted first instead, later in this turn of the event loop
+    // (the limiter usually writes before then: RedisConnection::flush_output), and the event
+    // is waited for only when the socket did not take everything. While connecting, the
+    // writable event is how hiredis learns that the connection is made: waited for as before.
+    void add_write() {
+        write_.want = true;
+        if (attempting_write_ || write_.waiting || !context_) return;
+        if (!(context_->c.flags & REDIS_CONNECTED)) return wait(write_);
+        if (write_soon_) return;
+        write_soon_ = true;
+        asio::post(socket_.get_executor(), [self = shared_from_this()] { self->attempt_write(); });
+    }
     void del_write() { write_.want = false; }
 
     // hiredis is about to close the fd: stop watching it without closing it.
@@ -66,8 +81,20 @@ private:
                            });
     }
 
+    void attempt_write() {
+        write_soon_ = false;
+        if (!context_ || !write_.want || write_.waiting) return;
+        attempting_write_ = true;  // hiredis asks again from inside when not all was taken
+        redisAsyncHandleWrite(context_);
+        attempting_write_ = false;
+        // The context may be gone now (a failed write disconnects it).
+        if (context_ && write_.want) wait(write_);
+    }
+
     ::redisAsyncContext* context_;
     asio::posix::stream_descriptor socket_;
+    bool write_soon_ = false;        // attempt_write is posted
+    bool attempting_write_ = false;  // inside attempt_write's redisAsyncHandleWrite
     Direction read_{asio::posix::stream_descriptor::wait_read, &redisAsyncHandleRead};
     Direction write_{asio::posix::stream_descriptor::wait_write, &redisAsyncHandleWrite};
 };
