@@ -107,6 +107,30 @@ TEST_CASE("redis connection: large values both ways (many partial reads and writ
     CHECK(get.results[0].reply.text == big);
 }
 
+TEST_CASE("redis connection: a command the socket cannot take at once is written as it drains", "[redis]") {
+    // Queued commands are written at once on a connected context; what the socket does not
+    // take then goes when it is writable again (32 MiB: far more than a socket buffers).
+    RedisServer server;
+    boost::asio::io_context io;
+    RedisConnection connection(io, options_for(server));
+    start_and_wait_ready(io, connection);
+    const std::string huge(32u << 20, 'y');
+    Calls set;
+    connection.command({"SET", "huge", huge}, set.callback());
+    Calls small;
+    connection.command({"SET", "after", "1"}, small.callback());
+    connection.flush_output();  // as the limiter does: part written now, the rest later
+    Calls get;
+    connection.command({"STRLEN", "huge"}, get.callback());
+    REQUIRE(run_until(io, [&] { return get.done(); }));
+    REQUIRE(set.results.size() == 1);
+    CHECK(set.results[0].ok());
+    REQUIRE(small.results.size() == 1);
+    CHECK(small.results[0].ok());
+    REQUIRE(get.results[0].ok());
+    CHECK(get.results[0].reply.integer == static_cast<long long>(huge.size()));
+}
+
 TEST_CASE("redis connection: unix socket", "[redis]") {
     RedisServer server({}, true);
     boost::asio::io_context io;
