@@ -379,18 +379,23 @@ namespace {
 
 template <class L>
 void response_head(unsigned version, unsigned status, std::string_view reason, const L& fields, std::string& out) {
-    if (reason.empty()) {
-        const auto standard = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
-        reason = std::string_view(standard.data(), standard.size());
-    }
-    append_version(version, out);
-    const char code[5] = {' ', static_cast<char>('0' + status / 100 % 10), static_cast<char>('0' + status / 10 % 10),
-                          static_cast<char>('0' + status % 10), ' '};
-    out.append(code, sizeof code).append(reason).append("\r\n", 2);
+    write_status_line(version, status, reason, out);
     append_fields(fields, out);
 }
 
 }  // namespace
+
+void write_status_line(unsigned version, unsigned status, std::string_view reason, std::string& out) {
+    if (reason.empty()) {
+        const auto standard = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+        reason = std::string_view(standard.data(), standard.size());
+    }
+    const char line[13] = {'H', 'T', 'T', 'P', '/', static_cast<char>('0' + version / 10 % 10), '.',
+                           static_cast<char>('0' + version % 10), ' ', static_cast<char>('0' + status / 100 % 10),
+                           static_cast<char>('0' + status / 10 % 10), static_cast<char>('0' + status % 10), ' '};
+    out.reserve(out.size() + sizeof line + reason.size() + 2);
+    out.append(line, sizeof line).append(reason).append("\r\n", 2);
+}
 
 void write_response_head(unsigned version, unsigned status, std::string_view reason, const Fields& fields,
                          std::string& out) {

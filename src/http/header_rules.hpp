@@ -114,6 +114,8 @@ void write_response_head(unsigned version, unsigned status, std::string_view rea
                          std::string& out);
 void write_response_head(unsigned version, unsigned status, std::string_view reason, const FieldList& fields,
                          std::string& out);
+// Its first line alone: "HTTP/1.x NNN reason" and CRLF (the standard reason when `reason` is empty).
+void write_status_line(unsigned version, unsigned status, std::string_view reason, std::string& out);
 
 // True if `value` (a comma-separated list) contains `token`, case-insensitively.
 bool has_token(std::string_view value, std::string_view token);

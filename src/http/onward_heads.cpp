@@ -3,8 +3,10 @@
 #include "http/field_text.hpp"
 
 #include <charconv>
+#include <cstring>
 
 #include <boost/beast/core/string.hpp>
+#include <boost/container/small_vector.hpp>
 
 namespace sluice::http {
 namespace {
@@ -141,40 +143,96 @@ RequestOnward request_onward(const bhttp::request<bhttp::empty_body>& req, const
     return out;
 }
 
+// Written in one walk over the upstream's fields, leaving out what goes and adding ours at
+// the end: the bytes the field edits wrote (strip_hop_by_hop, strip_framing, append_via, our
+// framing, the rate-limit fields replacing any of their names, Connection, then
+// write_response_head), without a walk over the fields per edit.
 ResponseOnward response_onward(UpstreamResponse& response, const Framing& framing, unsigned client_version,
                                bool keep_alive, const limit::HeaderList& rate_headers, std::string& head) {
     using Body = Framing::Body;
     ResponseOnward out;
     out.keep_alive = keep_alive;
     const unsigned status = response.status;
-    auto& res = response.fields;
-    strip_hop_by_hop(res);
+    const auto& res = response.fields;
+    const HopByHop hop(res);
     // Without a body (HEAD, 304) a valid Content-Length still describes the resource and
     // stays; every other framing field is ours to write.
-    if (framing.body != Body::none || status == 204)
-        strip_framing(res);
-    else
-        erase_all(res, bhttp::field::transfer_encoding);
-    append_via(res, response.version);
-    if (framing.body == Body::length) {
-        replace_field(res, bhttp::field::content_length, std::to_string(framing.length));
-    } else if (framing.body == Body::chunked || framing.body == Body::until_close) {
-        if (client_version >= 11) {
-            res.insert(bhttp::field::transfer_encoding, "chunked");  // strip_framing removed it
+    const bool keeps_length = framing.body == Body::none && status != 204;
+    if (framing.body == Body::chunked || framing.body == Body::until_close) {
+        if (client_version >= 11)
             out.body = BodyWriter::Mode::chunked;
-        } else {
+        else
             out.keep_alive = false;  // HTTP/1.0: the body ends when the connection closes
+    }
+    // A rate-limit field replaces the upstream's fields of its name: compared by Beast's code
+    // where it has one, by name among the fields without one.
+    boost::container::small_vector<bhttp::field, 6> rate_ids;
+    for (const auto& [name, value] : rate_headers) rate_ids.push_back(field_id(name));
+    const auto replaced = [&](bhttp::field id, std::string_view name) {
+        for (std::size_t i = 0; i < rate_ids.size(); ++i) {
+            if (rate_ids[i] != bhttp::field::unknown ? id == rate_ids[i]
+                                                     : id == bhttp::field::unknown && iequals_ascii(name, rate_headers[i].first))
+                return true;
+        }
+        return false;
+    };
+
+    write_status_line(client_version, status, response.reason, head);
+    // Written into room made once: every field that came (Via's values among them) and ours
+    // (Via's name and ours, the framing, Connection, the blank line: under 96 bytes).
+    std::size_t room = 96;
+    for (const auto& f : res) room += f.name_string().size() + f.value().size() + 4;
+    for (const auto& [name, value] : rate_headers) room += name.size() + value.size() + 4;
+    const std::size_t start = head.size();
+    head.resize(start + room);
+    char* p = head.data() + start;
+    const auto put = [&p](std::string_view s) {
+        std::memcpy(p, s.data(), s.size());
+        p += s.size();
+    };
+    const auto put_field = [&](std::string_view name, std::string_view value) {
+        put(name);
+        *p++ = ':';
+        *p++ = ' ';
+        put(value);
+        *p++ = '\r';
+        *p++ = '\n';
+    };
+    bool via = false;  // Via values came: all of them go first in ours (none is hop-by-hop)
+    for (const auto& f : res) {
+        const auto id = f.name();
+        if (id == bhttp::field::via) {
+            via = true;
+            continue;
+        }
+        if (id == bhttp::field::connection || hop(id, f.name_string())) continue;
+        if (id == bhttp::field::transfer_encoding || (id == bhttp::field::content_length && !keeps_length)) continue;
+        if (!rate_ids.empty() && replaced(id, f.name_string())) continue;
+        put_field(f.name_string(), f.value());
+    }
+    put("Via: ");
+    if (via) {
+        for (const auto& f : res) {
+            if (f.name() != bhttp::field::via) continue;
+            put(f.value());
+            put(", ");
         }
     }
-    for (const auto& [name, value] : rate_headers) replace_field(res, name, value);
-    // What Beast's keep_alive() writes into an absent Connection (strip_hop_by_hop took it),
-    // without its two look-ups of the field.
-    erase_all(res, bhttp::field::connection);
+    put(response.version >= 11 ? "1.1 sluice\r\n" : "1.0 sluice\r\n");
+    if (framing.body == Body::length) {
+        char digits[24];
+        const auto end = std::to_chars(digits, digits + sizeof digits, framing.length).ptr;
+        put_field("Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
+    } else if (out.body == BodyWriter::Mode::chunked) {
+        put_field("Transfer-Encoding", "chunked");
+    }
+    for (const auto& [name, value] : rate_headers) put_field(name, value);
     if (client_version >= 11 && !out.keep_alive)
-        res.insert(bhttp::field::connection, "close");
+        put_field("Connection", "close");
     else if (client_version < 11 && out.keep_alive)
-        res.insert(bhttp::field::connection, "keep-alive");
-    write_response_head(client_version, status, response.reason, res, head);
+        put_field("Connection", "keep-alive");
+    put("\r\n");
+    head.resize(static_cast<std::size_t>(p - head.data()));
     return out;
 }
 

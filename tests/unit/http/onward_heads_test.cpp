@@ -252,3 +252,92 @@ TEST_CASE("request_onward writes the bytes the field edits wrote") {
     }
     CHECK(compared > 5000);
 }
+
+namespace {
+
+// response_onward as it was written before its single walk: the field edits one after the
+// other on the parsed fields, then the head written from them. The reference the walk must
+// match byte for byte.
+http::ResponseOnward edited_response_onward(http::UpstreamResponse& response, const http::Framing& framing,
+                                            unsigned client_version, bool keep_alive,
+                                            const limit::HeaderList& rate_headers, std::string& head) {
+    using Body = http::Framing::Body;
+    http::ResponseOnward out;
+    out.keep_alive = keep_alive;
+    auto& res = response.fields;
+    http::strip_hop_by_hop(res);
+    if (framing.body != Body::none || response.status == 204)
+        http::strip_framing(res);
+    else
+        http::erase_all(res, bhttp::field::transfer_encoding);
+    http::append_via(res, response.version);
+    if (framing.body == Body::length) {
+        http::replace_field(res, bhttp::field::content_length, std::to_string(framing.length));
+    } else if (framing.body == Body::chunked || framing.body == Body::until_close) {
+        if (client_version >= 11) {
+            res.insert(bhttp::field::transfer_encoding, "chunked");
+            out.body = http::BodyWriter::Mode::chunked;
+        } else {
+            out.keep_alive = false;
+        }
+    }
+    for (const auto& [name, value] : rate_headers) http::replace_field(res, name, value);
+    http::erase_all(res, bhttp::field::connection);
+    if (client_version >= 11 && !out.keep_alive)
+        res.insert(bhttp::field::connection, "close");
+    else if (client_version < 11 && out.keep_alive)
+        res.insert(bhttp::field::connection, "keep-alive");
+    http::write_response_head(client_version, response.status, response.reason, res, head);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("response_onward writes the bytes the field edits wrote, over generated responses") {
+    const std::vector<std::string> lines = {
+        "Server: up",           "Date: today",          "Content-Type: text/plain", "Content-Length: 5",
+        "content-length: 5",    "Transfer-Encoding: chunked", "Connection: keep-alive", "Connection: close",
+        "connection: X-Foo, close", "Connection: Upgrade, Via, Content-Length", "Connection: ratelimit",
+        "Keep-Alive: timeout=5", "Proxy-Connection: keep-alive", "TE: trailers", "Trailer: X-T",
+        "Upgrade: h2c",         "Via: 1.1 a",           "via: 1.0 b",               "X-Foo: 1",
+        "x-foo: 2",             "X-Bar: 3",             "RateLimit: old",           "ratelimit-policy: old",
+        "Retry-After: 3",       "retry-after: 4",       "Proxy-Authenticate: x",    "Set-Cookie: a=b",
+        "Close: x",             "X-RateLimit-Limit: 9", "Content-Length: 7",
+    };
+    const std::vector<std::string> starts = {"HTTP/1.1 200 OK", "HTTP/1.0 200 OK", "HTTP/1.1 204 No Content",
+                                             "HTTP/1.1 304 Not Modified", "HTTP/1.1 404 ", "HTTP/1.0 500 Oops"};
+    const std::vector<limit::HeaderList> rates = {
+        {},
+        {{"RateLimit-Policy", "\"l\";q=10;w=1"}, {"RateLimit", "\"l\";r=9;t=1"}},
+        {{"X-RateLimit-Limit", "10"}, {"X-RateLimit-Remaining", "9"}, {"X-RateLimit-Reset", "1"}},
+        {{"Retry-After", "2"}, {"RateLimit", "\"l\";r=0;t=2"}},
+    };
+    std::mt19937 rng(20261127);
+    std::size_t compared = 0;
+    for (int i = 0; i < 20000; ++i) {
+        std::string raw = starts[rng() % starts.size()] + "\r\n";
+        const std::size_t n = rng() % 8;
+        for (std::size_t k = 0; k < n; ++k) raw += lines[rng() % lines.size()] + "\r\n";
+        raw += "\r\n";
+        const bool head_request = rng() % 4 == 0;
+        const unsigned client_version = rng() % 2 ? 11 : 10;
+        const bool keep_alive = rng() % 3 != 0;
+        const auto& rate = rates[rng() % rates.size()];
+        http::UpstreamResponse a;
+        http::UpstreamResponse b;
+        if (!http::parse_response_head(raw, a).empty()) continue;
+        REQUIRE(http::parse_response_head(raw, b).empty());
+        const auto framing = http::check_response_framing(a.fields, a.version, a.status, head_request);
+        if (!framing.ok()) continue;
+        std::string walked = "prefix|";
+        std::string edited = "prefix|";
+        const auto got = http::response_onward(a, framing, client_version, keep_alive, rate, walked);
+        const auto want = edited_response_onward(b, framing, client_version, keep_alive, rate, edited);
+        CAPTURE(raw, head_request, client_version, keep_alive, rate.size());
+        REQUIRE(walked == edited);
+        CHECK(got.keep_alive == want.keep_alive);
+        CHECK(got.body == want.body);
+        ++compared;
+    }
+    CHECK(compared > 5000);
+}
