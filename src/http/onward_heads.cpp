@@ -48,8 +48,44 @@ bool switches_to_websocket(const UpstreamResponse& res) {
 
 namespace {
 
-void append_field(std::string& out, std::string_view name, std::string_view value) {
-    out.append(name).append(": ", 2).append(value).append("\r\n", 2);
+// Writes a head's lines into room made once at the end of `out` (one growth and one fill of
+// the string, not a capacity check and a copy per piece), then gives back the room not used.
+// The caller's `room` bounds what it writes.
+class HeadWriter {
+public:
+    HeadWriter(std::string& out, std::size_t room) : out_(out) {
+        const std::size_t start = out.size();
+        out.resize(start + room);
+        p_ = out.data() + start;
+    }
+    HeadWriter(const HeadWriter&) = delete;
+    HeadWriter& operator=(const HeadWriter&) = delete;
+    ~HeadWriter() { out_.resize(static_cast<std::size_t>(p_ - out_.data())); }
+
+    void put(std::string_view s) {
+        std::memcpy(p_, s.data(), s.size());
+        p_ += s.size();
+    }
+    void field(std::string_view name, std::string_view value) {
+        put(name);
+        *p_++ = ':';
+        *p_++ = ' ';
+        put(value);
+        *p_++ = '\r';
+        *p_++ = '\n';
+    }
+
+private:
+    std::string& out_;
+    char* p_;
+};
+
+// The room a list's fields take as lines ("name: value" and CRLF each).
+template <class L>
+std::size_t lines_size(const L& fields) {
+    std::size_t size = 0;
+    for (const auto& f : fields) size += f.name_string().size() + f.value().size() + 4;
+    return size;
 }
 
 }  // namespace
@@ -86,7 +122,14 @@ RequestOnward request_onward(const bhttp::request<bhttp::empty_body>& req, const
     bool has_host = false;
     bool kept_proto = false;  // a trusted peer's X-Forwarded-Proto stays where it was
 
-    head.append(sv(req.method_string())).append(" ", 1).append(sv(req.target())).append(" HTTP/1.1\r\n");
+    // Room: the request line, every field that came (the X-Forwarded-For and Via values
+    // among them), and ours (their names, the upstream's name, the peer, the request id).
+    HeadWriter w(head, req.method_string().size() + req.target().size() + 16 + lines_size(req) + 256 +
+                           upstream_name.size() + forwarding.peer_ip.size() + request_id.size());
+    w.put(sv(req.method_string()));
+    w.put(" ");
+    w.put(sv(req.target()));
+    w.put(" HTTP/1.1\r\n");
     for (const auto& f : req) {
         const auto id = f.name();
         const auto name = sv(f.name_string());
@@ -117,29 +160,29 @@ RequestOnward request_onward(const bhttp::request<bhttp::empty_body>& req, const
             }
             if (iequals_ascii(name, "X-Request-Id")) continue;
         }
-        append_field(head, name, value);
+        w.field(name, value);
     }
     if (out.websocket) {  // both were left out as hop-by-hop
-        append_field(head, "Connection", "upgrade");
-        append_field(head, "Upgrade", "websocket");
+        w.field("Connection", "upgrade");
+        w.field("Upgrade", "websocket");
     }
     // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
     // upstream's name, as nginx sends its proxy_host.
-    if (!has_host) append_field(head, "Host", upstream_name);
+    if (!has_host) w.field("Host", upstream_name);
     xff.append(forwarding.peer_ip);
-    append_field(head, "X-Forwarded-For", xff);
-    if (!kept_proto) append_field(head, "X-Forwarded-Proto", forwarding.tls ? "https" : "http");
+    w.field("X-Forwarded-For", xff);
+    if (!kept_proto) w.field("X-Forwarded-Proto", forwarding.tls ? "https" : "http");
     via.append(forwarding.client_version >= 11 ? "1.1 sluice" : "1.0 sluice");
-    append_field(head, "Via", via);
-    append_field(head, "X-Request-Id", request_id);
+    w.field("Via", via);
+    w.field("X-Request-Id", request_id);
     if (body.mode() == BodyReader::Mode::length) {
         char digits[24];
         const auto end = std::to_chars(digits, digits + sizeof digits, length).ptr;
-        append_field(head, "Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
+        w.field("Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
     } else if (out.body == BodyWriter::Mode::chunked) {
-        append_field(head, "Transfer-Encoding", "chunked");
+        w.field("Transfer-Encoding", "chunked");
     }
-    head.append("\r\n", 2);
+    w.put("\r\n");
     return out;
 }
 
@@ -180,24 +223,9 @@ ResponseOnward response_onward(UpstreamResponse& response, const Framing& framin
     write_status_line(client_version, status, response.reason, head);
     // Written into room made once: every field that came (Via's values among them) and ours
     // (Via's name and ours, the framing, Connection, the blank line: under 96 bytes).
-    std::size_t room = 96;
-    for (const auto& f : res) room += f.name_string().size() + f.value().size() + 4;
+    std::size_t room = 96 + lines_size(res);
     for (const auto& [name, value] : rate_headers) room += name.size() + value.size() + 4;
-    const std::size_t start = head.size();
-    head.resize(start + room);
-    char* p = head.data() + start;
-    const auto put = [&p](std::string_view s) {
-        std::memcpy(p, s.data(), s.size());
-        p += s.size();
-    };
-    const auto put_field = [&](std::string_view name, std::string_view value) {
-        put(name);
-        *p++ = ':';
-        *p++ = ' ';
-        put(value);
-        *p++ = '\r';
-        *p++ = '\n';
-    };
+    HeadWriter w(head, room);
     bool via = false;  // Via values came: all of them go first in ours (none is hop-by-hop)
     for (const auto& f : res) {
         const auto id = f.name();
@@ -208,31 +236,30 @@ ResponseOnward response_onward(UpstreamResponse& response, const Framing& framin
         if (id == bhttp::field::connection || hop(id, f.name_string())) continue;
         if (id == bhttp::field::transfer_encoding || (id == bhttp::field::content_length && !keeps_length)) continue;
         if (!rate_ids.empty() && replaced(id, f.name_string())) continue;
-        put_field(f.name_string(), f.value());
+        w.field(f.name_string(), f.value());
     }
-    put("Via: ");
+    w.put("Via: ");
     if (via) {
         for (const auto& f : res) {
             if (f.name() != bhttp::field::via) continue;
-            put(f.value());
-            put(", ");
+            w.put(f.value());
+            w.put(", ");
         }
     }
-    put(response.version >= 11 ? "1.1 sluice\r\n" : "1.0 sluice\r\n");
+    w.put(response.version >= 11 ? "1.1 sluice\r\n" : "1.0 sluice\r\n");
     if (framing.body == Body::length) {
         char digits[24];
         const auto end = std::to_chars(digits, digits + sizeof digits, framing.length).ptr;
-        put_field("Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
+        w.field("Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
     } else if (out.body == BodyWriter::Mode::chunked) {
-        put_field("Transfer-Encoding", "chunked");
+        w.field("Transfer-Encoding", "chunked");
     }
-    for (const auto& [name, value] : rate_headers) put_field(name, value);
+    for (const auto& [name, value] : rate_headers) w.field(name, value);
     if (client_version >= 11 && !out.keep_alive)
-        put_field("Connection", "close");
+        w.field("Connection", "close");
     else if (client_version < 11 && out.keep_alive)
-        put_field("Connection", "keep-alive");
-    put("\r\n");
-    head.resize(static_cast<std::size_t>(p - head.data()));
+        w.field("Connection", "keep-alive");
+    w.put("\r\n");
     return out;
 }
 
