@@ -206,15 +206,8 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
         const char* const field = bytes + pos;
         const std::size_t field_size = eol - pos;
         pos = eol + 2;
-        // The name: token bytes up to the colon, eight looked up at a time while all are.
         std::size_t colon = 0;
-        const auto* u = reinterpret_cast<const unsigned char*>(field);
-        while (colon + 8 <= field_size &&
-               (token_bytes[u[colon]] & token_bytes[u[colon + 1]] & token_bytes[u[colon + 2]] &
-                token_bytes[u[colon + 3]] & token_bytes[u[colon + 4]] & token_bytes[u[colon + 5]] &
-                token_bytes[u[colon + 6]] & token_bytes[u[colon + 7]]))
-            colon += 8;
-        while (colon < field_size && token_bytes[u[colon]]) ++colon;
+        while (colon < field_size && token_bytes[static_cast<unsigned char>(field[colon])]) ++colon;
         if (colon == 0 || colon == field_size || field[colon] != ':') return invalid_head;
         const std::string_view name(field, colon);
         const std::string_view raw_value(field + colon + 1, field_size - colon - 1);

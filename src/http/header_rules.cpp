@@ -393,7 +393,6 @@ void write_status_line(unsigned version, unsigned status, std::string_view reaso
     const char line[13] = {'H', 'T', 'T', 'P', '/', static_cast<char>('0' + version / 10 % 10), '.',
                            static_cast<char>('0' + version % 10), ' ', static_cast<char>('0' + status / 100 % 10),
                            static_cast<char>('0' + status / 10 % 10), static_cast<char>('0' + status % 10), ' '};
-    out.reserve(out.size() + sizeof line + reason.size() + 2);
     out.append(line, sizeof line).append(reason).append("\r\n", 2);
 }
 
