@@ -3,6 +3,7 @@
 #include "http/field_text.hpp"
 
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 
 #include <boost/beast/core/string.hpp>
@@ -50,7 +51,8 @@ namespace {
 
 // Writes a head's lines into room made once at the end of `out` (one growth and one fill of
 // the string, not a capacity check and a copy per piece), then gives back the room not used.
-// The caller's `room` bounds what it writes.
+// The caller's `room` bounds what it writes; a bound that did not hold ends the process
+// rather than send what was written past it (a test that writes more fails loudly).
 class HeadWriter {
 public:
     HeadWriter(std::string& out, std::size_t room) : out_(out) {
@@ -60,7 +62,11 @@ public:
     }
     HeadWriter(const HeadWriter&) = delete;
     HeadWriter& operator=(const HeadWriter&) = delete;
-    ~HeadWriter() { out_.resize(static_cast<std::size_t>(p_ - out_.data())); }
+    ~HeadWriter() {
+        const auto used = static_cast<std::size_t>(p_ - out_.data());
+        if (used > out_.size()) std::abort();
+        out_.resize(used);
+    }
 
     void put(std::string_view s) {
         std::memcpy(p_, s.data(), s.size());
@@ -190,7 +196,7 @@ RequestOnward request_onward(const bhttp::request<bhttp::empty_body>& req, const
 // the end: the bytes the field edits wrote (strip_hop_by_hop, strip_framing, append_via, our
 // framing, the rate-limit fields replacing any of their names, Connection, then
 // write_response_head), without a walk over the fields per edit.
-ResponseOnward response_onward(UpstreamResponse& response, const Framing& framing, unsigned client_version,
+ResponseOnward response_onward(const UpstreamResponse& response, const Framing& framing, unsigned client_version,
                                bool keep_alive, const limit::HeaderList& rate_headers, std::string& head) {
     using Body = Framing::Body;
     ResponseOnward out;

@@ -50,11 +50,12 @@ struct ResponseOnward {
     BodyWriter::Mode body = BodyWriter::Mode::as_is;
 };
 
-// Rewrites `res` (an upstream's final response, `framing` as check_response_framing read it)
-// into the response a client of `client_version` gets, with `rate_headers`, and appends that
-// head to `head` (its fields are edited on the way). `keep_alive`: the client's connection may stay open (an HTTP/1.0 client's
-// closes when the body's end is the connection's).
-ResponseOnward response_onward(UpstreamResponse& res, const Framing& framing,
+// Writes the response a client of `client_version` gets for `res` (an upstream's final
+// response, `framing` as check_response_framing read it), with `rate_headers` (names unique,
+// none of them Via, Content-Length, Transfer-Encoding or Connection), appending that head to
+// `head`; `res` stays as it came. `keep_alive`: the client's connection may stay open (an
+// HTTP/1.0 client's closes when the body's end is the connection's).
+ResponseOnward response_onward(const UpstreamResponse& res, const Framing& framing,
                                unsigned client_version, bool keep_alive, const limit::HeaderList& rate_headers,
                                std::string& head);
 

@@ -138,6 +138,7 @@ private:
     observe::LimitedClients limited_clients_;
     // One thread runs it; other threads only post to it, and the acceptors and the Redis
     // connection are set up before that thread starts: no locking of socket state needed.
+    // (http::Stream::quiet relies on it too: it writes Asio's per-socket state unlocked.)
     boost::asio::io_context io_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
     boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
     std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> acceptors_;
