@@ -17,12 +17,13 @@ namespace sluice::http {
 // found nothing, no byte and no close, with no wait in between (the worker's event loop is
 // single-threaded): what arrives afterwards sets it again. A receive that returned fewer
 // bytes than asked for is not enough: the peer's close may already be queued behind them,
-// reported together with them and never again (tried: a close-delimited response then hung;
-// nginx knows it from EPOLLRDHUP, which Asio does not ask for). The flag is private to Asio; it is reached through the
-// socket's protected implementation and an explicit instantiation, which the language lets
-// name private members. (Asio itself clears it only for a socket epoll accepted; a TCP
-// socket always is.) Only for the Asio of Boost 1.81 with its epoll reactor (bookworm's);
-// elsewhere quiet() only peeks and reads attempt a receive first as before.
+// reported together with them and never again (tried: a close-delimited response then
+// hung; nginx knows it from EPOLLRDHUP, which Asio does not ask for). The flag is private
+// to Asio; it is reached through the socket's protected implementation and an explicit
+// instantiation, which the language lets name private members. (Asio itself clears it only
+// for a socket epoll accepted; a TCP socket always is.) Only for the Asio of Boost 1.81 with
+// its epoll reactor (bookworm's); elsewhere quiet() only peeks and reads attempt a receive
+// first as before.
 #if BOOST_VERSION == 108100 && defined(BOOST_ASIO_HAS_EPOLL) && !defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT)
 #define SLUICE_READ_ATTEMPT_FLAG 1
 namespace {
