@@ -212,10 +212,7 @@ std::string_view parse_response_head(std::string_view head, UpstreamResponse& ou
         const std::string_view name(field, colon);
         const std::string_view raw_value(field + colon + 1, field_size - colon - 1);
         if (!plain(raw_value)) return malformed_head;
-        std::size_t first = colon + 1, last = field_size;  // the value without the whitespace around it
-        while (first < last && (field[first] == ' ' || field[first] == '\t')) ++first;
-        while (last > first && (field[last - 1] == ' ' || field[last - 1] == '\t')) --last;
-        const std::string_view value(field + first, last - first);
+        const std::string_view value = trim_ows(raw_value);
         const auto id = field_id(name);
         // Beast's parser read Proxy-Connection as Connection for this (a server that says
         // close there is not kept either).

@@ -231,14 +231,12 @@ void erase_all_of(L& fields, bhttp::field name) {
     for (auto it = fields.begin(); it != fields.end();) it = it->name() == name ? fields.erase(it) : std::next(it);
 }
 
-// By name: a name Beast has a code for matches exactly the fields with that code; one it has
-// none for matches only fields without one, whose names are compared.
+// By name: by code for a name Beast knows, else by name among the fields it does not know.
 template <class L>
 void erase_all_of(L& fields, std::string_view name) {
-    if (const auto id = field_id(name); id != bhttp::field::unknown) return erase_all_of(fields, id);
+    const auto id = field_id(name);
     for (auto it = fields.begin(); it != fields.end();)
-        it = it->name() == bhttp::field::unknown && iequals_ascii(sv(it->name_string()), name) ? fields.erase(it)
-                                                                                              : std::next(it);
+        it = field_named(it->name(), sv(it->name_string()), id, name) ? fields.erase(it) : std::next(it);
 }
 
 template <class L>
@@ -338,31 +336,12 @@ void append_version(unsigned version, std::string& out) {
     out += static_cast<char>('0' + version % 10);
 }
 
-// The fields, then the blank line, written into `out` grown once to its final size (every
-// response's head is written here).
+// The fields, then the blank line, written into `out` grown once to its final size.
 template <class L>
 void append_fields(const L& fields, std::string& out) {
-    std::size_t size = 2;
-    for (const auto& field : fields) size += field.name_string().size() + field.value().size() + 4;
-    const std::size_t at = out.size();
-    out.resize(at + size);
-    char* p = out.data() + at;
-    const auto put = [&p](const char* data, std::size_t n) {
-        std::memcpy(p, data, n);
-        p += n;
-    };
-    for (const auto& field : fields) {
-        const auto name = field.name_string();
-        const auto value = field.value();
-        put(name.data(), name.size());
-        *p++ = ':';
-        *p++ = ' ';
-        put(value.data(), value.size());
-        *p++ = '\r';
-        *p++ = '\n';
-    }
-    *p++ = '\r';
-    *p = '\n';
+    HeadWriter w(out, lines_size(fields) + 2);
+    for (const auto& field : fields) w.field(sv(field.name_string()), sv(field.value()));
+    w.put("\r\n");
 }
 
 }  // namespace

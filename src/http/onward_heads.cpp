@@ -3,8 +3,6 @@
 #include "http/field_text.hpp"
 
 #include <charconv>
-#include <cstdlib>
-#include <cstring>
 
 #include <boost/beast/core/string.hpp>
 #include <boost/container/small_vector.hpp>
@@ -47,54 +45,6 @@ bool switches_to_websocket(const UpstreamResponse& res) {
     return connection_upgrade(res.fields) && upgrade_is_websocket(res.fields);
 }
 
-namespace {
-
-// Writes a head's lines into room made once at the end of `out` (one growth and one fill of
-// the string, not a capacity check and a copy per piece), then gives back the room not used.
-// The caller's `room` bounds what it writes; a bound that did not hold ends the process
-// rather than send what was written past it (a test that writes more fails loudly).
-class HeadWriter {
-public:
-    HeadWriter(std::string& out, std::size_t room) : out_(out) {
-        const std::size_t start = out.size();
-        out.resize(start + room);
-        p_ = out.data() + start;
-    }
-    HeadWriter(const HeadWriter&) = delete;
-    HeadWriter& operator=(const HeadWriter&) = delete;
-    ~HeadWriter() {
-        const auto used = static_cast<std::size_t>(p_ - out_.data());
-        if (used > out_.size()) std::abort();
-        out_.resize(used);
-    }
-
-    void put(std::string_view s) {
-        std::memcpy(p_, s.data(), s.size());
-        p_ += s.size();
-    }
-    void field(std::string_view name, std::string_view value) {
-        put(name);
-        *p_++ = ':';
-        *p_++ = ' ';
-        put(value);
-        *p_++ = '\r';
-        *p_++ = '\n';
-    }
-
-private:
-    std::string& out_;
-    char* p_;
-};
-
-// The room a list's fields take as lines ("name: value" and CRLF each).
-template <class L>
-std::size_t lines_size(const L& fields) {
-    std::size_t size = 0;
-    for (const auto& f : fields) size += f.name_string().size() + f.value().size() + 4;
-    return size;
-}
-
-}  // namespace
 
 // Written in one walk over the client's fields, leaving out what goes and adding ours at the
 // end: the bytes the field edits wrote (strip_hop_by_hop, strip_framing, the Upgrade of a
@@ -213,16 +163,12 @@ ResponseOnward response_onward(const UpstreamResponse& response, const Framing& 
         else
             out.keep_alive = false;  // HTTP/1.0: the body ends when the connection closes
     }
-    // A rate-limit field replaces the upstream's fields of its name: compared by Beast's code
-    // where it has one, by name among the fields without one.
+    // A rate-limit field replaces the upstream's fields of its name (their codes looked up once).
     boost::container::small_vector<bhttp::field, 6> rate_ids;
     for (const auto& [name, value] : rate_headers) rate_ids.push_back(field_id(name));
     const auto replaced = [&](bhttp::field id, std::string_view name) {
-        for (std::size_t i = 0; i < rate_ids.size(); ++i) {
-            if (rate_ids[i] != bhttp::field::unknown ? id == rate_ids[i]
-                                                     : id == bhttp::field::unknown && iequals_ascii(name, rate_headers[i].first))
-                return true;
-        }
+        for (std::size_t i = 0; i < rate_ids.size(); ++i)
+            if (field_named(id, name, rate_ids[i], rate_headers[i].first)) return true;
         return false;
     };
 
