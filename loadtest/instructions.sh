@@ -13,7 +13,9 @@
 # per client, 100,000 clients behind a trusted X-Forwarded-For, as loadtest/run.sh),
 # clients100k_memory (the same on the memory store), nginx (the reference: nginx as a reverse
 # proxy with one worker and run.sh's forwarding, under callgrind the same way; not in the
-# default list). Needs valgrind, nginx, redis-server, wrk
+# default list). HEADERS=browser: every request carries the fields a browser sends (12 with
+# Host: User-Agent, Accept, Accept-Language, Accept-Encoding, Referer, Cookie, Sec-Fetch-*,
+# ...; about 560 bytes of head) instead of wrk's Host alone. Needs valgrind, nginx, redis-server, wrk
 # (loadtest/run.sh installs the last three). The profiles stay in OUT (default a temporary
 # directory, printed) for callgrind_annotate.
 set -euo pipefail
@@ -25,6 +27,19 @@ SCENARIOS=${SCENARIOS:-"none token_bucket clients100k clients100k_memory"}
 CONNS=${CONNS:-4}
 DURATION=${DURATION:-15s}
 OUT=${OUT:-$(mktemp -d /tmp/sluice-instructions.XXXXXX)}
+HEADERS=${HEADERS:-}
+WRK_HEADERS=()
+case $HEADERS in
+  "") ;;
+  browser)
+    WRK_HEADERS=(-H "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
+      -H "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+      -H "Accept-Language: en-US,en;q=0.5" -H "Accept-Encoding: gzip, deflate, br"
+      -H "Referer: https://example.com/page" -H "Cookie: session=abc123def456; theme=dark"
+      -H "Upgrade-Insecure-Requests: 1" -H "Sec-Fetch-Dest: document" -H "Sec-Fetch-Mode: navigate"
+      -H "Sec-Fetch-Site: same-origin" -H "Cache-Control: max-age=0") ;;
+  *) echo "instructions: HEADERS is empty or browser, not '$HEADERS'" >&2; exit 2 ;;
+esac
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 for tool in valgrind callgrind_annotate redis-server redis-cli wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "instructions: $tool is missing" >&2; exit 1; }
@@ -79,10 +94,10 @@ profile() {
   for _ in $(seq 200); do curl -sf "$ready_url" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.2; done
   [ "$ready" = 1 ] || { echo "instructions: $what did not get ready ($scenario)" >&2; tail -5 "$dir/$what.log" >&2; exit 1; }
   # shellcheck disable=SC2086
-  wrk -t1 -c"$CONNS" -d2s $script "$load_url" >/dev/null
+  wrk -t1 -c"$CONNS" -d2s "${WRK_HEADERS[@]}" $script "$load_url" >/dev/null
   callgrind_control -i on "$pid" >/dev/null 2>&1
   # shellcheck disable=SC2086
-  wrk -t1 -c"$CONNS" -d"$DURATION" $script "$load_url" >"$dir/wrk.txt"
+  wrk -t1 -c"$CONNS" -d"$DURATION" "${WRK_HEADERS[@]}" $script "$load_url" >"$dir/wrk.txt"
   callgrind_control -i off "$pid" >/dev/null 2>&1
   kill -"$stop" "$pid"
   wait "$pid" 2>/dev/null || true
@@ -147,8 +162,8 @@ http {
 }
 EOF
     profile "$dir" nginx "http://127.0.0.1:$port/" "http://127.0.0.1:$port/" QUIT "" "$NGINX" -c "$dir/nginx.conf"
-    awk -v c="$CONNS" -v n="$requests" -v t="$total" \
-      'BEGIN { printf "| nginx (reference) | %s | %d | %.0f | - |\n", c, n, t / n }'
+    awk -v c="$CONNS" -v n="$requests" -v t="$total" -v h="${HEADERS:+, $HEADERS headers}" \
+      'BEGIN { printf "| nginx (reference)%s | %s | %d | %.0f | - |\n", h, c, n, t / n }'
     continue
   fi
   cat >"$dir/sluice.yaml" <<EOF
@@ -193,7 +208,7 @@ for line in open(sys.argv[1]):
 print(total)
 PY
 )
-  awk -v s="$scenario" -v c="$CONNS" -v n="$requests" -v t="$total" -v a="$allocations" \
+  awk -v s="$scenario${HEADERS:+, $HEADERS headers}" -v c="$CONNS" -v n="$requests" -v t="$total" -v a="$allocations" \
     'BEGIN { printf "| %s | %s | %d | %.0f | %.1f |\n", s, c, n, t / n, a / n }'
 done
 echo "profiles: $OUT" >&2

@@ -60,7 +60,6 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
-using Request = bhttp::request<bhttp::empty_body>;
 
 namespace {
 
@@ -558,7 +557,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     }
 
     RequestHead parsed = read_request_head(std::span<char>(static_cast<char*>(buffer_.data().data()), head.size),
-                                           cfg.server, x.parser, rec);
+                                           cfg.server, x.request, rec);
     buffer_.consume(head.size);
     if (parsed.parsed) identify_client(x);
     if (parsed.refusal) co_return finish(x, co_await reply(cfg.server, std::move(*parsed.refusal), false, rec));
@@ -567,7 +566,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     request_expects_ = parsed.expects;
     x.key_path = std::move(parsed.target.path);
     x.key_query = std::move(parsed.target.query);
-    x.keep_alive = x.parser.get().keep_alive() && !worker_.stopping();
+    x.keep_alive = x.request.keep_alive() && !worker_.stopping();
 
     if (auto refusal = route_request(x)) co_return finish(x, co_await reply(cfg.server, std::move(*refusal), x.keep_alive, rec));
     if (x.route->has_limits() && !exempt_from_limits(x)) {
@@ -688,13 +687,12 @@ net::awaitable<bool> Session::tunnel(const config::Config& cfg, const server::Sn
 net::awaitable<bool> Session::forward(Exchange& x) {
     const auto& snap = x.snap;
     const auto& route = *x.route;
-    auto& parser = x.parser;
     const bool keep_alive = x.keep_alive;
     const limit::HeaderList& rate_headers = x.rate_headers;
     auto& rec = x.rec;
     const auto& cfg = *snap.config;
     const auto& upstream_cfg = cfg.upstreams[route.upstream_index];
-    auto& req = parser.get();
+    const auto& req = x.request;
     const unsigned client_version = req.version();
     const bool is_head = req.method() == bhttp::verb::head;
 

@@ -29,7 +29,7 @@ namespace sluice::http {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
-using Request = bhttp::request<bhttp::empty_body>;
+using Request = ClientRequest;
 
 double ms_since(Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -102,14 +102,15 @@ std::optional<LocalReply> choose_limit_set(Exchange& x, const limit::RequestKeyV
     const auto mapped = plans->by_identity.find(*identity);
     if (!plans->header.empty() && x.peer_trusted) {
         std::optional<std::string_view> named;
-        const auto& req = x.parser.get();
-        for (auto [it, end] = req.equal_range(plans->header); it != end; ++it) {
-            if (named && *named != sv(it->value())) {
+        const auto id = field_id(plans->header);
+        for (const auto& f : x.request) {
+            if (!field_named(f.name(), f.name_string(), id, plans->header)) continue;
+            if (named && *named != f.value()) {
                 const std::string detail = "header " + plans->header + " names more than one plan";
                 spdlog::info("client {}: route {}: {}", x.rec.client, x.route->name, detail);
                 return local_problem(400, detail);
             }
-            named = sv(it->value());
+            named = f.value();
         }
         if (named) {
             const auto plan = plans->by_plan.find(std::string(*named));
@@ -422,7 +423,7 @@ bool finish(Exchange& x, bool keep) {
 
 void identify_client(Exchange& x) {
     const auto& cfg = x.cfg;
-    const auto& req = x.parser.get();
+    const auto& req = x.request;
     // Who sent it: the peer, or the client a trusted proxy in front names; the request id
     // such a proxy gave it, else a new one (sent upstream either way: forward()).
     if (!cfg.client_ip.trusted_proxies.empty()) {
@@ -437,12 +438,12 @@ void identify_client(Exchange& x) {
         }
     }
     x.rec.request_id = request_id(req, x.peer_trusted);
-    if (const auto agent = find_field(req, bhttp::field::user_agent)) x.rec.user_agent = std::string(*agent);
+    if (const auto agent = req.find(bhttp::field::user_agent)) x.rec.user_agent = std::string(*agent);
 }
 
 std::optional<LocalReply> route_request(Exchange& x) {
-    const auto& req = x.parser.get();
-    x.route = match_route(x.cfg.routes, sv(req.method_string()), x.key_path, find_field(req, bhttp::field::host).value_or(std::string_view()));
+    const auto& req = x.request;
+    x.route = match_route(x.cfg.routes, req.method_string(), x.key_path, req.find(bhttp::field::host).value_or(std::string_view()));
     if (!x.route) return local_problem(404, "no route matches the request");
     x.rec.route = x.route->name;
     x.check = x.route->action == config::RouteAction::check;
@@ -469,7 +470,7 @@ namespace {
 std::optional<LocalReply> read_bearer_token(Exchange& x) {
     if (!route_reads(x, config::KeyPart::Kind::jwt) || !x.snap.jwt) return std::nullopt;
     std::optional<std::string_view> authorization;
-    for (const auto& f : x.parser.get()) {
+    for (const auto& f : x.request) {
         if (f.name() != bhttp::field::authorization) continue;
         if (authorization) return local_problem(400, "more than one Authorization field");
         authorization = sv(f.value());
@@ -621,7 +622,7 @@ bool matches(const config::Exempt& exempt, const Exchange& x, const std::optiona
                               [&](const sluice::net::Cidr& cidr) { return cidr.contains(*client); }))
         return true;
     if (!x.peer_trusted || exempt.headers.empty()) return false;
-    for (const auto& field : x.parser.get())
+    for (const auto& field : x.request)
         for (const auto& header : exempt.headers)
             if (beast::iequals(field.name_string(), header.name) && same_secret(sv(field.value()), header.value))
                 return true;
@@ -644,7 +645,7 @@ limit::RequestKeyValues key_values(Exchange& x) {
     // The Cookie fields, joined, when a limit of the route reads a cookie.
     if (!x.key_cookies_read && route_reads(x, config::KeyPart::Kind::cookie)) {
         x.key_cookies_read = true;
-        for (const auto& f : x.parser.get())
+        for (const auto& f : x.request)
             if (f.name() == bhttp::field::cookie) {
                 if (!x.key_cookies.empty()) x.key_cookies += "; ";
                 x.key_cookies += sv(f.value());
@@ -652,10 +653,7 @@ limit::RequestKeyValues key_values(Exchange& x) {
     }
     return limit::RequestKeyValues{x.rec.client, x.key_method, x.key_path,
                                    [&x](std::string_view name) -> std::optional<std::string_view> {
-                                       const auto& req = x.parser.get();
-                                       auto it = req.find(name);
-                                       if (it == req.end()) return std::nullopt;
-                                       return sv(it->value());
+                                       return x.request.find(name);
                                    },
                                    true, x.key_query, x.key_cookies,
                                    [&x](std::string_view claim) -> std::optional<std::string_view> {

@@ -85,7 +85,7 @@ struct Exchange {
     const std::string_view peer_ip;  // the TCP peer (the connection's, which outlives it)
     bool peer_trusted = false;       // the peer is in client_ip.trusted_proxies (identify_client)
     observe::AccessRecord rec;
-    RequestParser parser;  // its head, once read_request_head accepted it
+    ClientRequest request;  // its head, once read_request_head accepted it
     const config::RouteConfig* route = nullptr;
     // The limits that decide it: its route's, or its client's plan's (prepare_limits).
     const server::LimitSet* limit_set = nullptr;
@@ -130,7 +130,7 @@ std::optional<LocalReply> route_request(Exchange& x);
 // True (and the request logged and counted as exempt) when the top-level `exempt` or the
 // route's names the request: its limits are skipped, no store call is made.
 bool exempt_from_limits(Exchange& x);
-// What the limits' key parts read of the request (its fields through the parser).
+// What the limits' key parts read of the request (its fields).
 limit::RequestKeyValues key_values(Exchange& x);
 // The limits' phase, around the limiter's decide() (awaited by the session: the phases are
 // plain functions, not coroutines of their own). Before: the limits that decide the request

@@ -28,8 +28,14 @@ struct RememberedName {
     bhttp::field id;
     char bytes[27];
 };
-constexpr std::size_t remembered_names = 128;  // 4 KiB a thread
-thread_local RememberedName remembered[remembered_names];
+// 128 sets of two (8 KiB a thread): the names a browser's request and an upstream's response
+// carry (some 30) fit without two of them taking turns in one place.
+constexpr std::size_t name_sets = 128;
+struct NameSet {
+    RememberedName way[2];  // way[0] the one remembered last
+};
+thread_local NameSet remembered[name_sets];
+thread_local std::uint64_t looked_up = 0;
 
 // Whether the n bytes (1 to 27) at a and b are equal: words compared, the last one where the
 // string ends (overlapping), none read past either end.
@@ -55,13 +61,38 @@ bool same_bytes(const char* a, const char* b, std::size_t n) {
     return word(a + n - 8) == word(b + n - 8);
 }
 
-// A name not remembered (or too long to be): looked up, and remembered when it fits.
-[[gnu::noinline]] bhttp::field look_up_field(std::string_view name, RememberedName* slot) {
+// The set of a name of n bytes (1 to 27): its first and last eight bytes (or four, or the
+// bytes themselves) and its length, mixed by multiplication; the top bits choose.
+std::size_t name_set(const char* p, std::size_t n) {
+    std::uint64_t a = 0, b = 0;
+    if (n >= 8) {
+        std::memcpy(&a, p, 8);
+        std::memcpy(&b, p + n - 8, 8);
+    } else if (n >= 4) {
+        std::uint32_t x, y;
+        std::memcpy(&x, p, 4);
+        std::memcpy(&y, p + n - 4, 4);
+        a = x;
+        b = y;
+    } else {
+        a = static_cast<unsigned char>(p[0]);
+        b = static_cast<std::uint64_t>(static_cast<unsigned char>(p[n / 2])) << 8 | static_cast<unsigned char>(p[n - 1]);
+    }
+    const std::uint64_t h = ((a * 0x9E3779B97F4A7C15ull) ^ b ^ n) * 0xC2B2AE3D27D4EB4Full;
+    return static_cast<std::size_t>(h >> 57);  // (7 bits: name_sets)
+}
+
+// A name not remembered (or too long to be): looked up, and remembered when it fits, in place
+// of the set's older one.
+[[gnu::noinline]] bhttp::field look_up_field(std::string_view name, NameSet* set) {
+    ++looked_up;
     const auto id = bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()));
-    if (slot) {
-        slot->size = static_cast<std::uint8_t>(name.size());
-        slot->id = id;
-        std::memcpy(slot->bytes, name.data(), name.size());
+    if (set) {
+        set->way[1] = set->way[0];
+        auto& slot = set->way[0];
+        slot.size = static_cast<std::uint8_t>(name.size());
+        slot.id = id;
+        std::memcpy(slot.bytes, name.data(), name.size());
     }
     return id;
 }
@@ -71,11 +102,13 @@ bool same_bytes(const char* a, const char* b, std::size_t n) {
 bhttp::field field_id(std::string_view name) {
     const std::size_t n = name.size();
     if (n == 0 || n > sizeof(RememberedName::bytes)) return look_up_field(name, nullptr);
-    const auto byte = [&](std::size_t i) { return static_cast<std::size_t>(static_cast<unsigned char>(name[i])); };
-    auto& slot = remembered[(n * 31 + byte(0) * 7 + byte(n / 2) * 3 + byte(n - 1)) % remembered_names];
-    if (slot.size == n && same_bytes(slot.bytes, name.data(), n)) return slot.id;
-    return look_up_field(name, &slot);
+    auto& set = remembered[name_set(name.data(), n)];
+    for (const auto& slot : set.way)
+        if (slot.size == n && same_bytes(slot.bytes, name.data(), n)) return slot.id;
+    return look_up_field(name, &set);
 }
+
+std::uint64_t field_ids_looked_up() { return looked_up; }
 
 void FieldList::clear() {
     lines_.clear();
@@ -163,7 +196,193 @@ void connection_options(std::string_view list, bool& close, bool& keep_alive) {
 
 constexpr std::string_view invalid_head = "upstream sent an invalid response head";
 
+// Beast's list grammar for Connection, Content-Length and Transfer-Encoding values (its
+// token_list and opt_token_list): tokens separated by commas, optional whitespace around
+// them, empty elements allowed. `each` gets the tokens in order up to the end or the first
+// byte that breaks the grammar; returns whether the whole value kept to it.
+template <class F>
+bool walk_token_list(std::string_view v, F&& each) {
+    bool need_comma = false;
+    std::size_t i = 0;
+    while (i < v.size()) {
+        const char c = v[i];
+        if (c == ' ' || c == '\t') {
+            ++i;
+        } else if (token_bytes[static_cast<unsigned char>(c)]) {
+            if (need_comma) return false;
+            const std::size_t start = i;
+            while (i < v.size() && token_bytes[static_cast<unsigned char>(v[i])]) ++i;
+            each(v.substr(start, i - start));
+            need_comma = true;
+        } else if (c == ',') {
+            need_comma = false;
+            ++i;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+// A decimal number that fits 64 bits (Beast's parse_dec).
+bool decimal(std::string_view s, std::uint64_t& out) {
+    if (s.empty()) return false;
+    std::uint64_t v = 0;
+    for (const char c : s) {
+        if (!digit(c) || v > UINT64_MAX / 10) return false;
+        const auto d = static_cast<std::uint64_t>(c - '0');
+        if (UINT64_MAX - v * 10 < d) return false;
+        v = v * 10 + d;
+    }
+    out = v;
+    return true;
+}
+
+// The request line's parts: a method (a token), SP, a target (visible bytes and obs-text), SP.
+constexpr std::array<bool, 256> target_bytes = [] {
+    std::array<bool, 256> t{};
+    for (int c = 0x21; c < 256; ++c) t[static_cast<std::size_t>(c)] = c != 0x7f;
+    return t;
+}();
+
+constexpr std::string_view invalid_request = "malformed request head";
+
 }  // namespace
+
+std::optional<std::string_view> ClientRequest::find(bhttp::field name) const {
+    for (const auto& f : fields_)
+        if (f.name() == name) return f.value();
+    return std::nullopt;
+}
+
+std::optional<std::string_view> ClientRequest::find(std::string_view name) const {
+    const auto id = field_id(name);
+    for (const auto& f : fields_)
+        if (id != bhttp::field::unknown ? f.name() == id
+                                        : f.name() == bhttp::field::unknown && iequals_ascii(f.name_string(), name))
+            return f.value();
+    return std::nullopt;
+}
+
+std::string_view parse_request_head(std::string_view head, ClientRequest& out) {
+    out.fields_.clear();
+    out.method_ = bhttp::verb::unknown;
+    out.method_string_ = {};
+    out.target_ = {};
+    out.version_ = 11;
+    out.keep_alive_ = false;
+    if (head.size() < 4 || head.substr(head.size() - 4) != "\r\n\r\n") return invalid_request;
+    const std::string_view data = out.fields_.keep(head);
+    const char* const bytes = data.data();
+    const std::size_t n = data.size();
+    out.fields_.reserve(16);
+
+    // request-line = method SP request-target SP HTTP-version CRLF
+    std::size_t i = 0;
+    while (i < n && token_bytes[static_cast<unsigned char>(bytes[i])]) ++i;
+    if (i == 0 || i == n || bytes[i] != ' ') return "invalid method";
+    out.method_string_ = std::string_view(bytes, i);
+    const std::size_t target_start = ++i;
+    while (i < n && target_bytes[static_cast<unsigned char>(bytes[i])]) ++i;
+    if (i == target_start || i == n || bytes[i] != ' ') return "invalid request target";
+    out.target_ = std::string_view(bytes + target_start, i - target_start);
+    ++i;
+    if (n - i < 10 || std::string_view(bytes + i, 5) != "HTTP/" || !digit(bytes[i + 5]) || bytes[i + 6] != '.' ||
+        !digit(bytes[i + 7]))
+        return "invalid HTTP version";
+    const unsigned version = static_cast<unsigned>((bytes[i + 5] - '0') * 10 + (bytes[i + 7] - '0'));
+    if (version != 10 && version != 11) return "invalid HTTP version";
+    if (bytes[i + 8] != '\r' || bytes[i + 9] != '\n') return "invalid HTTP version";
+    out.version_ = version;
+    out.method_ = bhttp::string_to_verb(boost::beast::string_view(out.method_string_.data(), out.method_string_.size()));
+    std::size_t pos = i + 10;
+
+    bool close = false;
+    bool keep_alive = false;
+    bool has_length = false;  // a Content-Length was read (Beast's flagContentLength)
+    std::uint64_t length = 0;
+    bool chunked = false;     // a Transfer-Encoding ended in chunked (Beast's flagChunked)
+    while (true) {
+        // Lines end in CRLF: the LF found, the CR checked (any bytes may come here).
+        const auto* lf = static_cast<const char*>(std::memchr(bytes + pos, '\n', n - pos));
+        if (lf == nullptr) return invalid_request;  // (the head ends in CRLF CRLF)
+        std::size_t eol = static_cast<std::size_t>(lf - bytes);
+        if (eol == pos || bytes[eol - 1] != '\r') return "bare LF in request head";
+        --eol;
+        if (eol == pos) {  // the blank line
+            pos += 2;
+            break;
+        }
+        const char* const field = bytes + pos;
+        const std::size_t field_size = eol - pos;
+        pos = eol + 2;
+        std::size_t colon = 0;
+        while (colon < field_size && token_bytes[static_cast<unsigned char>(field[colon])]) ++colon;
+        if (colon == 0 || colon == field_size || field[colon] != ':') return "invalid header field name";
+        const std::string_view name(field, colon);
+        const std::string_view raw_value(field + colon + 1, field_size - colon - 1);
+        if (!plain(raw_value)) return "invalid header field value";
+        if (pos < n && (bytes[pos] == ' ' || bytes[pos] == '\t')) return "obs-fold (line folding) in header field";
+        const std::string_view value = trim_ows(raw_value);
+        const auto id = field_id(name);
+        switch (id) {
+        case bhttp::field::connection:
+        case bhttp::field::proxy_connection: {
+            bool says_close = false, says_keep_alive = false;
+            if (!walk_token_list(value, [&](std::string_view t) {
+                    says_close = says_close || iequals_ascii(t, "close");
+                    says_keep_alive = says_keep_alive || iequals_ascii(t, "keep-alive");
+                }))
+                return "invalid Connection value";
+            if (id == bhttp::field::connection) {
+                close = close || says_close;
+                keep_alive = keep_alive || says_keep_alive;
+            }
+            break;
+        }
+        case bhttp::field::content_length: {
+            if (chunked) return "Content-Length together with Transfer-Encoding";
+            std::size_t elements = 1 + static_cast<std::size_t>(std::count(value.begin(), value.end(), ','));
+            std::size_t numbers = 0;
+            bool fine = true, differ = false;
+            const bool list = walk_token_list(value, [&](std::string_view t) {
+                std::uint64_t v = 0;
+                if (!fine || differ) return;
+                if (!decimal(t, v)) {
+                    fine = false;
+                    return;
+                }
+                ++numbers;
+                differ = has_length && v != length;
+                has_length = true;
+                length = v;
+            });
+            if (differ) return "Content-Length values differ";
+            if (!list || !fine || numbers == 0 || numbers != elements) return "invalid Content-Length";
+            break;
+        }
+        case bhttp::field::transfer_encoding: {
+            if (chunked) return "Transfer-Encoding applies chunked more than once";
+            if (has_length) return "Content-Length together with Transfer-Encoding";
+            // As Beast: chunked when its first "chunked" is the last coding read (a list
+            // broken by a stray byte ends there).
+            std::size_t codings = 0, first_chunked = 0;
+            walk_token_list(value, [&](std::string_view t) {
+                ++codings;
+                if (first_chunked == 0 && iequals_ascii(t, "chunked")) first_chunked = codings;
+            });
+            chunked = first_chunked != 0 && first_chunked == codings;
+            break;
+        }
+        default:
+            break;
+        }
+        out.fields_.insert_kept(id, name, value);
+    }
+    if (pos != n) return invalid_request;  // bytes after the blank line: not one head
+    out.keep_alive_ = version >= 11 ? !close : keep_alive && !close;
+    return {};
+}
 
 std::string_view parse_response_head(std::string_view head, UpstreamResponse& out, std::size_t max_fields) {
     out.fields.clear();

@@ -354,7 +354,7 @@ private:
         std::string problem;
         std::string head = h1_head_for(s.request, problem);
         if (head.empty()) co_return done(local_problem(400, problem));
-        RequestHead parsed = read_request_head(std::span<char>(head.data(), head.size()), x.cfg.server, x.parser, rec);
+        RequestHead parsed = read_request_head(std::span<char>(head.data(), head.size()), x.cfg.server, x.request, rec);
         rec.version = 20;
         if (parsed.parsed) identify_client(x);
         if (parsed.refusal) co_return done(*parsed.refusal);
@@ -410,7 +410,7 @@ private:
         const auto& cfg = x.cfg;
         const auto& upstream_cfg = cfg.upstreams[x.route->upstream_index];
         auto& rec = x.rec;
-        auto& req = x.parser.get();
+        const auto& req = x.request;
         const bool is_head = req.method() == bhttp::verb::head;
         StreamDeadline deadline(sp);
         std::string head;

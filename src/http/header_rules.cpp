@@ -163,9 +163,8 @@ Framing refuse(unsigned status, std::string_view problem) {
     return f;
 }
 
-}  // namespace
-
-Framing check_request_framing(const Fields& fields, unsigned version) {
+template <class L>
+Framing request_framing(const L& fields, unsigned version) {
     const auto n = count_framing_fields(fields);
     if (n.content_lengths > 1) return refuse(400, "repeated Content-Length");
     if (!n.length_valid) return refuse(400, "invalid Content-Length");
@@ -188,6 +187,11 @@ Framing check_request_framing(const Fields& fields, unsigned version) {
     }
     return f;
 }
+
+}  // namespace
+
+Framing check_request_framing(const Fields& fields, unsigned version) { return request_framing(fields, version); }
+Framing check_request_framing(const FieldList& fields, unsigned version) { return request_framing(fields, version); }
 
 namespace {
 

@@ -50,6 +50,7 @@ struct Framing {
 // HTTP/1.0, chunked applied twice (400), a transfer coding other than chunked (501, as
 // nginx), repeated Host, HTTP/1.1 without Host (400). Without either field: no body.
 Framing check_request_framing(const Fields& fields, unsigned version);
+Framing check_request_framing(const FieldList& fields, unsigned version);
 
 // The framing of an upstream's response to a request (`head_request`: it was HEAD), with
 // status `status`. No body for HEAD, 1xx, 204 and 304 whatever the fields say; otherwise

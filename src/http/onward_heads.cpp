@@ -36,7 +36,7 @@ bool upgrade_is_websocket(const L& fields) {
 
 }  // namespace
 
-bool is_websocket_handshake(const bhttp::request_header<>& req) {
+bool is_websocket_handshake(const ClientRequest& req) {
     return req.version() == 11 && req.method() == bhttp::verb::get && connection_upgrade(req) &&
            upgrade_is_websocket(req);
 }
@@ -50,7 +50,7 @@ bool switches_to_websocket(const UpstreamResponse& res) {
 // end: the bytes the field edits wrote (strip_hop_by_hop, strip_framing, the Upgrade of a
 // WebSocket handshake, Host, add_forwarding_headers, X-Request-Id, our framing, then
 // write_request_head), without an allocation and an ordered-index insertion per edit.
-RequestOnward request_onward(const bhttp::request<bhttp::empty_body>& req, const BodyReader& body, std::uint64_t length,
+RequestOnward request_onward(const ClientRequest& req, const BodyReader& body, std::uint64_t length,
                              std::string_view upstream_name, const ForwardingInfo& forwarding,
                              std::string_view request_id, std::string& head) {
     RequestOnward out;
@@ -71,7 +71,7 @@ RequestOnward request_onward(const bhttp::request<bhttp::empty_body>& req, const
     // A WebSocket handshake keeps its upgrade (RFC 6455 handshakes carry no body).
     out.websocket = !has_body && is_websocket_handshake(req);
 
-    const HopByHop hop(req);
+    const HopByHop hop(req.fields());
     const bool trusted = forwarding.peer_trusted;
     std::string xff;  // a trusted peer's chain, then the peer
     std::string via;  // what came, then ours

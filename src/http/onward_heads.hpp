@@ -2,16 +2,13 @@
 // client gets it. The framing is chosen here, once, from the parsed message (the BodyWriter
 // mode that frames the body after the head), hop-by-hop fields go, and the fields that are
 // the proxy's own (X-Forwarded-*, Via, X-Request-Id, the framing) are written. Pure: over
-// Beast's header container (requests) and FieldList (responses), no sockets.
+// ClientRequest (requests) and UpstreamResponse (responses), no sockets.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <boost/beast/http/empty_body.hpp>
-#include <boost/beast/http/message.hpp>
 
 #include "http/body_reader.hpp"
 #include "http/body_writer.hpp"
@@ -26,7 +23,7 @@ namespace sluice::http {
 // A WebSocket opening handshake (RFC 6455 4.1): GET, HTTP/1.1, Connection: upgrade,
 // Upgrade: websocket. Other upgrades (h2c, TLS/1.0, ...) are not relayed: their Upgrade is
 // dropped as hop-by-hop and the request goes on as plain HTTP/1.1.
-bool is_websocket_handshake(const boost::beast::http::request_header<>& req);
+bool is_websocket_handshake(const ClientRequest& req);
 // A 101 that switches to WebSocket: Connection: upgrade and one Upgrade: websocket.
 bool switches_to_websocket(const UpstreamResponse& res);
 
@@ -41,8 +38,8 @@ struct RequestOnward {
 // read_request_head; `body` frames its body, of `length` bytes when it has a Content-Length),
 // always HTTP/1.1, appending that head to `head`; `req` itself stays as it came. `upstream_name` is the Host of an HTTP/1.0
 // request without one (nginx sends its proxy_host); `request_id` replaces any X-Request-Id.
-RequestOnward request_onward(const boost::beast::http::request<boost::beast::http::empty_body>& req, const BodyReader& body,
-                             std::uint64_t length, std::string_view upstream_name, const ForwardingInfo& forwarding,
+RequestOnward request_onward(const ClientRequest& req, const BodyReader& body, std::uint64_t length,
+                             std::string_view upstream_name, const ForwardingInfo& forwarding,
                              std::string_view request_id, std::string& head);
 
 struct ResponseOnward {

@@ -3,9 +3,6 @@
 #include <string>
 #include <string_view>
 
-#include <boost/beast/core/error.hpp>
-#include <boost/asio/buffer.hpp>
-
 #include "http/head_scan.hpp"
 #include "http/header_rules.hpp"
 
@@ -38,13 +35,7 @@ void describe_raw_request(std::string_view head, observe::AccessRecord& rec) {
 
 }  // namespace
 
-std::optional<std::string_view> find_field(const bhttp::fields& fields, bhttp::field name) {
-    for (const auto& f : fields)
-        if (f.name() == name) return sv(f.value());
-    return std::nullopt;
-}
-
-RequestHead read_request_head(std::span<char> bytes, const config::ServerConfig& server, RequestParser& parser,
+RequestHead read_request_head(std::span<char> bytes, const config::ServerConfig& server, ClientRequest& req,
                               observe::AccessRecord& rec) {
     RequestHead out;
     const std::string_view raw(bytes.data(), bytes.size());
@@ -52,39 +43,35 @@ RequestHead read_request_head(std::span<char> bytes, const config::ServerConfig&
         out.refusal = local_problem(status, problem);
         return std::move(out);
     };
-    if (auto problem = check_request_head(raw); !problem.empty()) {
+    // HTTP/1.2 and up are read as HTTP/1.1: the minor digit is rewritten in place.
+    const auto at = request_version_offset(raw);
+    const bool other_major = at != std::string_view::npos && raw[at] != '1';
+    if (at != std::string_view::npos && !other_major && raw[at + 2] > '1') bytes[at + 2] = '1';
+    // (A session reads no more than max_header_bytes of head; an HTTP/2 request's head is
+    // made by sluice from its header list.)
+    const bool too_large = raw.size() > server.max_header_bytes + 4;
+    std::string_view problem;
+    if (!other_major && !too_large) problem = parse_request_head(raw, req);
+    if (other_major || too_large || !problem.empty() || req.fields().size() > max_field_lines) {
+        // Refused: the first problem in the order of the checks, our byte rules (request
+        // smuggling) first. A head the parse accepts passes them all, so they are looked
+        // for only here.
         describe_raw_request(raw, rec);
-        return refuse(400, problem);
-    }
-    if (count_field_lines(raw) > max_field_lines) {
-        describe_raw_request(raw, rec);
-        return refuse(431, "too many header fields");
-    }
-    if (const auto at = request_version_offset(raw); at != std::string_view::npos) {
-        if (raw[at] != '1') {
-            describe_raw_request(raw, rec);
+        if (const auto bytes_problem = check_request_head(raw); !bytes_problem.empty()) return refuse(400, bytes_problem);
+        if (count_field_lines(raw) > max_field_lines) return refuse(431, "too many header fields");
+        if (other_major) {
             rec.version = 11;
             return refuse(505, "only HTTP/1.x is supported");
         }
-        // HTTP/1.2 and up are read as HTTP/1.1: the minor digit is rewritten in place.
-        if (raw[at + 2] > '1') bytes[at + 2] = '1';
-    }
-
-    parser.header_limit(static_cast<std::uint32_t>(server.max_header_bytes + 4));
-    parser.body_limit(boost::none);  // the body is BodyReader's
-    boost::beast::error_code ec;
-    parser.put(boost::asio::buffer(raw.data(), raw.size()), ec);
-    if (ec || !parser.is_header_done()) {
-        describe_raw_request(raw, rec);
-        return refuse(400, ec ? ec.message() : std::string("incomplete request head"));
+        if (too_large) return refuse(431, "request head larger than max_header_bytes");
+        return refuse(400, problem);
     }
     out.parsed = true;
-    auto& req = parser.get();
-    rec.method = std::string(sv(req.method_string()));
-    rec.target = std::string(sv(req.target()));
+    rec.method = std::string(req.method_string());
+    rec.target = std::string(req.target());
     rec.version = req.version();
 
-    const auto framing = check_request_framing(req.base(), req.version());
+    const auto framing = check_request_framing(req.fields(), req.version());
     if (!framing.ok()) return refuse(framing.status, framing.problem);
     BodyLimits limits;
     limits.max_body = server.max_body_bytes;
@@ -96,18 +83,18 @@ RequestHead read_request_head(std::span<char> bytes, const config::ServerConfig&
                : framing.body == Body::chunked ? BodyReader::chunked(limits)
                                                : BodyReader();
     out.length = framing.length;
-    out.expects = find_field(req, bhttp::field::expect).has_value();
+    out.expects = req.find(bhttp::field::expect).has_value();
     if (out.body.state() == BodyReader::State::too_large) return refuse(413, "request body larger than max_body_bytes");
 
     // One reading of the target for routing, `path` keys and forwarding: the normalised path
     // (and the query as it came) is what the upstream gets. An absolute-form authority,
     // validated, replaces Host (RFC 9112 3.2.2); a Host field must be valid.
-    out.target = parse_request_target(sv(req.method_string()), sv(req.target()));
+    out.target = parse_request_target(req.method_string(), req.target());
     if (!out.target.ok()) return refuse(400, out.target.problem);
     if (!out.target.authority.empty()) {
-        req.set(bhttp::field::host, out.target.authority);
+        replace_field(req.fields(), bhttp::field::host, out.target.authority);
         rec.host = std::string(out.target.authority);
-    } else if (const auto host = find_field(req, bhttp::field::host)) {
+    } else if (const auto host = req.find(bhttp::field::host)) {
         if (const auto problem = host_problem(*host); !problem.empty()) return refuse(400, problem);
         rec.host = std::string(*host);
     }

@@ -241,6 +241,24 @@ TEST_CASE("parse_response_head agrees with Beast's parser over generated heads")
     CHECK(accepted > 2000);
 }
 
+// The names of a browser's request, of an upstream's response and sluice's own all stay
+// remembered together: none of them pushes another out (found again without a look-up).
+TEST_CASE("field_id remembers a browser's, an upstream's and sluice's names at once") {
+    const std::vector<std::string> names = {
+        "Host", "User-Agent", "Accept", "Accept-Language", "Accept-Encoding", "Referer", "Cookie",
+        "Upgrade-Insecure-Requests", "Sec-Fetch-Dest", "Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Fetch-User",
+        "Cache-Control", "Connection", "Origin", "Content-Type", "Content-Length", "Authorization", "Pragma",
+        "sec-ch-ua", "sec-ch-ua-mobile", "sec-ch-ua-platform", "Priority", "If-None-Match", "If-Modified-Since",
+        "Server", "Date", "ETag", "Last-Modified", "Vary", "Set-Cookie", "Transfer-Encoding", "Keep-Alive",
+        "X-Forwarded-For", "X-Forwarded-Proto", "Via", "X-Request-Id", "RateLimit-Policy", "RateLimit",
+        "Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"};
+    for (const auto& name : names) http::field_id(name);
+    const auto before = http::field_ids_looked_up();
+    for (int round = 0; round < 3; ++round)
+        for (const auto& name : names) http::field_id(name);
+    CHECK(http::field_ids_looked_up() == before);
+}
+
 TEST_CASE("field_id gives Beast's code for every name, remembered or not") {
     auto beast = [](std::string_view name) {
         return bhttp::string_to_field(boost::beast::string_view(name.data(), name.size()));
@@ -252,13 +270,21 @@ TEST_CASE("field_id gives Beast's code for every name, remembered or not") {
                                       std::string(28, 'x'), "Access-Control-Allow-Credentials",
                                       "Access-Control-Allow-Credential"};
     // Names of every length up to 40 that share their length, first, middle and last bytes
-    // (and so a remembered slot) but differ elsewhere; and random ones.
+    // but differ elsewhere; names that share their first and last eight bytes (and so their
+    // place) but differ between; and random ones.
     std::mt19937 rng(24);
     for (std::size_t n = 1; n <= 40; ++n) {
         for (int k = 0; k < 8; ++k) {
             std::string s(n, 'a');
             for (std::size_t i = 0; i < n; ++i)
                 if (i != 0 && i != n / 2 && i != n - 1) s[i] = static_cast<char>('a' + rng() % 26);
+            names.push_back(s);
+        }
+    }
+    for (std::size_t n = 17; n <= 27; ++n) {
+        for (int k = 0; k < 4; ++k) {
+            std::string s(n, 'a');
+            for (std::size_t i = 8; i + 8 < n; ++i) s[i] = static_cast<char>('a' + rng() % 26);
             names.push_back(s);
         }
     }

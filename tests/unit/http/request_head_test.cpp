@@ -20,16 +20,15 @@ struct Outcome {
 
 Outcome read(std::string raw, const config::ServerConfig& server = {}) {
     Outcome out;
-    http::RequestParser parser;
-    out.head = http::read_request_head(std::span<char>(raw.data(), raw.size()), server, parser, out.rec);
+    http::ClientRequest req;
+    out.head = http::read_request_head(std::span<char>(raw.data(), raw.size()), server, req, out.rec);
     if (out.head.refusal) {
         out.status = out.head.refusal->status;
         CHECK(out.head.refusal->body == http::LocalReply::Body::problem);
         CHECK_FALSE(out.head.refusal->detail.empty());
     }
     if (out.head.parsed) {
-        auto& req = parser.get();
-        out.host = std::string(req[boost::beast::http::field::host]);
+        out.host = std::string(req.find(boost::beast::http::field::host).value_or(""));
         out.target = std::string(req.target());
         out.version = req.version();
     }
@@ -107,9 +106,9 @@ TEST_CASE("an accepted head: its target, Host, body and version as they go on") 
     }
     SECTION("HTTP/1.2 is read as 1.1, in the bytes too") {
         std::string raw = "GET / HTTP/1.2\r\nHost: a\r\n\r\n";
-        http::RequestParser parser;
+        http::ClientRequest req;
         observe::AccessRecord rec;
-        auto head = http::read_request_head(std::span<char>(raw.data(), raw.size()), {}, parser, rec);
+        auto head = http::read_request_head(std::span<char>(raw.data(), raw.size()), {}, req, rec);
         CHECK_FALSE(head.refusal);
         CHECK(raw.substr(0, 14) == "GET / HTTP/1.1");
         CHECK(rec.version == 11);
@@ -178,18 +177,20 @@ TEST_CASE("a request line with nothing to name is named '-'") {
     CHECK(out.rec.target == "-");
 }
 
-TEST_CASE("find_field: the first field of a known name, in the order received, whatever its case") {
+TEST_CASE("ClientRequest::find: the first field of a name, in the order received, whatever its case") {
     namespace bhttp = boost::beast::http;
-    bhttp::fields fields;
-    fields.insert("X-Other", "1");
-    fields.insert("user-agent", "first");
-    fields.insert("Accept", "*/*");
-    fields.insert("User-Agent", "second");
-    CHECK(http::find_field(fields, bhttp::field::user_agent) == std::optional<std::string_view>("first"));
-    CHECK(http::find_field(fields, bhttp::field::accept) == std::optional<std::string_view>("*/*"));
-    CHECK_FALSE(http::find_field(fields, bhttp::field::host).has_value());
-    fields.insert(bhttp::field::host, "");
-    CHECK(http::find_field(fields, bhttp::field::host) == std::optional<std::string_view>(""));
+    std::string raw = "GET / HTTP/1.1\r\nX-Other: 1\r\nuser-agent: first\r\nAccept: */*\r\nUser-Agent: second\r\n"
+                      "x-odd: a\r\nX-ODD: b\r\n\r\n";
+    http::ClientRequest req;
+    REQUIRE(http::parse_request_head(raw, req).empty());
+    CHECK(req.find(bhttp::field::user_agent) == std::optional<std::string_view>("first"));
+    CHECK(req.find(bhttp::field::accept) == std::optional<std::string_view>("*/*"));
+    CHECK_FALSE(req.find(bhttp::field::host).has_value());
+    CHECK(req.find("USER-AGENT") == std::optional<std::string_view>("first"));
+    CHECK(req.find("X-Odd") == std::optional<std::string_view>("a"));
+    CHECK(req.find("x-other") == std::optional<std::string_view>("1"));
+    CHECK_FALSE(req.find("x-absent").has_value());
+    CHECK_FALSE(req.find("x-othe").has_value());
 }
 
 TEST_CASE("request head: the access record's host is the Host field, or the absolute-form authority") {
