@@ -302,28 +302,40 @@ std::string_view parse_request_head(std::string_view head, ClientRequest& out) {
     bool has_length = false;  // a Content-Length was read (Beast's flagContentLength)
     std::uint64_t length = 0;
     bool chunked = false;     // a Transfer-Encoding ended in chunked (Beast's flagChunked)
+    // A field line in one pass: its name (tokens) up to the colon, then its value eight bytes
+    // at a time up to the first control byte, which must be the CR of CRLF (a tab is looked
+    // past). Every loop stops within the head: it ends in CRLF CRLF, and neither CR is a
+    // token or value byte.
+    const auto at = [bytes](std::size_t k) { return static_cast<unsigned char>(bytes[k]); };
     while (true) {
-        // Lines end in CRLF: the LF found, the CR checked (any bytes may come here).
-        const auto* lf = static_cast<const char*>(std::memchr(bytes + pos, '\n', n - pos));
-        if (lf == nullptr) return invalid_request;  // (the head ends in CRLF CRLF)
-        std::size_t eol = static_cast<std::size_t>(lf - bytes);
-        if (eol == pos || bytes[eol - 1] != '\r') return "bare LF in request head";
-        --eol;
-        if (eol == pos) {  // the blank line
-            pos += 2;
-            break;
+        std::size_t k = pos;
+        while (token_bytes[at(k)]) ++k;
+        if (k == pos) {
+            if (bytes[k] == '\r' && bytes[k + 1] == '\n') {  // the blank line
+                pos = k + 2;
+                break;
+            }
+            if (bytes[k] == '\n') return "bare LF in request head";
+            if ((bytes[k] == ' ' || bytes[k] == '\t') && !out.fields_.empty())
+                return "obs-fold (line folding) in header field";
+            return "invalid header field name";
         }
-        const char* const field = bytes + pos;
-        const std::size_t field_size = eol - pos;
-        pos = eol + 2;
-        std::size_t colon = 0;
-        while (colon < field_size && token_bytes[static_cast<unsigned char>(field[colon])]) ++colon;
-        if (colon == 0 || colon == field_size || field[colon] != ':') return "invalid header field name";
-        const std::string_view name(field, colon);
-        const std::string_view raw_value(field + colon + 1, field_size - colon - 1);
-        if (!plain(raw_value)) return "invalid header field value";
-        if (pos < n && (bytes[pos] == ' ' || bytes[pos] == '\t')) return "obs-fold (line folding) in header field";
-        const std::string_view value = trim_ows(raw_value);
+        if (bytes[k] != ':') return bytes[k] == '\n' ? "bare LF in request head" : "invalid header field name";
+        const std::string_view name(bytes + pos, k - pos);
+        ++k;
+        while (bytes[k] == ' ' || bytes[k] == '\t') ++k;
+        const std::size_t value_start = k;
+        for (;;) {
+            while (k + 8 <= n && plain_word(bytes + k)) k += 8;
+            if (!value_bytes[at(k)]) break;
+            ++k;
+        }
+        if (bytes[k] != '\r') return bytes[k] == '\n' ? "bare LF in request head" : "invalid header field value";
+        if (bytes[k + 1] != '\n') return "invalid header field value";  // a bare CR
+        std::size_t value_end = k;
+        while (value_end > value_start && (bytes[value_end - 1] == ' ' || bytes[value_end - 1] == '\t')) --value_end;
+        const std::string_view value(bytes + value_start, value_end - value_start);
+        pos = k + 2;
         const auto id = field_id(name);
         switch (id) {
         case bhttp::field::connection:
