@@ -23,12 +23,12 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
-ALL_SCENARIOS="none token_bucket token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
+ALL_SCENARIOS="none browser token_bucket token_bucket_browser token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
 if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-3s}
   ROUNDS=${ROUNDS:-1}
   WARMUP=${WARMUP:-1s}
-  SCENARIOS=${SCENARIOS:-"none@64 token_bucket@64 token_bucket_memory@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 clients100k_memory@64 clients100k_limit_req@64 none@1000 token_bucket@1000 idle10k"}
+  SCENARIOS=${SCENARIOS:-"none@64 browser@64 token_bucket@64 token_bucket_browser@64 token_bucket_memory@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 clients100k_memory@64 clients100k_limit_req@64 none@1000 token_bucket@1000 idle10k"}
 fi
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
@@ -293,11 +293,11 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
   case "$scenario" in *_memory|*_limit_req) store="
   type: memory" ;; esac
   case "$scenario" in
-    none|idle10k) routes="
+    none|browser|idle10k) routes="
   - name: api
     match: { path_prefix: / }
     upstream: app" ;;
-    token_bucket|token_bucket_memory) routes="
+    token_bucket|token_bucket_browser|token_bucket_memory) routes="
   - name: api
     match: { path_prefix: / }
     upstream: app
@@ -419,17 +419,27 @@ parse_wrk() {
 }
 
 run_wrk() {  # run_wrk PORT CONNS DURATION OUTFILE SCENARIO
-  local port=$1 conns=$2 dur=$3 out=$4 scenario=$5 script="" path=/
+  local port=$1 conns=$2 dur=$3 out=$4 scenario=$5 script="" path=/ headers=()
   case "$scenario" in
     clients100k|clients100k_full|clients100k_memory|clients100k_limit_req) script="$HERE/clients.lua" ;;
     reject90) script="$HERE/reject90.lua" ;;
     reject100) path=/deny ;;
     *) path=/ ;;
   esac
+  # browser, token_bucket_browser: the fields a browser sends (12 with Host, about 560 bytes
+  # of head), where wrk sends Host alone.
+  case "$scenario" in
+    browser|*_browser) headers=(-H "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
+      -H "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+      -H "Accept-Language: en-US,en;q=0.5" -H "Accept-Encoding: gzip, deflate, br"
+      -H "Referer: https://example.com/page" -H "Cookie: session=abc123def456; theme=dark"
+      -H "Upgrade-Insecure-Requests: 1" -H "Sec-Fetch-Dest: document" -H "Sec-Fetch-Mode: navigate"
+      -H "Sec-Fetch-Site: same-origin" -H "Cache-Control: max-age=0") ;;
+  esac
   # In the background and waited for: a trapped Ctrl-C or TERM interrupts `wait` at once (it
   # would not interrupt a foreground command), and cleanup then stops wrk with the rest.
   timeout $(( $(seconds "$dur") + 30 )) $(pin load) wrk -t"$THREADS" -c"$conns" -d"$dur" --timeout 5s --latency \
-    ${script:+-s "$script"} "http://127.0.0.1:$port$path" >"$out" 2>&1 &
+    "${headers[@]}" ${script:+-s "$script"} "http://127.0.0.1:$port$path" >"$out" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
   wait "$pid"

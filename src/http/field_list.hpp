@@ -155,7 +155,8 @@ private:
 // chunked, no Transfer-Encoding after Content-Length or after one ending in chunked.
 // (Obs-fold, which Beast unfolded, is refused, as check_request_head refuses it.) A head it
 // accepts passes check_request_head too. Returns an empty view on success, else the
-// problem, worded for the 400 that follows. Any bytes are safe to give it.
+// problem, worded for the 400 that follows. Any bytes are safe to give it, but not a view
+// into `out` itself: parsing again clears `out`, and every view of its last head goes.
 std::string_view parse_request_head(std::string_view head, ClientRequest& out);
 
 }  // namespace sluice::http
