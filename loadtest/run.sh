@@ -22,6 +22,8 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
+# shellcheck source=loadtest/browser_headers.sh
+. "$HERE/browser_headers.sh"
 
 ALL_SCENARIOS="none browser token_bucket token_bucket_browser token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
 if [ "${QUICK:-0}" = 1 ]; then
@@ -429,12 +431,7 @@ run_wrk() {  # run_wrk PORT CONNS DURATION OUTFILE SCENARIO
   # browser, token_bucket_browser: the fields a browser sends (12 with Host, about 560 bytes
   # of head), where wrk sends Host alone.
   case "$scenario" in
-    browser|*_browser) headers=(-H "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
-      -H "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
-      -H "Accept-Language: en-US,en;q=0.5" -H "Accept-Encoding: gzip, deflate, br"
-      -H "Referer: https://example.com/page" -H "Cookie: session=abc123def456; theme=dark"
-      -H "Upgrade-Insecure-Requests: 1" -H "Sec-Fetch-Dest: document" -H "Sec-Fetch-Mode: navigate"
-      -H "Sec-Fetch-Site: same-origin" -H "Cache-Control: max-age=0") ;;
+    browser|*_browser) headers=("${BROWSER_HEADERS[@]}") ;;
   esac
   # In the background and waited for: a trapped Ctrl-C or TERM interrupts `wait` at once (it
   # would not interrupt a foreground command), and cleanup then stops wrk with the rest.
