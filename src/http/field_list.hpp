@@ -1,5 +1,6 @@
-// An upstream's response head as sluice reads it: the status line and the header fields in
-// received order, over one copy of the head's bytes. Beast's parser built a basic_fields for
+// Heads as sluice reads them: an upstream's response (UpstreamResponse) and a client's
+// request (ClientRequest), the start line and the header fields in received order, over one
+// copy of the head's bytes. For responses: Beast's parser built a basic_fields for
 // every response (an allocation and an ordered-index insertion per field, then the edits of
 // response_onward walked and erased through it): about a sixth of sluice's instructions per
 // proxied request. The head is already delimited by scan_request_head; one pass checks its

@@ -1,7 +1,8 @@
-// Finds and checks a raw HTTP/1.1 request head before it reaches Beast's parser. The same
-// checks serve an upstream's response head: nothing in them is particular to requests.
-// Pure: no sockets. Beast 1.81 accepts obs-fold and some stray bytes that a proxy
-// must reject (request smuggling), so the raw bytes are checked here first.
+// Finds and checks a raw HTTP/1.1 head: the request smuggling rules on its bytes (bare CR and
+// LF, NUL and other control bytes, obs-fold, whitespace before a colon). The same checks serve
+// an upstream's response head: nothing in them is particular to requests. Pure: no sockets.
+// (parse_request_head refuses every head these rules refuse, so read_request_head looks at
+// them only to name the problem of a head the parse refused.)
 #pragma once
 
 #include <cstddef>
