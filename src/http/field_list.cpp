@@ -258,9 +258,7 @@ std::optional<std::string_view> ClientRequest::find(bhttp::field name) const {
 std::optional<std::string_view> ClientRequest::find(std::string_view name) const {
     const auto id = field_id(name);
     for (const auto& f : fields_)
-        if (id != bhttp::field::unknown ? f.name() == id
-                                        : f.name() == bhttp::field::unknown && iequals_ascii(f.name_string(), name))
-            return f.value();
+        if (field_named(f.name(), f.name_string(), id, name)) return f.value();
     return std::nullopt;
 }
 
@@ -322,9 +320,7 @@ std::string_view parse_request_head(std::string_view head, ClientRequest& out) {
         }
         if (bytes[k] != ':') return bytes[k] == '\n' ? "bare LF in request head" : "invalid header field name";
         const std::string_view name(bytes + pos, k - pos);
-        ++k;
-        while (bytes[k] == ' ' || bytes[k] == '\t') ++k;
-        const std::size_t value_start = k;
+        const std::size_t value_start = ++k;
         for (;;) {
             while (k + 8 <= n && plain_word(bytes + k)) k += 8;
             if (!value_bytes[at(k)]) break;
@@ -332,9 +328,7 @@ std::string_view parse_request_head(std::string_view head, ClientRequest& out) {
         }
         if (bytes[k] != '\r') return bytes[k] == '\n' ? "bare LF in request head" : "invalid header field value";
         if (bytes[k + 1] != '\n') return "invalid header field value";  // a bare CR
-        std::size_t value_end = k;
-        while (value_end > value_start && (bytes[value_end - 1] == ' ' || bytes[value_end - 1] == '\t')) --value_end;
-        const std::string_view value(bytes + value_start, value_end - value_start);
+        const std::string_view value = trim_ows(std::string_view(bytes + value_start, k - value_start));
         pos = k + 2;
         const auto id = field_id(name);
         switch (id) {

@@ -16,6 +16,8 @@
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/verb.hpp>
 
+#include "http/field_text.hpp"
+
 namespace sluice::http {
 
 // Beast's code for a field name (field::unknown for a name it does not know), as
@@ -26,6 +28,16 @@ namespace sluice::http {
 boost::beast::http::field field_id(std::string_view name);
 // How many names this thread's field_id did not find remembered (for tests).
 std::uint64_t field_ids_looked_up();
+
+// Whether a field (its code and name) is one named `want_name`, whose code is `want`
+// (field_id(want_name)): by code for a name Beast knows, else by name among the fields it
+// does not know.
+inline bool field_named(boost::beast::http::field id, std::string_view name, boost::beast::http::field want,
+                        std::string_view want_name) {
+    return want != boost::beast::http::field::unknown
+               ? id == want
+               : id == boost::beast::http::field::unknown && iequals_ascii(name, want_name);
+}
 
 // One header field: views into its FieldList's storage.
 class FieldLine {

@@ -24,16 +24,6 @@ using Fields = boost::beast::http::fields;
 inline std::string_view sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 inline std::string_view sv(std::string_view s) { return s; }
 
-// Whether a field (its code and name) is one named `want_name`, whose code is `want`
-// (field_id(want_name)): by code for a name Beast knows, else by name among the fields it
-// does not know.
-inline bool field_named(boost::beast::http::field id, std::string_view name, boost::beast::http::field want,
-                        std::string_view want_name) {
-    return want != boost::beast::http::field::unknown
-               ? id == want
-               : id == boost::beast::http::field::unknown && iequals_ascii(name, want_name);
-}
-
 // How a message's body is delimited (RFC 9112 6.3), as read from its head. What sluice
 // forwards is always framed again by sluice from this, never relayed as it came.
 struct Framing {
