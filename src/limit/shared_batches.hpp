@@ -13,8 +13,9 @@
 // thread. Nothing waits longer than it would have: a worker with no call in flight sends at
 // once, and a handed-over batch goes with whichever call is sent first, its own worker's
 // next one at the latest. store.redis.shared_batches turns it on (off by default: on two
-// cores it cost sluice a few per cent of CPU for about 15 % fewer Redis calls; it is for
-// many workers on one busy Redis).
+// cores it cost sluice a few per cent of CPU for about 15 % fewer Redis calls; on 16 cores
+// it raised the rate 2-50 % with 8 workers on one Redis, but with 4 workers at 256
+// connections it lowered it 19-33 %: loadtest/results/many_cores_twelfth.md).
 //
 // Measured and not kept (issue 24's note): a process-wide limit of calls in flight (batches
 // grew, but at 4 workers the hand-over waited for a busy worker's loop and Redis idled), and
