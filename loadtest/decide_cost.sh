@@ -4,9 +4,10 @@
 # with redis-benchmark as a worker would call it, a batch of B requests per FCALL, each
 # against one token bucket, over 1 key or 100,000 keys. Redis's CPU (INFO cpu) per decision,
 # next to what the same calls cost with nothing decided (a function that only returns a
-# reply of the same shape: the cost of a call and of its arguments) and a plain pipelined
-# `SET key value PXAT t` over 100,000 keys (issue 24's floor). It shows where the time of a
-# decision goes and how much larger batches would save.
+# reply of the same shape: the cost of a call and of its arguments), what a function that only
+# GETs each key and SETs it again costs (the least a read-then-write decision can cost) and a
+# plain pipelined `SET key value PXAT t` over 100,000 keys (issue 24's floor). It shows where
+# the time of a decision goes and how much larger batches would save.
 #
 #   loadtest/decide_cost.sh                  (about a minute)
 #   BATCHES="1 8 32 64" KEYSPACES="1 100000" CALLS=20000 CONNS=8
@@ -86,6 +87,26 @@ redis.register_function('bench_empty', function(keys, args)
   return struct.pack('<' .. string.rep('i8', #reply), unpack(reply))
 end)
 EOF
+# The least a decision that reads its key and then writes it costs in a function: for each key
+# a GET, then a SET of a value like a bucket's (16 digits) with PXAT, and the same reply. What
+# the decide function spends beyond this is its own logic; what this costs beyond the floor is
+# the second command and the function's call.
+redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE >/dev/null <<'EOF'
+#!lua name=bench_get_set
+redis.register_function('bench_get_set', function(keys, args)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local reply = { now }
+  for i = 1, #keys do
+    redis.call('GET', keys[i])
+    local tat = now + 60000000
+    redis.call('SET', keys[i], string.format('%d', tat), 'PXAT', string.format('%d', math.ceil(tat / 1000)))
+    local m = #reply
+    reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 1, 999999, 0, 60000
+  end
+  return struct.pack('<' .. string.rep('i8', #reply), unpack(reply))
+end)
+EOF
 
 # A token a minute, a burst of 1,000,000: a key of 100,000 sees a few dozen requests; the one
 # key is emptied again before each measurement, which never takes it past 910,000 (checked).
@@ -125,8 +146,8 @@ redis-cli -p "$PORT" FLUSHALL >/dev/null
 echo "Redis CPU per decision (µs), $CONNS connections with one call each in flight${KEPT:+, buckets of a route with plans};"
 echo "floor: a pipelined SET PXAT over 100,000 keys costs $floor µs."
 echo
-echo "| keys | batch | decide | x floor | call and arguments only | decide less that |"
-echo "|---|---|---|---|---|---|"
+echo "| keys | batch | decide | x floor | call and arguments only | decide less that | GET and SET only (x floor) |"
+echo "|---|---|---|---|---|---|---|"
 # The keys afresh, nearly every one there before measuring (a per-client bucket's keys mostly
 # exist): decisions for 4 per key.
 fresh_keys() {
@@ -147,7 +168,8 @@ for space in $KEYSPACES; do
     d=$(per_decision "$FUNCTION" "$b" "$space")
     still_admits "$space"
     e=$(per_decision bench_empty "$b" "$space")
-    awk -v s="$space" -v b="$b" -v d="$d" -v e="$e" -v f="$floor" \
-      'BEGIN { printf "| %s | %s | %.2f | %.2f | %.2f | %.2f |\n", s, b, d, d / f, e, d - e }'
+    g=$(per_decision bench_get_set "$b" "$space")
+    awk -v s="$space" -v b="$b" -v d="$d" -v e="$e" -v g="$g" -v f="$floor" \
+      'BEGIN { printf "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f (%.2f) |\n", s, b, d, d / f, e, d - e, g, g / f }'
   done
 done
