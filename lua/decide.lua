@@ -476,6 +476,7 @@ local function decide(KEYS, ARGV, in_cluster)
   end
 
   call_keys, reply, m, k = KEYS, { now }, 1, 0
+  local several = #built > 1  -- (algorithms are only built while plans are parsed, above)
   local r = first
   while r <= nargs do
     local plan = plans[ARGV[r]]
@@ -499,6 +500,11 @@ local function decide(KEYS, ARGV, in_cluster)
           m = m + 4
         end
       end
+    elseif plan.alone then
+      -- (decide_request's first case, written out: most requests have one limit)
+      local key = call_keys[k + 1]
+      if several then hand_over(plan[1].algorithm, key) end
+      put(plan.alone(key, now, plan.x, plan.y, plan.cost, token, plan.seen, plan.kept))
     else
       decide_request(plan, n, token)
     end

@@ -245,9 +245,11 @@ local function token_bucket_algorithm(read_failed, leaky)
   -- Redis 6.2 refuses NX with GET (a syntax error): from then on this library reads first.
   local nx_get = true
   function token_bucket.alone(key, now, interval, burst, cost, _, seen, kept)
-    if known[key] == nil then
+    local tat = known[key]
+    if tat == nil then
+      local found = seen.found or 0
       -- cost <= burst: a full bucket admits the request (a cost above it is never written).
-      if nx_get and (seen.found or 0) < 0.5 and cost <= burst then
+      if nx_get and found < 0.5 and cost <= burst then
         local next_tat = now + interval * cost
         local value = redis_pcall('SET', key, value_of(next_tat, kept and interval), 'PXAT', format('%d', ceil(next_tat / 1000)),
                                   'NX', 'GET')
@@ -263,14 +265,41 @@ local function token_bucket_algorithm(read_failed, leaky)
           if kept then count_in(key, interval) end
           return true, burst - cost, 0, next_tat - now
         end
-        learn(key, value)
+        tat = learn(key, value)
       else
         local value = redis_pcall('GET', key)
-        noted(seen, value ~= false)
-        learn(key, value)
+        -- noted(seen, value ~= false), and learn() where the key holds a plain tat (at most
+        -- 16 digits), written out: most decisions take this way.
+        found = found * 0.96
+        if value then found = found + 0.04 end
+        seen.found = found
+        if type(value) == 'string' and #value <= 16 then
+          tat = tonumber(value)
+          if not tat or tat < 0 or tat >= 2^53 or tat ~= tat then tat = false end
+          known[key] = tat
+        else
+          tat = learn(key, value)
+        end
       end
     end
-    local tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
+    local tolerance, next_tat, allow_at
+    if counting then
+      tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
+    else
+      -- read(), written out for a limit not counted in another interval (tat is known[key])
+      if not tat then
+        tat = now
+      elseif tat < 0 then
+        tat = -tat
+        if tat < now then tat = now end
+      elseif tat < now then
+        tat = now
+      end
+      tolerance = interval * burst
+      if tat > now + tolerance then tat = now + tolerance end
+      next_tat = tat + interval * cost
+      allow_at = next_tat - tolerance
+    end
     if allow_at > now then
       return false, tokens(now, tolerance, tat, interval), allow_at - now, tat - now
     end

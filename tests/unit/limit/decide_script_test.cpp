@@ -551,6 +551,33 @@ TEST_CASE("decide script: a token bucket decides alike whether it first writes o
         exercise("fresh");
         CHECK(calls("get") == 2 + 3);  // a GET per call that reads the key first
     }
+    SECTION("read first: whatever the key holds is read as by the other way") {
+        // The GET way reads a value of up to 16 bytes itself (lua/token_bucket.lua, alone):
+        // a tat sluice wrote, or anything else, which is not ours (a full bucket, replaced).
+        for (int i = 0; i < 40; ++i) redis.must({"SET", "there" + std::to_string(i), "1", "PX", "60000"});
+        std::vector<std::vector<ScriptLimit>> there;
+        for (int i = 0; i < 40; ++i) there.push_back({bucket("there" + std::to_string(i), interval, burst)});
+        decide.batch(there);
+        redis.must({"CONFIG", "RESETSTAT"});
+        for (const std::string value : {"nan", "inf", "-inf", "-5", "1e400", "", "abc", " 12", "1e5", "0x10", "12",
+                                        "-0", "1795738700922926.5", "99999999999999999999"}) {
+            INFO(value);
+            redis.must({"SET", "odd", value});
+            const auto r = decide({bucket("odd", interval, burst)});
+            CHECK(r.results[0].allowed);
+            CHECK(r.results[0].remaining == static_cast<std::uint64_t>(burst - 1));
+            CHECK(r.results[0].reset.count() == ceil_ms(interval));
+            CHECK(redis.text({"GET", "odd"}) == std::to_string(r.now_us + interval));
+        }
+        // A tat sluice wrote, 3 s ahead: 3 tokens used, and this request's.
+        const auto now = decide({bucket("clock", interval, burst)}).now_us;
+        redis.must({"SET", "ahead", std::to_string(now + 3 * interval)});
+        const auto r = decide({bucket("ahead", interval, burst)});
+        CHECK(r.results[0].allowed);
+        CHECK(r.results[0].remaining == static_cast<std::uint64_t>(burst - 4));
+        CHECK(redis.text({"GET", "ahead"}) == std::to_string(now + 4 * interval));
+        CHECK(calls("get") == (14 + 2) + (14 + 1));  // the script read every key first; the test's own
+    }
     SECTION("a key that is not a string is replaced either way") {
         redis.must({"ZADD", "z", "1", "x"});
         auto r = decide({bucket("z", interval, burst)});
