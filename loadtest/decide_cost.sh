@@ -32,13 +32,12 @@ pin() {
   case "$1" in load) cpus=${CPUS_LOAD:-} ;; redis) cpus=${CPUS_REDIS:-} ;; esac
   [ -n "$cpus" ] && printf 'taskset -c %s' "$cpus"
 }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=loadtest/decide_functions.sh
+. "$HERE/decide_functions.sh"
 
 W=$(mktemp -d /tmp/sluice-decide-cost.XXXXXX)
 PORT=$(free_port)
-SLUICE_PID=""
 cleanup() {
-  [ -n "$SLUICE_PID" ] && kill "$SLUICE_PID" 2>/dev/null || true
   redis-cli -p "$PORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
   rm -rf "$W"
 }
@@ -50,63 +49,8 @@ up=""
 for _ in $(seq 50); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && { up=1; break; }; sleep 0.1; done
 [ -n "$up" ] || { echo "decide_cost: redis-server did not answer:" >&2; cat "$W/redis.log" >&2; exit 1; }
 
-# sluice loads its decide library on connecting; its name says which code it is.
-proxy_port=$(free_port)
-cat >"$W/sluice.yaml" <<EOF
-server: {listen: ["127.0.0.1:$proxy_port"]}
-store: {type: redis, redis: {address: "127.0.0.1:$PORT"}}
-upstreams: {app: {servers: ["127.0.0.1:9"]}}
-routes:
-  - {name: bench, match: {path_prefix: /}, upstream: app,
-     limits: [{name: tb, algorithm: token_bucket, rate: 1, per: 1m, burst: 1000000}]}
-EOF
-"$SLUICE" --config "$W/sluice.yaml" >"$W/sluice.log" 2>&1 &
-SLUICE_PID=$!
-FUNCTION=""
-for _ in $(seq 100); do
-  FUNCTION=$(redis-cli -p "$PORT" FUNCTION LIST | tr -d '\r' | grep -o 'sluice_decide_[0-9a-f]*' | head -1 || true)
-  [ -n "$FUNCTION" ] && break
-  sleep 0.1
-done
-kill "$SLUICE_PID" 2>/dev/null || true
-wait "$SLUICE_PID" 2>/dev/null || true
-SLUICE_PID=""
-[ -n "$FUNCTION" ] || { echo "decide_cost: sluice did not load its library; its log:" >&2; cat "$W/sluice.log" >&2; exit 1; }
-
-# The same call with nothing decided: TIME, and a reply of the same shape (the integers
-# packed into one string, as lua/decide.lua answers).
-redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE >/dev/null <<'EOF'
-#!lua name=bench_empty
-redis.register_function('bench_empty', function(keys, args)
-  local t = redis.call('TIME')
-  local reply = { tonumber(t[1]) * 1000000 + tonumber(t[2]) }
-  for i = 1, #keys do
-    local m = #reply
-    reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 1, 999999, 0, 60000
-  end
-  return struct.pack('<' .. string.rep('i8', #reply), unpack(reply))
-end)
-EOF
-# The least a decision that reads its key and then writes it costs in a function: for each key
-# a GET, then a SET of a value like a bucket's (16 digits) with PXAT, and the same reply. What
-# the decide function spends beyond this is its own logic; what this costs beyond the floor is
-# the second command and the function's call.
-redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE >/dev/null <<'EOF'
-#!lua name=bench_get_set
-redis.register_function('bench_get_set', function(keys, args)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local reply = { now }
-  for i = 1, #keys do
-    redis.call('GET', keys[i])
-    local tat = now + 60000000
-    redis.call('SET', keys[i], string.format('%d', tat), 'PXAT', string.format('%d', math.ceil(tat / 1000)))
-    local m = #reply
-    reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 1, 999999, 0, 60000
-  end
-  return struct.pack('<' .. string.rep('i8', #reply), unpack(reply))
-end)
-EOF
+FUNCTION=$(decide_library "$PORT" "$SLUICE" "$W") || { echo "decide_cost: no decide function" >&2; exit 1; }
+bench_functions "$PORT"
 
 # A token a minute, a burst of 1,000,000: a key of 100,000 sees a few dozen requests; the one
 # key is emptied again before each measurement, which never takes it past 910,000 (checked).
@@ -115,13 +59,8 @@ PLAN="token_bucket 0 1 60000000 1000000"
 cpu_usec() { redis-cli -p "$PORT" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.0f\n", s * 1000000 }'; }
 # call FUNCTION B KEYSPACE N: N calls of B requests, keys drawn from KEYSPACE (1: one key)
 call() {
-  local f=$1 b=$2 space=$3 n=$4 keys="" ones="" i key
-  key='sluice:{bench:__rand_int__}:tb'
-  [ "$space" = 1 ] && key='sluice:{bench:one}:tb'
-  for i in $(seq "$b"); do keys="$keys $key"; ones="$ones 1"; done
-  # shellcheck disable=SC2086
-  $(pin load) redis-benchmark -p "$PORT" -q -n "$n" -r "$space" -c "$CONNS" \
-    FCALL "$f" "$b" $keys 1 "$PLAN" $ones >"$W/bench.out" 2>&1 ||
+  # shellcheck disable=SC2046
+  decide_call "$PORT" "$CONNS" "$PLAN" "$@" $(pin load) >"$W/bench.out" 2>&1 ||
     { echo "decide_cost: redis-benchmark failed:" >&2; cat "$W/bench.out" >&2; exit 1; }
   if grep -q ERR "$W/bench.out"; then echo "decide_cost: $(grep -m1 ERR "$W/bench.out")" >&2; exit 1; fi
 }

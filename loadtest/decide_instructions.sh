@@ -29,14 +29,13 @@ command -v callgrind_control >/dev/null || {
 }
 [ -x "$SLUICE" ] || { echo "decide_instructions: no $SLUICE (make build)" >&2; exit 1; }
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=loadtest/decide_functions.sh
+. "$HERE/decide_functions.sh"
 
 W=$(mktemp -d /tmp/sluice-decide-instructions.XXXXXX)
 PORT=$(free_port)
 VALGRIND_PID=""
-SLUICE_PID=""
 cleanup() {
-  [ -n "$SLUICE_PID" ] && kill "$SLUICE_PID" 2>/dev/null || true
   redis-cli -p "$PORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
   [ -n "$VALGRIND_PID" ] && { wait "$VALGRIND_PID" 2>/dev/null || true; }
   rm -rf "$W"
@@ -52,44 +51,8 @@ up=""
 for _ in $(seq 150); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && { up=1; break; }; sleep 0.2; done
 [ -n "$up" ] || { echo "decide_instructions: redis-server did not start under valgrind:" >&2; cat "$W/valgrind.log" >&2; exit 1; }
 
-cat >"$W/sluice.yaml" <<EOF
-server: {listen: ["127.0.0.1:$(free_port)"]}
-store: {type: redis, redis: {address: "127.0.0.1:$PORT"}}
-upstreams: {app: {servers: ["127.0.0.1:9"]}}
-routes:
-  - {name: bench, match: {path_prefix: /}, upstream: app,
-     limits: [{name: tb, algorithm: token_bucket, rate: 1, per: 1m, burst: 1000000}]}
-EOF
-"$SLUICE" --config "$W/sluice.yaml" >"$W/sluice.log" 2>&1 &
-SLUICE_PID=$!
-FUNCTION=""
-for _ in $(seq 150); do
-  FUNCTION=$(redis-cli -p "$PORT" FUNCTION LIST | tr -d '\r' | grep -o 'sluice_decide_[0-9a-f]*' | head -1 || true)
-  [ -n "$FUNCTION" ] && break
-  sleep 0.2
-done
-kill "$SLUICE_PID" 2>/dev/null || true
-wait "$SLUICE_PID" 2>/dev/null || true
-SLUICE_PID=""
-[ -n "$FUNCTION" ] || { echo "decide_instructions: sluice did not load its library; its log:" >&2; cat "$W/sluice.log" >&2; exit 1; }
-
-# The same function as loadtest/decide_cost.sh's bench_get_set.
-redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE >/dev/null <<'EOF'
-#!lua name=bench_get_set
-redis.register_function('bench_get_set', function(keys, args)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local reply = { now }
-  for i = 1, #keys do
-    redis.call('GET', keys[i])
-    local tat = now + 60000000
-    redis.call('SET', keys[i], string.format('%d', tat), 'PXAT', string.format('%d', math.ceil(tat / 1000)))
-    local m = #reply
-    reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = 1, 999999, 0, 60000
-  end
-  return struct.pack('<' .. string.rep('i8', #reply), unpack(reply))
-end)
-EOF
+FUNCTION=$(decide_library "$PORT" "$SLUICE" "$W") || { echo "decide_instructions: no decide function" >&2; exit 1; }
+bench_functions "$PORT"
 
 PLAN="token_bucket 0 1 60000000 1000000"
 # counted CMD...: Redis's instructions while CMD runs (counters zeroed before, dumped after:
@@ -104,14 +67,7 @@ counted() {
   awk '/^summary:/ { print $2; exit }' "$W/cg.out.$last"
 }
 # call FUNCTION B KEYSPACE N: N calls of B requests, keys drawn from KEYSPACE (1: one key)
-call() {
-  local f=$1 b=$2 space=$3 n=$4 keys="" ones="" i key
-  key='sluice:{bench:__rand_int__}:tb'
-  [ "$space" = 1 ] && key='sluice:{bench:one}:tb'
-  for i in $(seq "$b"); do keys="$keys $key"; ones="$ones 1"; done
-  # shellcheck disable=SC2086
-  redis-benchmark -p "$PORT" -q -n "$n" -r "$space" -c 8 FCALL "$f" "$b" $keys 1 "$PLAN" $ones
-}
+call() { decide_call "$PORT" 8 "$PLAN" "$@"; }
 
 # The floor: a pipelined SET PXAT over 100,000 keys that all exist (as loadtest/run.sh's).
 at=$(( ($(date +%s) + 3600) * 1000 ))

@@ -536,29 +536,29 @@ TEST_CASE("decide script: a token bucket decides alike whether it first writes o
         CHECK(redis.text({"GET", key}) == std::to_string(first.now_us + burst * interval));
     };
 
+    // 40 requests, each on a key that exists, teach the plan that its keys exist.
+    auto teach_keys_exist = [&] {
+        for (int i = 0; i < 40; ++i) redis.must({"SET", "there" + std::to_string(i), "1", "PX", "60000"});
+        std::vector<std::vector<ScriptLimit>> there;
+        for (int i = 0; i < 40; ++i) there.push_back({bucket("there" + std::to_string(i), interval, burst)});
+        decide.batch(there);
+        redis.must({"CONFIG", "RESETSTAT"});
+    };
+
     SECTION("keys mostly missing: SET NX GET, no GET") {
         redis.must({"CONFIG", "RESETSTAT"});
         exercise("fresh");
         CHECK(calls("get") == 2);  // exercise()'s own two
     }
     SECTION("keys mostly there: GET first") {
-        // 40 requests, each on a key that exists, teach the plan that its keys exist.
-        for (int i = 0; i < 40; ++i) redis.must({"SET", "there" + std::to_string(i), "1", "PX", "60000"});
-        std::vector<std::vector<ScriptLimit>> there;
-        for (int i = 0; i < 40; ++i) there.push_back({bucket("there" + std::to_string(i), interval, burst)});
-        decide.batch(there);
-        redis.must({"CONFIG", "RESETSTAT"});
+        teach_keys_exist();
         exercise("fresh");
         CHECK(calls("get") == 2 + 3);  // a GET per call that reads the key first
     }
     SECTION("read first: whatever the key holds is read as by the other way") {
         // The GET way reads a value of up to 16 bytes itself (lua/token_bucket.lua, alone):
         // a tat sluice wrote, or anything else, which is not ours (a full bucket, replaced).
-        for (int i = 0; i < 40; ++i) redis.must({"SET", "there" + std::to_string(i), "1", "PX", "60000"});
-        std::vector<std::vector<ScriptLimit>> there;
-        for (int i = 0; i < 40; ++i) there.push_back({bucket("there" + std::to_string(i), interval, burst)});
-        decide.batch(there);
-        redis.must({"CONFIG", "RESETSTAT"});
+        teach_keys_exist();
         for (const std::string value : {"nan", "inf", "-inf", "-5", "1e400", "", "abc", " 12", "1e5", "0x10", "12",
                                         "-0", "1795738700922926.5", "99999999999999999999"}) {
             INFO(value);
