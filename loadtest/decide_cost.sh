@@ -45,9 +45,7 @@ trap cleanup EXIT
 
 $(pin redis) redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
   --maxmemory 4gb --maxmemory-policy noeviction --daemonize yes --logfile "$W/redis.log" --dir "$W" >/dev/null
-up=""
-for _ in $(seq 50); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && { up=1; break; }; sleep 0.1; done
-[ -n "$up" ] || { echo "decide_cost: redis-server did not answer:" >&2; cat "$W/redis.log" >&2; exit 1; }
+redis_answers "$PORT" 5 "$W/redis.log" || exit 1
 
 FUNCTION=$(decide_library "$PORT" "$SLUICE" "$W") || { echo "decide_cost: no decide function" >&2; exit 1; }
 bench_functions "$PORT"

@@ -4,6 +4,16 @@
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# redis_answers PORT SECONDS LOG: waits up to SECONDS for the Redis on PORT to answer PING;
+# fails with LOG (what the server wrote) when it does not.
+redis_answers() {
+  local _
+  for _ in $(seq $(($2 * 10))); do redis-cli -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "redis-server did not answer:" >&2
+  cat "$3" >&2
+  return 1
+}
+
 # decide_library PORT SLUICE DIR: lets sluice load its decide library into the Redis on PORT
 # (it does so on connecting; the function's name says which code it is) and prints the
 # function's name. Fails with sluice's log when none appears.

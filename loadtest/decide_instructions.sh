@@ -9,7 +9,7 @@
 # loadtest/decide_cost.sh), so this is the measure for a change to the Lua code; they leave
 # out the kernel's share (the network), which decide_cost.sh includes.
 #
-#   loadtest/decide_instructions.sh          (about 3 minutes)
+#   loadtest/decide_instructions.sh          (about 5 minutes)
 #   BATCHES="8 32" KEYSPACES="1 100000" CALLS=1500 SLUICE=path (default build/sluice)
 #
 # Prints a table (markdown) on stdout; needs redis-server, redis-cli, redis-benchmark and
@@ -47,9 +47,7 @@ trap cleanup EXIT
 valgrind --tool=callgrind --callgrind-out-file="$W/cg.out" \
   redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --hz 1 --dir "$W" >"$W/valgrind.log" 2>&1 &
 VALGRIND_PID=$!
-up=""
-for _ in $(seq 150); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && { up=1; break; }; sleep 0.2; done
-[ -n "$up" ] || { echo "decide_instructions: redis-server did not start under valgrind:" >&2; cat "$W/valgrind.log" >&2; exit 1; }
+redis_answers "$PORT" 30 "$W/valgrind.log" || exit 1
 
 FUNCTION=$(decide_library "$PORT" "$SLUICE" "$W") || { echo "decide_instructions: no decide function" >&2; exit 1; }
 bench_functions "$PORT"

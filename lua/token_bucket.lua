@@ -286,7 +286,9 @@ local function token_bucket_algorithm(read_failed, leaky)
     if counting then
       tolerance, tat, next_tat, allow_at = read(key, now, interval, burst, cost)
     else
-      -- read(), written out for a limit not counted in another interval (tat is known[key])
+      -- read(), written out for a limit not counted in another interval (tat is known[key]):
+      -- calling it cost 2 % of Redis's instructions per decision over 100,000 keys, 6 % on
+      -- one key (loadtest/decide_instructions.sh)
       if not tat then
         tat = now
       elseif tat < 0 then
