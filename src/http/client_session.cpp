@@ -49,6 +49,7 @@
 #include "limit/cost.hpp"
 #include "limit/limit_params.hpp"
 #include "limit/rate_limit_headers.hpp"
+#include "net/cidr.hpp"
 #include "observe/access_log.hpp"
 #include "server/worker.hpp"
 #include "tls/context.hpp"
@@ -59,6 +60,7 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
+namespace net_ip = sluice::net;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -141,6 +143,7 @@ public:
         boost::system::error_code ec;
         auto peer = stream_.socket().remote_endpoint(ec);
         peer_ip_ = ec ? "-" : peer.address().to_string();
+        peer_address_ = net_ip::IpAddress::parse(peer_ip_);  // (every request of a trusted proxy asks)
         stream_.socket().set_option(tcp::no_delay(true), ec);
     }
 
@@ -350,6 +353,7 @@ private:
     bool hold_cut_ = false;  // graceful stop ended the hold
     beast::flat_buffer buffer_;
     std::string peer_ip_;
+    std::optional<net_ip::IpAddress> peer_address_;  // peer_ip_, parsed
     std::string head_;  // a message head being written; kept for its capacity
     // The current request's body, as its head framed it; Expect: 100-continue was sent.
     BodyReader request_body_;
@@ -534,7 +538,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     // The snapshot is taken when the head has arrived, not before waiting for it: a reload
     // during a keep-alive pause applies to the next request on that connection too.
     const auto head = co_await read_head(first);
-    Exchange x(worker_.snapshot(), peer_ip_);
+    Exchange x(worker_.snapshot(), peer_ip_, peer_address_ ? &*peer_address_ : nullptr);
     const auto& cfg = x.cfg;
     auto& rec = x.rec;
     rec.client = peer_ip_;

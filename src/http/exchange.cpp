@@ -427,7 +427,7 @@ void identify_client(Exchange& x) {
     // Who sent it: the peer, or the client a trusted proxy in front names; the request id
     // such a proxy gave it, else a new one (sent upstream either way: forward()).
     if (!cfg.client_ip.trusted_proxies.empty()) {
-        const auto peer = sluice::net::IpAddress::parse(x.peer_ip);
+        const auto peer = x.peer_address ? std::optional(*x.peer_address) : sluice::net::IpAddress::parse(x.peer_ip);
         x.peer_trusted = peer && limit::is_trusted(cfg.client_ip.trusted_proxies, *peer);
         if (x.peer_trusted) {
             boost::container::small_vector<std::string_view, 4> xff;  // (mostly one field)

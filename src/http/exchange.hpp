@@ -25,6 +25,10 @@
 #include "observe/access_log.hpp"
 #include "server/snapshot.hpp"
 
+namespace sluice::net {
+struct IpAddress;
+}
+
 namespace sluice::server {
 class Worker;
 struct ChargeSet;
@@ -76,13 +80,17 @@ private:
 };
 
 struct Exchange {
-    Exchange(std::shared_ptr<const server::Snapshot> current, std::string_view peer)
-        : snapshot(std::move(current)), snap(*snapshot), cfg(*snap.config), started(Clock::now()), peer_ip(peer) {}
+    Exchange(std::shared_ptr<const server::Snapshot> current, std::string_view peer,
+             const net::IpAddress* peer_parsed = nullptr)
+        : snapshot(std::move(current)), snap(*snapshot), cfg(*snap.config), started(Clock::now()), peer_ip(peer),
+          peer_address(peer_parsed) {}
     const std::shared_ptr<const server::Snapshot> snapshot;  // the settings it is served under
     const server::Snapshot& snap;
     const config::Config& cfg;
     const Clock::time_point started;
     const std::string_view peer_ip;  // the TCP peer (the connection's, which outlives it)
+    // The same, parsed once for the connection (null: parsed per request where needed).
+    const net::IpAddress* const peer_address;
     bool peer_trusted = false;       // the peer is in client_ip.trusted_proxies (identify_client)
     observe::AccessRecord rec;
     ClientRequest request;  // its head, once read_request_head accepted it

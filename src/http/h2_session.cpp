@@ -18,6 +18,7 @@
 #include "http/header_rules.hpp"
 #include "http/onward_heads.hpp"
 #include "http/upstream_io.hpp"
+#include "net/cidr.hpp"
 #include "server/worker.hpp"
 
 namespace sluice::http {
@@ -127,7 +128,8 @@ private:
 class H2Connection final : public H2Codec::Handler, public std::enable_shared_from_this<H2Connection> {
 public:
     H2Connection(server::Worker& worker, Stream& stream, std::string_view peer_ip, const H2Settings& settings)
-        : worker_(worker), stream_(stream), peer_ip_(peer_ip), codec_(*this, settings), kick_(stream.get_executor()),
+        : worker_(worker), stream_(stream), peer_ip_(peer_ip), peer_address_(sluice::net::IpAddress::parse(peer_ip)),
+          codec_(*this, settings), kick_(stream.get_executor()),
           reader_done_(stream.get_executor()), idle_(stream.get_executor()), head_timer_(stream.get_executor()) {}
 
     net::awaitable<void> run(std::string_view early) {
@@ -339,7 +341,7 @@ private:
             }
         } serving(*this);
         H2Stream& s = *sp;
-        Exchange x(worker_.snapshot(), peer_ip_);
+        Exchange x(worker_.snapshot(), peer_ip_, peer_address_ ? &*peer_address_ : nullptr);
         auto& rec = x.rec;
         rec.client = std::string(peer_ip_);
         rec.peer = std::string(peer_ip_);
@@ -585,6 +587,7 @@ private:
     server::Worker& worker_;
     Stream& stream_;
     std::string_view peer_ip_;
+    std::optional<sluice::net::IpAddress> peer_address_;  // peer_ip_, parsed (identify_client)
     H2Codec codec_;
     std::map<std::int32_t, std::shared_ptr<H2Stream>> streams_;
     net::steady_timer kick_;         // the writer waits on it

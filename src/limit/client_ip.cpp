@@ -30,8 +30,12 @@ std::string client_ip(std::string_view peer, const std::vector<std::string_view>
 
 std::string forwarded_client(const net::IpAddress& peer, std::span<const std::string_view> xff,
                              const std::vector<net::Cidr>& trusted) {
-    // The address reached so far, written out once at the end.
+    // The address reached so far, written out once at the end: as it was written where that
+    // is already how str() writes it (dotted decimal: IpAddress::parse takes no other form
+    // of IPv4), else by str().
     net::IpAddress current = peer;
+    std::string_view current_text;
+    auto written = [&] { return current_text.empty() ? current.unmapped().str() : std::string(current_text); };
     // Walk the fields right to left, and each field's list right to left.
     for (auto field = xff.rbegin(); field != xff.rend(); ++field) {
         std::string_view list = *field;
@@ -40,15 +44,16 @@ std::string forwarded_client(const net::IpAddress& peer, std::span<const std::st
             auto item = trim(comma == std::string_view::npos ? list : list.substr(comma + 1));
             if (!item.empty()) {
                 auto ip = net::IpAddress::parse(item);
-                if (!ip) return current.unmapped().str();
+                if (!ip) return written();
                 current = *ip;
-                if (!is_trusted(trusted, *ip)) return current.unmapped().str();
+                current_text = ip->v4 ? item : std::string_view();
+                if (!is_trusted(trusted, *ip)) return written();
             }
             if (comma == std::string_view::npos) break;
             list = list.substr(0, comma);
         }
     }
-    return current.unmapped().str();
+    return written();
 }
 
 }  // namespace sluice::limit

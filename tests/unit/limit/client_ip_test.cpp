@@ -46,3 +46,19 @@ TEST_CASE("client_ip walks X-Forwarded-For right to left past trusted hops") {
         CHECK(limit::client_ip(c.peer, c.xff, c.trusted) == c.expected);
     }
 }
+
+// The client an X-Forwarded-For names is written as IpAddress::str() writes it, whatever form
+// it came in (an IPv4 address is returned as it was written: the only form parse takes).
+TEST_CASE("client_ip writes the client it finds in one canonical form") {
+    const auto lb = cidrs({"10.0.0.0/8"});
+    for (const std::string text : {"1.2.3.4", "0.0.0.0", "255.255.255.255", "192.168.100.10", "2001:DB8::1",
+                                   "2001:db8:0:0:0:0:0:1", "::ffff:192.0.2.1", "[2001:db8::1]", "01.2.3.4",
+                                   "1.2.3.04", "1.2.3", "1.2.3.4.5", "256.1.1.1", "1.2.3.4 5", "::ffff:c000:201"}) {
+        INFO(text);
+        const auto parsed = net::IpAddress::parse(text);
+        const std::vector<std::string_view> xff{text};
+        const std::string expected = parsed ? parsed->unmapped().str() : "10.0.0.1";
+        CHECK(limit::client_ip("10.0.0.1", xff, lb) == expected);
+        if (parsed && parsed->v4) CHECK(expected == text);
+    }
+}
