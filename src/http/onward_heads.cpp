@@ -73,7 +73,8 @@ RequestOnward request_onward(const ClientRequest& req, const BodyReader& body, s
 
     const HopByHop hop(req.fields());
     const bool trusted = forwarding.peer_trusted;
-    std::string xff;  // a trusted peer's chain, then the peer
+    // A trusted peer's chain (written before the peer: no string is built for it)
+    boost::container::small_vector<std::string_view, 2> xff;
     std::string via;  // what came, then ours
     bool has_host = false;
     bool kept_proto = false;  // a trusted peer's X-Forwarded-Proto stays where it was
@@ -107,7 +108,7 @@ RequestOnward request_onward(const ClientRequest& req, const BodyReader& body, s
         if (hop(id, name)) continue;
         if (id == bhttp::field::unknown) {  // (Beast has no code for the three below)
             if (iequals_ascii(name, "X-Forwarded-For")) {
-                if (trusted && !trim_ows(value).empty()) xff.append(trim_ows(value)).append(", ", 2);
+                if (trusted && !trim_ows(value).empty()) xff.push_back(trim_ows(value));
                 continue;
             }
             if (iequals_ascii(name, "X-Forwarded-Proto")) {
@@ -125,8 +126,13 @@ RequestOnward request_onward(const ClientRequest& req, const BodyReader& body, s
     // Forwarded as HTTP/1.1, which needs a Host: an HTTP/1.0 request without one gets the
     // upstream's name, as nginx sends its proxy_host.
     if (!has_host) w.field("Host", upstream_name);
-    xff.append(forwarding.peer_ip);
-    w.field("X-Forwarded-For", xff);
+    w.put("X-Forwarded-For: ");
+    for (const auto chain : xff) {
+        w.put(chain);
+        w.put(", ");
+    }
+    w.put(forwarding.peer_ip);
+    w.put("\r\n");
     if (!kept_proto) w.field("X-Forwarded-Proto", forwarding.tls ? "https" : "http");
     via.append(forwarding.client_version >= 11 ? "1.1 sluice" : "1.0 sluice");
     w.field("Via", via);
