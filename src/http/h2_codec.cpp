@@ -254,6 +254,16 @@ std::string_view H2Codec::output() {
     return {reinterpret_cast<const char*>(data), static_cast<std::size_t>(n)};
 }
 
+bool H2Codec::gather_output(std::string& into, std::size_t max) {
+    const std::size_t before = into.size();
+    while (into.size() < max) {
+        const auto out = output();
+        if (out.empty()) break;
+        into.append(out);
+    }
+    return into.size() > before;
+}
+
 bool H2Codec::finished() const {
     return !nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_);
 }

@@ -79,6 +79,11 @@ public:
     // The next bytes to write to the client; empty when there is nothing to write. Valid
     // until the next call of any member.
     std::string_view output();
+    // What is ready to write, appended to `into` frame after frame (libnghttp2 serializes one
+    // at a time: a response's HEADERS, then its DATA) until nothing is left or `into` holds
+    // `max` bytes or more (the frame that reaches it is the last); false when nothing was.
+    // One write of them is one TLS record and one send where a write per frame was one each.
+    bool gather_output(std::string& into, std::size_t max);
     // Neither side has anything more to say (after GOAWAY, or a fatal error).
     bool finished() const;
 

@@ -281,11 +281,21 @@ private:
         kick();
     }
 
+    // The frames ready are written together (gather_output), up to a TLS record's worth: a
+    // write per frame made a response's HEADERS and DATA a record and a send each (h2load, 64
+    // connections: sluice's CPU per request 22 -> 18.5 µs; 8 streams on 8 connections 17 ->
+    // 10 µs). Frames past it, a large body's, go in the next write. The buffer lives only
+    // while there is something to write (an idle connection keeps none).
+    static constexpr std::size_t max_gathered = 16 * 1024;
     net::awaitable<void> write_loop() {
         while (true) {
-            for (auto out = codec_.output(); !out.empty(); out = codec_.output()) {
-                auto [ec, n] = co_await net::async_write(stream_, net::buffer(out.data(), out.size()), nothrow);
-                if (ec) co_return;
+            {
+                std::string gathered;
+                while (codec_.gather_output(gathered, max_gathered)) {
+                    auto [ec, n] = co_await net::async_write(stream_, net::buffer(gathered), nothrow);
+                    if (ec) co_return;
+                    gathered.clear();
+                }
             }
             if (codec_.finished() || !reading_) co_return;
             kick_.expires_at(Clock::time_point::max());

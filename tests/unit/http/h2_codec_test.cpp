@@ -190,6 +190,54 @@ TEST_CASE("h2 codec: a request reaches the handler and its response the client",
     CHECK(r.closed[id] == 0);
 }
 
+TEST_CASE("h2 codec: the frames ready are gathered into one write, a large body's up to the limit", "[h2]") {
+    Recorder r;
+    H2Codec codec(r, {});
+    Client client;
+    client.read(drain(codec));  // the server's SETTINGS
+    const auto small = client.request(get());
+    REQUIRE(codec.receive(client.bytes()));
+    REQUIRE(codec.respond(small, 200, {{"content-type", "text/plain"}}, true));
+    codec.send_body(small, "ok\n", true);
+    // A small response: its HEADERS and its DATA in one gathering, one write.
+    std::string gathered;
+    REQUIRE(codec.gather_output(gathered, 16384));
+    std::vector<int> types;
+    for (const auto& f : frames(gathered))
+        if (f.stream == small) types.push_back(f.type);
+    CHECK(types == std::vector<int>{NGHTTP2_HEADERS, NGHTTP2_DATA});
+    client.read(gathered);
+    CHECK(client.bodies[small] == "ok\n");
+    gathered.clear();
+    CHECK_FALSE(codec.gather_output(gathered, 16384));  // nothing left: nothing appended
+    CHECK(gathered.empty());
+
+    // A body of 60,000 bytes (within the stream's first window): DATA frames of up to 16,384
+    // bytes, gathered while fewer than 16,384 bytes are held, so at most one frame past it.
+    const auto large = client.request(get());
+    REQUIRE(codec.receive(client.bytes()));
+    REQUIRE(codec.respond(large, 200, {}, true));
+    const std::string body(60000, 'b');
+    codec.send_body(large, body, true);
+    std::size_t writes = 0;
+    for (gathered.clear(); codec.gather_output(gathered, 16384); gathered.clear()) {
+        ++writes;
+        CHECK(gathered.size() < 16384 + 16384 + 9);
+        client.read(gathered);
+    }
+    CHECK(writes >= 2);
+    CHECK(writes <= 4);
+    CHECK(client.bodies[large] == body);
+    // Appends to what the buffer holds, and says whether it added anything.
+    const auto third = client.request(get());
+    REQUIRE(codec.receive(client.bytes()));
+    REQUIRE(codec.respond(third, 204, {}, false));
+    gathered = "held";
+    REQUIRE(codec.gather_output(gathered, 16384));
+    CHECK(gathered.substr(0, 4) == "held");
+    CHECK(gathered.size() > 4);
+}
+
 TEST_CASE("h2 codec: a request body arrives in pieces and its window opens only as it is consumed", "[h2]") {
     Recorder r;
     H2Codec codec(r, {});
