@@ -22,6 +22,7 @@
 #include "limit/cost.hpp"
 #include "limit/limit_params.hpp"
 #include "net/cidr.hpp"
+#include "observe/logging.hpp"
 #include "server/worker.hpp"
 
 namespace sluice::http {

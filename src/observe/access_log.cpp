@@ -224,12 +224,4 @@ std::string format_access_json(const AccessRecord& r, const AccessFormat& format
     return out;
 }
 
-void log_access(const AccessRecord& r, const config::LoggingConfig& logging) {
-    static auto logger = spdlog::get("access");
-    if (!logger || !logger->should_log(spdlog::level::info)) return;
-    const std::string time = log_time(std::chrono::system_clock::now(), logging.local_time);
-    logger->info(logging.format == config::LogFormat::json ? format_access_json(r, logging.access_format, time)
-                                                           : format_access_text(r, logging.access_format, time));
-}
-
 }  // namespace sluice::observe

@@ -61,7 +61,4 @@ struct AccessRecord {
 std::string format_access_text(const AccessRecord& r, const config::AccessFormat& format, std::string_view time);
 std::string format_access_json(const AccessRecord& r, const config::AccessFormat& format, std::string_view time);
 
-// Writes the line through the "access" logger (no-op when access_log is off), timed now.
-void log_access(const AccessRecord& r, const config::LoggingConfig& logging);
-
 }  // namespace sluice::observe

@@ -1,43 +1,45 @@
 #include "observe/logging.hpp"
 
-#include <mutex>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
 
 #include <spdlog/async.h>
-#include <spdlog/details/file_helper.h>
-#include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/null_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include "observe/access_writer.hpp"
+#include "observe/log_time.hpp"
 
 namespace sluice::observe {
 
 namespace {
 
 constexpr std::size_t queue_lines = 16384;
+constexpr std::size_t max_thread_batch = 64 * 1024;  // a thread's waiting lines, in bytes
 
-// A file sink that can reopen its file by name (for logrotate's move-then-signal).
-class ReopenableFileSink final : public spdlog::sinks::base_sink<std::mutex> {
-public:
-    explicit ReopenableFileSink(const std::string& path) { file_.open(path, false); }
-    void reopen() {
-        std::lock_guard lock(mutex_);
-        file_.reopen(false);
-    }
-
-protected:
-    void sink_it_(const spdlog::details::log_msg& msg) override {
-        spdlog::memory_buf_t formatted;
-        formatter_->format(msg, formatted);
-        file_.write(formatted);
-    }
-    void flush_() override { file_.flush(); }
-
-private:
-    spdlog::details::file_helper file_;
-};
-
-std::shared_ptr<ReopenableFileSink> access_file;
+std::unique_ptr<AccessWriter> access_writer;  // null: access_log off
 bool access_enabled = true;
+
+// A thread's access lines waiting for its event loop's turn to end.
+struct ThreadLines {
+    std::string text;
+    std::size_t lines = 0;
+    bool flush_posted = false;
+    std::function<void(std::function<void()>)> post;
+};
+thread_local ThreadLines thread_lines;
+
+void hand_over(ThreadLines& t) {
+    if (t.lines == 0) return;
+    if (access_writer) access_writer->submit(std::move(t.text), t.lines);
+    t.text = std::string();
+    t.lines = 0;
+}
 
 }  // namespace
 
@@ -53,40 +55,71 @@ void setup_logging(const config::LoggingConfig& logging) {
     process_log->flush_on(spdlog::level::trace);
     spdlog::set_default_logger(process_log);
 
-    spdlog::sink_ptr sink;
     access_enabled = logging.access_log != "off";
-    if (!access_enabled) {
-        sink = std::make_shared<spdlog::sinks::null_sink_mt>();
-    } else if (logging.access_log == "stdout") {
-        sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
-    } else {
-        access_file = std::make_shared<ReopenableFileSink>(logging.access_log);
-        sink = access_file;
+    if (!access_enabled) return;
+    if (logging.access_log == "stdout") {
+        access_writer = std::make_unique<AccessWriter>(STDOUT_FILENO, std::string(), queue_lines);
+        return;
     }
-    auto access = std::make_shared<spdlog::async_logger>("access", sink, pool, policy);
-    access->set_pattern("%v");
-    access->set_level(access_enabled ? spdlog::level::info : spdlog::level::off);
-    access->flush_on(spdlog::level::info);
-    spdlog::register_logger(access);
+    const int fd = ::open(logging.access_log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) throw std::runtime_error("cannot open " + logging.access_log + " for writing: " + std::strerror(errno));
+    access_writer = std::make_unique<AccessWriter>(fd, logging.access_log, queue_lines);
+}
+
+bool access_log_enabled() { return access_enabled && access_writer != nullptr; }
+
+void log_access(const AccessRecord& r, const config::LoggingConfig& logging) {
+    if (!access_log_enabled()) return;
+    const std::string time = log_time(std::chrono::system_clock::now(), logging.local_time);
+    write_access_line(logging.format == config::LogFormat::json ? format_access_json(r, logging.access_format, time)
+                                                                : format_access_text(r, logging.access_format, time));
+}
+
+void write_access_line(std::string_view line) {
+    if (!access_log_enabled()) return;
+    auto& t = thread_lines;
+    t.text.reserve(t.text.size() + line.size() + 1);
+    t.text.append(line);
+    t.text.push_back('\n');
+    ++t.lines;
+    if (!t.post || t.text.size() >= max_thread_batch) {
+        hand_over(t);
+        return;
+    }
+    if (!t.flush_posted) {
+        t.flush_posted = true;
+        t.post([] { flush_access_lines(); });
+    }
+}
+
+void set_access_line_poster(std::function<void(std::function<void()>)> post) { thread_lines.post = std::move(post); }
+
+void flush_access_lines() {
+    auto& t = thread_lines;
+    t.flush_posted = false;
+    hand_over(t);
 }
 
 void reopen_access_log() {
-    if (access_file) access_file->reopen();
+    if (access_writer) access_writer->reopen();
 }
 
 std::uint64_t dropped_log_lines() {
     auto pool = spdlog::thread_pool();
-    return pool ? pool->overrun_counter() : 0;
+    return (pool ? pool->overrun_counter() : 0) + (access_writer ? access_writer->dropped() : 0);
 }
 
 void log_summary_line(const std::string& line) {
-    if (access_enabled) {
-        if (auto access = spdlog::get("access")) access->info(line);
+    if (access_log_enabled()) {
+        write_access_line(line);
     } else {
         spdlog::info(line);
     }
 }
 
-void stop_logging() { spdlog::shutdown(); }
+void stop_logging() {
+    if (access_writer) access_writer->stop();
+    spdlog::shutdown();
+}
 
 }  // namespace sluice::observe

@@ -9,6 +9,7 @@
 
 #include "http/client_session.hpp"
 #include "limit/store.hpp"
+#include "observe/logging.hpp"
 #include "observe/metrics.hpp"
 
 namespace sluice::server {
@@ -158,6 +159,8 @@ void Worker::start() {
     watch_store();
     thread_ = std::thread([this] {
         observe::set_stripe(index_);
+        // Access lines wait for the end of the event loop's turn and go to the writer together.
+        observe::set_access_line_poster([this](std::function<void()> flush) { net::post(io_, std::move(flush)); });
         // An exception out of a handler must not end the worker and every connection on
         // it: it is logged and the event loop goes on (run() may be called again after a
         // handler threw). Sessions contain their own (see start_client_session).
@@ -172,6 +175,7 @@ void Worker::start() {
                 spdlog::critical("worker {}: unexpected error in an event handler; the worker goes on", index_);
             }
         }
+        observe::flush_access_lines();  // (a posted flush the stopped loop did not run)
         if (!stopping_) {
             died_ = true;
             spdlog::critical("worker {}: its event loop ended while the server was running; its connections are no "
