@@ -13,7 +13,9 @@
 # per client, 100,000 clients behind a trusted X-Forwarded-For, as loadtest/run.sh),
 # clients100k_memory (the same on the memory store), nginx (the reference: nginx as a reverse
 # proxy with one worker and run.sh's forwarding, under callgrind the same way; not in the
-# default list). HEADERS=browser: every request carries the fields a browser sends (12 with
+# default list), nginx_limit_req (the same nginx with its own per-node limiter keyed on the
+# client, as run.sh's clients100k_limit_req: the reference for clients100k_memory, issue 24's
+# goal 5). HEADERS=browser: every request carries the fields a browser sends (12 with
 # Host: User-Agent, Accept, Accept-Language, Accept-Encoding, Referer, Cookie, Sec-Fetch-*,
 # ...; about 560 bytes of head) instead of wrk's Host alone. Needs valgrind, nginx, redis-server, wrk
 # (loadtest/run.sh installs the last three). The profiles stay in OUT (default a temporary
@@ -118,6 +120,7 @@ for scenario in $SCENARIOS; do
       - { name: per_client, algorithm: token_bucket, rate: 1, per: 1m, burst: 1000000, key: [client_ip] }"
   case "$scenario" in
     none|nginx) ;;
+    nginx_limit_req) script="-s $HERE/clients.lua" ;;
     token_bucket) limits=$bucket ;;
     clients100k) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" ;;
     clients100k_memory) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" store="
@@ -127,9 +130,15 @@ for scenario in $SCENARIOS; do
   redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
   port=$(free_port) admin=$(free_port) dir="$OUT/$scenario"
   mkdir -p "$dir"
-  if [ "$scenario" = nginx ]; then
+  if [ "$scenario" = nginx ] || [ "$scenario" = nginx_limit_req ]; then
     # The reference: nginx as a reverse proxy (one worker, no master process), forwarding as
     # in loadtest/run.sh. It allocates from its own pools: no allocations column.
+    zone="" limit=""
+    if [ "$scenario" = nginx_limit_req ]; then
+      # As run.sh's clients100k_limit_req: 1 per minute, a burst of 1000000 (nothing refused)
+      zone="limit_req_zone \$http_x_forwarded_for zone=clients:64m rate=1r/m;"
+      limit="limit_req zone=clients burst=1000000 nodelay; limit_req_status 429;"
+    fi
     mkdir -p "$dir/tmp"
     cat >"$dir/nginx.conf" <<EOF
 daemon off;
@@ -145,9 +154,11 @@ http {
   keepalive_requests 1000000;
   keepalive_timeout 300s;
   upstream app { server 127.0.0.1:$UP_PORT; keepalive 64; keepalive_requests 1000000; keepalive_timeout 300s; }
+  $zone
   server {
     listen 127.0.0.1:$port;
     location / {
+      $limit
       proxy_pass http://app;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
@@ -158,9 +169,13 @@ http {
   }
 }
 EOF
-    profile "$dir" nginx "http://127.0.0.1:$port/" "http://127.0.0.1:$port/" QUIT "" "$NGINX" -c "$dir/nginx.conf"
-    awk -v c="$CONNS" -v n="$requests" -v t="$total" -v h="${HEADERS:+, $HEADERS headers}" \
-      'BEGIN { printf "| nginx (reference)%s | %s | %d | %.0f | - |\n", h, c, n, t / n }'
+    # (TERM: with the limit_req zone, a graceful QUIT under valgrind did not end; counting has
+    # stopped by then either way)
+    profile "$dir" nginx "http://127.0.0.1:$port/" "http://127.0.0.1:$port/" TERM "$script" "$NGINX" -c "$dir/nginx.conf"
+    label="nginx (reference)"
+    [ "$scenario" = nginx_limit_req ] && label="nginx limit_req, 100,000 clients (reference)"
+    awk -v c="$CONNS" -v n="$requests" -v t="$total" -v h="${HEADERS:+, $HEADERS headers}" -v l="$label" \
+      'BEGIN { printf "| %s%s | %s | %d | %.0f | - |\n", l, h, c, n, t / n }'
     continue
   fi
   cat >"$dir/sluice.yaml" <<EOF

@@ -25,12 +25,12 @@ ROOT=$(cd "$HERE/.." && pwd)
 # shellcheck source=loadtest/browser_headers.sh
 . "$HERE/browser_headers.sh"
 
-ALL_SCENARIOS="none browser token_bucket token_bucket_browser token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
+ALL_SCENARIOS="none logged browser token_bucket token_bucket_browser token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
 if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-3s}
   ROUNDS=${ROUNDS:-1}
   WARMUP=${WARMUP:-1s}
-  SCENARIOS=${SCENARIOS:-"none@64 browser@64 token_bucket@64 token_bucket_browser@64 token_bucket_memory@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 clients100k_memory@64 clients100k_limit_req@64 none@1000 token_bucket@1000 idle10k"}
+  SCENARIOS=${SCENARIOS:-"none@64 logged@64 browser@64 token_bucket@64 token_bucket_browser@64 token_bucket_memory@64 sliding_window@64 reject90@64 reject100@64 clients100k@64 clients100k_memory@64 clients100k_limit_req@64 none@1000 token_bucket@1000 idle10k"}
 fi
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
@@ -253,6 +253,14 @@ http {${common_http//TMP/$W/nginx-proxy/tmp}
     location / {$proxy
     }
   }
+  # logged: the plain proxy writing an access log (its default, combined format) to a file, as
+  # sluice does in that scenario (its default format): what logging every request costs each
+  server {
+    listen 127.0.0.1:$NGINX_LOG_PORT backlog=4096;
+    access_log $W/nginx-access.log;
+    location / {$proxy
+    }
+  }
   # clients100k_limit_req: the same proxy with nginx's own per-node limiter, keyed on the
   # client (the X-Forwarded-For that wrk sends), as the clients100k token bucket: 1 per
   # minute, a burst of 1000000, so nothing is refused
@@ -281,7 +289,9 @@ EOF
 #     member per request of the last second only (a 1m window would grow it to millions).
 #   reject: rate 1 per 1h, burst 1: the first request passes, every other one gets 429.
 write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
-  local scenario=$1 file=$2 trusted="" routes
+  local scenario=$1 file=$2 trusted="" routes access_log=off
+  # logged: the access log (default format) to a file, beside nginx's (the reference's)
+  [ "$scenario" = logged ] && access_log=$W/sluice-access.log
   local store="
   type: redis
   redis:
@@ -295,7 +305,7 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
   case "$scenario" in *_memory|*_limit_req) store="
   type: memory" ;; esac
   case "$scenario" in
-    none|browser|idle10k) routes="
+    none|logged|browser|idle10k) routes="
   - name: api
     match: { path_prefix: / }
     upstream: app" ;;
@@ -354,7 +364,7 @@ upstreams:
 routes:$routes
 logging:
   level: info
-  access_log: "off"
+  access_log: "$access_log"
   summary_interval: 0
 EOF
 }
@@ -472,6 +482,7 @@ run_scenario() {  # run_scenario NAME CONNS
   # the reference: nginx as a plain proxy, or with limit_req (clients100k_limit_req)
   local nginx_port=$NGINX_PORT
   [ "$name" = clients100k_limit_req ] && nginx_port=$NGINX_LR_PORT
+  [ "$name" = logged ] && nginx_port=$NGINX_LOG_PORT
   # warm both (connection pools, caches, the Lua script), not measured
   run_wrk "$nginx_port" "$conns" "$WARMUP" "$W/warm.out" "$name"
   run_wrk "$SLUICE_PORT" "$conns" "$WARMUP" "$W/warm.out" "$name"
@@ -620,7 +631,7 @@ rm -f "$RESULTS/set_floor.txt" "$RESULTS/runs.tsv" "$RESULTS/redis_keys.txt" "$R
 mkdir -p "$RESULTS/wrk" "$RESULTS/logs" "$RESULTS/configs" "$RESULTS/metrics"
 : >"$RESULTS/anomalies.txt"
 
-read -r REDIS_PORT UP_PORT NGINX_PORT SLUICE_PORT ADMIN_PORT NGINX_LR_PORT <<<"$(free_ports 6)"
+read -r REDIS_PORT UP_PORT NGINX_PORT SLUICE_PORT ADMIN_PORT NGINX_LR_PORT NGINX_LOG_PORT <<<"$(free_ports 7)"
 say "ports: redis $REDIS_PORT, upstream $UP_PORT, nginx proxy $NGINX_PORT, sluice $SLUICE_PORT (admin $ADMIN_PORT)"
 
 $(pin redis) redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
