@@ -1,5 +1,8 @@
 #include "observe/access_log.hpp"
 
+#include <array>
+#include <charconv>
+
 #include <spdlog/spdlog.h>
 
 #include "observe/json_text.hpp"
@@ -13,19 +16,26 @@ using config::AccessField;
 using config::AccessFormat;
 
 // Text values as nginx writes them: a '"', a '\', control bytes and bytes above 0x7e as
-// \xHH, so that a value can neither end its quotes nor forge a line.
+// \xHH, so that a value can neither end its quotes nor forge a line. Runs of bytes that stay
+// as they are are appended whole.
+constexpr std::array<bool, 256> escaped_bytes = [] {
+    std::array<bool, 256> t{};
+    for (std::size_t c = 0; c < 256; ++c) t[c] = c == '"' || c == '\\' || c < 0x20 || c > 0x7e;
+    return t;
+}();
 void append_escaped(std::string& out, std::string_view value) {
     static constexpr char hex[] = "0123456789ABCDEF";
-    for (const char ch : value) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (c == '"' || c == '\\' || c < 0x20 || c > 0x7e) {
-            out += "\\x";
-            out += hex[c >> 4];
-            out += hex[c & 15];
-        } else {
-            out += ch;
+    std::size_t run = 0;  // where the bytes not appended yet start
+    for (std::size_t i = 0; i < value.size(); ++i) {
+        const auto c = static_cast<unsigned char>(value[i]);
+        if (escaped_bytes[c]) {
+            out.append(value.data() + run, i - run);
+            const char escape[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
+            out.append(escape, 4);
+            run = i + 1;
         }
     }
+    out.append(value.data() + run, value.size() - run);
 }
 
 void append_text_or_dash(std::string& out, std::string_view value) {
@@ -35,17 +45,41 @@ void append_text_or_dash(std::string& out, std::string_view value) {
         append_escaped(out, value);
 }
 
-void append_ms(std::string& out, double ms) { fmt::format_to(std::back_inserter(out), "{:.1f}", ms); }
+}  // namespace
+
+// Milliseconds with one decimal, as printf's %.1f writes them (std::to_chars rounds the same,
+// correctly, and costs a fraction of fmt's "{:.1f}": every access line has two or three).
+void append_ms(std::string& out, double ms) {
+    char digits[48];
+    const auto written = std::to_chars(digits, digits + sizeof digits, ms, std::chars_format::fixed, 1);
+    if (written.ec == std::errc())
+        out.append(digits, written.ptr);
+    else
+        fmt::format_to(std::back_inserter(out), "{:.1f}", ms);  // (beyond 10^40 ms)
+}
+
+namespace {
 
 std::string request_line(const AccessRecord& r) {
     return fmt::format("{} {} HTTP/{}.{}", r.method, r.target, r.version / 10, r.version % 10);
+}
+
+// request_line(r), escaped, written in place (the version's digits and dot need no escape).
+void append_request_line(std::string& out, const AccessRecord& r) {
+    append_escaped(out, r.method);
+    out += ' ';
+    append_escaped(out, r.target);
+    out += " HTTP/";
+    out += std::to_string(r.version / 10);
+    out += '.';
+    out += std::to_string(r.version % 10);
 }
 
 void append_text(std::string& out, const AccessRecord& r, AccessField field) {
     switch (field) {
     case AccessField::client: return append_text_or_dash(out, r.client);
     case AccessField::peer: return append_text_or_dash(out, r.peer);
-    case AccessField::request: return append_escaped(out, request_line(r));
+    case AccessField::request: return append_request_line(out, r);
     case AccessField::method: return append_text_or_dash(out, r.method);
     case AccessField::uri: return append_text_or_dash(out, r.target);
     case AccessField::protocol: return append_escaped(out, fmt::format("HTTP/{}.{}", r.version / 10, r.version % 10));
@@ -81,7 +115,11 @@ void append_text(std::string& out, const AccessRecord& r, AccessField field) {
 
 std::string json_or_null(std::string_view value) { return value.empty() ? "null" : json_string(value); }
 
-std::string ms_json(double ms) { return fmt::format("{:.1f}", ms); }
+std::string ms_json(double ms) {
+    std::string out;
+    append_ms(out, ms);
+    return out;
+}
 
 std::string json_value(const AccessRecord& r, AccessField field) {
     switch (field) {
@@ -114,22 +152,31 @@ std::string json_value(const AccessRecord& r, AccessField field) {
 }
 
 // The fields of the standard line after "client "request" status bytes", as name=value in
-// text and as keys in json; wait_ms and the tunnel's only when they have a value.
-std::vector<AccessField> classic_named_fields(const AccessRecord& r) {
-    std::vector<AccessField> fields{AccessField::route};
-    if (!r.plan.empty()) fields.push_back(AccessField::plan);
+// text and as keys in json; wait_ms and the tunnel's only when they have a value. (In place:
+// no allocation per line.)
+struct NamedFields {
+    std::array<AccessField, 16> list;
+    std::size_t n = 0;
+    void add(AccessField f) { list[n++] = f; }
+    const AccessField* begin() const { return list.data(); }
+    const AccessField* end() const { return list.data() + n; }
+};
+NamedFields classic_named_fields(const AccessRecord& r) {
+    NamedFields fields;
+    fields.add(AccessField::route);
+    if (!r.plan.empty()) fields.add(AccessField::plan);
     for (auto f : {AccessField::limit, AccessField::decision, AccessField::remaining, AccessField::upstream_ms,
                    AccessField::total_ms})
-        fields.push_back(f);
-    if (r.wait_ms) fields.push_back(AccessField::wait_ms);
+        fields.add(f);
+    if (r.wait_ms) fields.add(AccessField::wait_ms);
     if (r.tunnel_up) {
-        fields.push_back(AccessField::tunnel_up);
-        fields.push_back(AccessField::tunnel_down);
-        fields.push_back(AccessField::tunnel_ms);
+        fields.add(AccessField::tunnel_up);
+        fields.add(AccessField::tunnel_down);
+        fields.add(AccessField::tunnel_ms);
     }
-    if (!r.skipped.empty()) fields.push_back(AccessField::skipped);
+    if (!r.skipped.empty()) fields.add(AccessField::skipped);
     for (auto f : {AccessField::peer, AccessField::request_id, AccessField::host, AccessField::upstream})
-        fields.push_back(f);
+        fields.add(f);
     return fields;
 }
 
@@ -151,7 +198,11 @@ std::string_view access_decision_name(AccessDecision decision) {
 }
 
 std::string format_access_text(const AccessRecord& r, const AccessFormat& format, std::string_view time) {
-    std::string line(time);
+    std::string line;
+    // (Room for the usual line at once: appending field by field grew it five times.)
+    line.reserve(time.size() + 240 + r.target.size() + r.user_agent.size() + r.host.size() + r.skipped.size() +
+                 r.client.size() + r.peer.size() + r.upstream.size());
+    line += time;
     line += ' ';
     switch (format.kind) {
     case AccessFormat::Kind::classic:

@@ -57,6 +57,9 @@ struct AccessRecord {
     std::string_view plan;  // the plan whose limits decided it (a route with plans); empty: none
 };
 
+// Milliseconds as access lines write them: one decimal, as printf's %.1f.
+void append_ms(std::string& out, double ms);
+
 // `time`: what the line starts with (log_time.hpp).
 std::string format_access_text(const AccessRecord& r, const config::AccessFormat& format, std::string_view time);
 std::string format_access_json(const AccessRecord& r, const config::AccessFormat& format, std::string_view time);

@@ -1,7 +1,10 @@
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <random>
 #include <ctime>
 #include <variant>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -247,4 +250,22 @@ TEST_CASE("problem_json") {
     CHECK(http::problem_json(429, "limited", {{"route", "login"}, {"limit", "burst"}}) ==
           "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"limited\","
           "\"route\":\"login\",\"limit\":\"burst\"}\n");
+}
+
+TEST_CASE("access line milliseconds: one decimal, rounded as printf's %.1f rounds") {
+    std::mt19937_64 rng(24);
+    std::vector<double> values{0.0, -0.0, 0.05, 0.15, 0.25, 0.35, 0.45, 1.25, 2.5, 0.95, 9.95, 99.95, 999.95,
+                               1e-9, 0.049999999, 1234567.85, 1e15, 1e30, 1e300, -3.25,
+                               std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
+    std::uniform_real_distribution<double> ms(0, 100000);
+    for (int i = 0; i < 20000; ++i) values.push_back(ms(rng));
+    for (int i = 0; i < 2000; ++i) values.push_back(static_cast<double>(rng() % 100000) / 20.0);  // x.x5 and x.x0
+    for (const double v : values) {
+        std::string ours;
+        sluice::observe::append_ms(ours, v);
+        char expected[400];
+        std::snprintf(expected, sizeof expected, "%.1f", v);
+        INFO(v);
+        CHECK(ours == expected);
+    }
 }
