@@ -251,13 +251,40 @@ std::string format_access_text(const AccessRecord& r, const AccessFormat& format
 }
 
 std::string format_access_json(const AccessRecord& r, const AccessFormat& format, std::string_view time) {
-    std::string out = "{\"time\":";
-    out += json_string(time);
+    std::string out;
+    out.reserve(time.size() + 400 + r.target.size() + r.user_agent.size() + r.host.size() + r.skipped.size() +
+                r.client.size() + r.peer.size() + r.upstream.size());
+    out += "{\"time\":";
+    append_json_string(out, time);
     auto field = [&](AccessField f) {
         out += ',';
-        out += json_string(config::access_field_name(f));
+        append_json_string(out, config::access_field_name(f));
         out += ':';
-        out += json_value(r, f);
+        // Text fields straight into the line; the others (numbers, milliseconds, the request
+        // line) through json_value.
+        std::optional<std::string_view> text;
+        switch (f) {
+        case AccessField::client: text = r.client; break;
+        case AccessField::peer: text = r.peer; break;
+        case AccessField::method: text = r.method; break;
+        case AccessField::uri: text = r.target; break;
+        case AccessField::route: text = r.route; break;
+        case AccessField::limit: text = r.limit; break;
+        case AccessField::request_id: text = r.request_id; break;
+        case AccessField::host: text = r.host; break;
+        case AccessField::upstream: text = r.upstream; break;
+        case AccessField::user_agent: text = r.user_agent; break;
+        case AccessField::skipped: text = r.skipped; break;
+        case AccessField::plan: text = r.plan; break;
+        default: break;
+        }
+        if (!text) {
+            out += json_value(r, f);
+        } else if (text->empty()) {
+            out += "null";  // (json_or_null)
+        } else {
+            append_json_string(out, *text);
+        }
     };
     if (format.kind == AccessFormat::Kind::classic) {
         for (auto f : {AccessField::client, AccessField::request, AccessField::status, AccessField::bytes}) field(f);

@@ -1,5 +1,7 @@
 #include "observe/json_text.hpp"
 
+#include <array>
+
 namespace sluice::observe {
 
 namespace {
@@ -49,6 +51,15 @@ std::size_t utf8_sequence(std::string_view s) {
 
 }  // namespace
 
+namespace {
+// The bytes a JSON string holds as they are: printable ASCII but '"' and '\\'.
+constexpr std::array<bool, 256> plain_bytes = [] {
+    std::array<bool, 256> t{};
+    for (std::size_t c = 0x20; c < 0x7f; ++c) t[c] = c != '"' && c != '\\';
+    return t;
+}();
+}  // namespace
+
 void append_json_string(std::string& out, std::string_view text) {
     out.reserve(out.size() + text.size() + 2);
     out += '"';
@@ -59,6 +70,7 @@ void append_json_string(std::string& out, std::string_view text) {
     char buf[6];
     for (std::size_t i = 0; i < text.size(); ++i) {
         const auto c = static_cast<unsigned char>(text[i]);
+        if (plain_bytes[c]) continue;  // (most bytes: one look-up, no call)
         if (c >= 0x80) {
             if (const auto n = utf8_sequence(text.substr(i)); n > 0) {
                 i += n - 1;
