@@ -60,33 +60,46 @@ void append_ms(std::string& out, double ms) {
 
 namespace {
 
-std::string request_line(const AccessRecord& r) {
-    return fmt::format("{} {} HTTP/{}.{}", r.method, r.target, r.version / 10, r.version % 10);
-}
-
-// request_line(r), escaped, written in place (the version's digits and dot need no escape).
-void append_request_line(std::string& out, const AccessRecord& r) {
-    append_escaped(out, r.method);
+// "METHOD TARGET HTTP/x.y", method and target through `put` (the text form escapes them in
+// place; the version's digits and dot need no escape).
+template <typename Put>
+void append_request_line(std::string& out, const AccessRecord& r, Put put) {
+    put(out, r.method);
     out += ' ';
-    append_escaped(out, r.target);
+    put(out, r.target);
     out += " HTTP/";
     out += std::to_string(r.version / 10);
     out += '.';
     out += std::to_string(r.version % 10);
 }
 
-void append_text(std::string& out, const AccessRecord& r, AccessField field) {
+// The member a text field reads (its value may be empty: written - or null); nullopt for the
+// others (numbers, milliseconds, the request line, the protocol, the decision).
+std::optional<std::string_view> text_field(const AccessRecord& r, AccessField field) {
     switch (field) {
-    case AccessField::client: return append_text_or_dash(out, r.client);
-    case AccessField::peer: return append_text_or_dash(out, r.peer);
-    case AccessField::request: return append_request_line(out, r);
-    case AccessField::method: return append_text_or_dash(out, r.method);
-    case AccessField::uri: return append_text_or_dash(out, r.target);
+    case AccessField::client: return r.client;
+    case AccessField::peer: return r.peer;
+    case AccessField::method: return r.method;
+    case AccessField::uri: return r.target;
+    case AccessField::route: return r.route;
+    case AccessField::limit: return r.limit;
+    case AccessField::request_id: return r.request_id;
+    case AccessField::host: return r.host;
+    case AccessField::upstream: return r.upstream;
+    case AccessField::user_agent: return r.user_agent;
+    case AccessField::skipped: return r.skipped;
+    case AccessField::plan: return r.plan;
+    default: return std::nullopt;
+    }
+}
+
+void append_text(std::string& out, const AccessRecord& r, AccessField field) {
+    if (const auto text = text_field(r, field)) return append_text_or_dash(out, *text);
+    switch (field) {
+    case AccessField::request: return append_request_line(out, r, append_escaped);
     case AccessField::protocol: return append_escaped(out, fmt::format("HTTP/{}.{}", r.version / 10, r.version % 10));
     case AccessField::status: out += std::to_string(r.status); return;
     case AccessField::bytes: out += std::to_string(r.bytes_sent); return;
-    case AccessField::route: return append_text_or_dash(out, r.route);
-    case AccessField::limit: return append_text_or_dash(out, r.limit);
     case AccessField::decision: return append_text_or_dash(out, access_decision_name(r.decision));
     case AccessField::remaining: out += r.remaining ? std::to_string(*r.remaining) : "-"; return;
     case AccessField::upstream_ms:
@@ -98,22 +111,15 @@ void append_text(std::string& out, const AccessRecord& r, AccessField field) {
         if (r.wait_ms) return append_ms(out, *r.wait_ms);
         out += '-';
         return;
-    case AccessField::request_id: return append_text_or_dash(out, r.request_id);
-    case AccessField::host: return append_text_or_dash(out, r.host);
-    case AccessField::upstream: return append_text_or_dash(out, r.upstream);
-    case AccessField::user_agent: return append_text_or_dash(out, r.user_agent);
     case AccessField::tunnel_up: out += r.tunnel_up ? std::to_string(*r.tunnel_up) : "-"; return;
     case AccessField::tunnel_down: out += r.tunnel_up ? std::to_string(r.tunnel_down.value_or(0)) : "-"; return;
     case AccessField::tunnel_ms:
         if (r.tunnel_up) return append_ms(out, r.tunnel_ms);
         out += '-';
         return;
-    case AccessField::skipped: return append_text_or_dash(out, r.skipped);
-    case AccessField::plan: return append_text_or_dash(out, r.plan);
+    default: return;  // (the text fields, above)
     }
 }
-
-std::string json_or_null(std::string_view value) { return value.empty() ? "null" : json_string(value); }
 
 std::string ms_json(double ms) {
     std::string out;
@@ -121,34 +127,27 @@ std::string ms_json(double ms) {
     return out;
 }
 
+// A field that is not a text field (text_field), as JSON.
 std::string json_value(const AccessRecord& r, AccessField field) {
     switch (field) {
-    case AccessField::client: return json_or_null(r.client);
-    case AccessField::peer: return json_or_null(r.peer);
-    case AccessField::request: return json_string(request_line(r));
-    case AccessField::method: return json_or_null(r.method);
-    case AccessField::uri: return json_or_null(r.target);
+    case AccessField::request: {
+        std::string line;
+        append_request_line(line, r, [](std::string& out, std::string_view v) { out.append(v); });
+        return json_string(line);
+    }
     case AccessField::protocol: return json_string(fmt::format("HTTP/{}.{}", r.version / 10, r.version % 10));
     case AccessField::status: return std::to_string(r.status);
     case AccessField::bytes: return std::to_string(r.bytes_sent);
-    case AccessField::route: return json_or_null(r.route);
-    case AccessField::limit: return json_or_null(r.limit);
     case AccessField::decision: return json_string(access_decision_name(r.decision));
     case AccessField::remaining: return r.remaining ? std::to_string(*r.remaining) : "null";
     case AccessField::upstream_ms: return r.upstream_ms ? ms_json(*r.upstream_ms) : "null";
     case AccessField::total_ms: return ms_json(r.total_ms);
     case AccessField::wait_ms: return r.wait_ms ? ms_json(*r.wait_ms) : "null";
-    case AccessField::request_id: return json_or_null(r.request_id);
-    case AccessField::host: return json_or_null(r.host);
-    case AccessField::upstream: return json_or_null(r.upstream);
-    case AccessField::user_agent: return json_or_null(r.user_agent);
     case AccessField::tunnel_up: return r.tunnel_up ? std::to_string(*r.tunnel_up) : "null";
     case AccessField::tunnel_down: return r.tunnel_up ? std::to_string(r.tunnel_down.value_or(0)) : "null";
     case AccessField::tunnel_ms: return r.tunnel_up ? ms_json(r.tunnel_ms) : "null";
-    case AccessField::skipped: return json_or_null(r.skipped);
-    case AccessField::plan: return json_or_null(r.plan);
+    default: return "null";  // (the text fields: format_access_json writes them)
     }
-    return "null";
 }
 
 // The fields of the standard line after "client "request" status bytes", as name=value in
@@ -260,31 +259,14 @@ std::string format_access_json(const AccessRecord& r, const AccessFormat& format
         out += ',';
         append_json_string(out, config::access_field_name(f));
         out += ':';
-        // Text fields straight into the line; the others (numbers, milliseconds, the request
-        // line) through json_value.
-        std::optional<std::string_view> text;
-        switch (f) {
-        case AccessField::client: text = r.client; break;
-        case AccessField::peer: text = r.peer; break;
-        case AccessField::method: text = r.method; break;
-        case AccessField::uri: text = r.target; break;
-        case AccessField::route: text = r.route; break;
-        case AccessField::limit: text = r.limit; break;
-        case AccessField::request_id: text = r.request_id; break;
-        case AccessField::host: text = r.host; break;
-        case AccessField::upstream: text = r.upstream; break;
-        case AccessField::user_agent: text = r.user_agent; break;
-        case AccessField::skipped: text = r.skipped; break;
-        case AccessField::plan: text = r.plan; break;
-        default: break;
-        }
-        if (!text) {
+        // Text fields straight into the line (empty: null); the others through json_value.
+        const auto text = text_field(r, f);
+        if (!text)
             out += json_value(r, f);
-        } else if (text->empty()) {
-            out += "null";  // (json_or_null)
-        } else {
+        else if (text->empty())
+            out += "null";
+        else
             append_json_string(out, *text);
-        }
     };
     if (format.kind == AccessFormat::Kind::classic) {
         for (auto f : {AccessField::client, AccessField::request, AccessField::status, AccessField::bytes}) field(f);

@@ -78,7 +78,6 @@ void log_access(const AccessRecord& r, const config::LoggingConfig& logging) {
 void write_access_line(std::string_view line) {
     if (!access_log_enabled()) return;
     auto& t = thread_lines;
-    t.text.reserve(t.text.size() + line.size() + 1);
     t.text.append(line);
     t.text.push_back('\n');
     ++t.lines;
