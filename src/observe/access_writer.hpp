@@ -1,9 +1,9 @@
 // The access log's writer thread. What the workers hand over is queued (at most `max_lines`
 // lines: past that the oldest batches are dropped and their lines counted) and the thread takes
 // everything queued at once and writes it with writev. Through spdlog's asynchronous logger a
-// line cost a queue entry, a wake-up of the logging thread and a write of its own: with the
-// default access_log (stdout, to a file), sluice's CPU per request rose from 9.3 to 17 µs
-// (13 µs this way; loadtest/README.md).
+// line cost a queue entry, a wake-up of the logging thread and a write of its own: in
+// loadtest/run.sh's `logged` scenario (both proxies write an access log) sluice took 1.44-1.53x
+// nginx's CPU per request, 1.04-1.12x this way (loadtest/results/access_log_thirteenth.md).
 #pragma once
 
 #include <condition_variable>
