@@ -29,6 +29,7 @@ SCENARIOS=${SCENARIOS:-"none token_bucket clients100k clients100k_memory"}
 CONNS=${CONNS:-4}
 DURATION=${DURATION:-15s}
 OUT=${OUT:-$(mktemp -d /tmp/sluice-instructions.XXXXXX)}
+mkdir -p "$OUT"
 HEADERS=${HEADERS:-}
 WRK_HEADERS=()
 case $HEADERS in

@@ -169,30 +169,33 @@ KeyPlan make_key_plan(std::string_view route, std::span<const config::LimitConfi
         append_decide_args(limit, entry.args);
         static std::atomic<std::uint64_t> made{0};
         entry.id = ++made;
+        plan.longest_name = std::max(plan.longest_name, entry.name.size());
         plan.limits.push_back(std::move(entry));
     }
     return plan;
 }
 
+KeyPrefix::KeyPrefix(std::string_view key_prefix) { append_escaped(escaped, key_prefix, true); }
+
 LimitKeys build_limit_keys(std::string_view key_prefix, const RouteLimits& route, const RequestKeyValues& request) {
+    return build_limit_keys(KeyPrefix(key_prefix), route, request);
+}
+
+LimitKeys build_limit_keys(const KeyPrefix& prefix, const RouteLimits& route, const RequestKeyValues& request) {
     if (!route.plan) {
         const auto plan = make_key_plan(route.route, route.limits);
-        return build_limit_keys(key_prefix, RouteLimits{route.route, route.limits, &plan}, request);
+        return build_limit_keys(prefix, RouteLimits{route.route, route.limits, &plan}, request);
     }
     const auto& plan = *route.plan;
     LimitKeys keys(plan.limits.size());
 
     // "<prefix>:{<route>:<shared values>}:"; a shared header that is absent means no limit applies.
     // Room for a limit's name and values too: the last limit's key is the head itself, grown.
-    std::size_t longest_name = 0;
-    for (const auto& limit : plan.limits) longest_name = std::max(longest_name, limit.name.size());
     std::string head;
-    head.reserve(key_prefix.size() + plan.route.size() + longest_name + 80);
-    append_escaped(head, key_prefix, true);
-    head += ":{";
-    head += plan.route;
+    head.reserve(prefix.escaped.size() + plan.route.size() + plan.longest_name + 80);
+    head.append(prefix.escaped).append(":{", 2).append(plan.route);
     if (!append_values(head, plan.shared, request)) return keys;
-    head += "}:";
+    head.append("}:", 2);
 
     for (std::size_t i = 0; i < plan.limits.size(); ++i) {
         const auto& limit = plan.limits[i];

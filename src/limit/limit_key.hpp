@@ -47,6 +47,7 @@ struct KeyPlan {
     std::string route;                      // escaped route name
     std::vector<config::KeyPart> shared;    // key parts in the hash tag, canonical order
     std::vector<Limit> limits;
+    std::size_t longest_name = 0;           // of limits[i].name
 };
 
 // The limits of one route, as configured (a view: the config outlives the call).
@@ -122,5 +123,13 @@ inline std::string ban_key(std::string_view key) { return std::string(key) + ":b
 // route has a few limits, and every limited request makes these.)
 using LimitKeys = boost::container::small_vector<std::optional<std::string>, 4>;
 LimitKeys build_limit_keys(std::string_view key_prefix, const RouteLimits& route, const RequestKeyValues& request);
+
+// A store's key prefix as every key begins with it (escaped as a key part is, its colons
+// kept): a limiter makes it once rather than per request.
+struct KeyPrefix {
+    explicit KeyPrefix(std::string_view key_prefix);
+    std::string escaped;
+};
+LimitKeys build_limit_keys(const KeyPrefix& prefix, const RouteLimits& route, const RequestKeyValues& request);
 
 }  // namespace sluice::limit

@@ -94,7 +94,7 @@ std::int64_t MemoryLimiter::wall_microseconds() {
 }
 
 MemoryLimiter::MemoryLimiter(std::string key_prefix, Clock clock, std::uint64_t max_keys)
-    : key_prefix_(std::move(key_prefix)), clock_(std::move(clock)) {
+    : key_prefix_(key_prefix), clock_(std::move(clock)) {
     set_max_keys(max_keys);
 }
 

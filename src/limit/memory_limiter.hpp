@@ -145,7 +145,7 @@ private:
     // Counts a decision; every so often sweeps a few keys (see above).
     void count_decision(std::int64_t now);
 
-    std::string key_prefix_;
+    KeyPrefix key_prefix_;
     Clock clock_;
     std::array<Shard, shard_count> shards_;
     std::atomic<std::size_t> keys_{0};  // held, in all shards (as of their last change)

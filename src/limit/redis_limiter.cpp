@@ -180,7 +180,7 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topolo
       sharded_(topology.sharded()),
       script_(topology.add_script(decide_code(sharded_))),
       release_script_(topology.add_script(redis::ScriptCode{release_script_source(), {}, {}})),
-      key_prefix_(std::move(key_prefix)),
+      key_prefix_(key_prefix),
       timeout_(timeout),
       remember_rejections_(remember_rejections),
       deadline_timer_(std::make_unique<DeadlineTimer>(io_context)) {

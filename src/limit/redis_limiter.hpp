@@ -176,7 +176,7 @@ private:
     bool sharded_;
     redis::RedisConnection::ScriptId script_;
     redis::RedisConnection::ScriptId release_script_;
-    std::string key_prefix_;
+    KeyPrefix key_prefix_;
     std::chrono::milliseconds timeout_;
     bool remember_rejections_;
     std::unordered_map<std::string, Rejection, KeyedHash> rejections_;  // keyed by what clients send

@@ -190,6 +190,29 @@ TEST_CASE("limit keys: one plan per route serves every request", "[limit_key]") 
         CHECK(planned == keys_for(limits, request, "log:in", "app:rl"));
         CHECK(planned == std::vector<std::optional<std::string>>{head + "burst", head + "minute"});
     }
+    CHECK(plan.longest_name == 6);
+}
+
+TEST_CASE("limit keys: a prefix escaped once makes the keys the prefix as given makes", "[limit_key]") {
+    const std::vector<config::LimitConfig> limits{token_bucket("burst", 5, 1s, 10),
+                                                  sliding_window("a much longer name", 9, 1s, {header("x-user")})};
+    const auto plan = limit::make_key_plan("login", limits);
+    CHECK(plan.longest_name == 24);  // escaped: "a%20much%20longer%20name"
+    Request request;
+    request.headers["x-user"] = "u 1";
+    for (const std::string_view given : {"sluice", "app:rl", "my app{1}%", ""}) {
+        INFO(given);
+        const limit::KeyPrefix prefix(given);
+        const auto made = build_limit_keys(prefix, RouteLimits{"login", limits, &plan}, request.values());
+        const std::vector<std::optional<std::string>> once(made.begin(), made.end());
+        CHECK(once == keys_for(limits, request, "login", given));
+    }
+    CHECK(limit::KeyPrefix("my app{1}%:x").escaped == "my%20app%7B1%7D%25:x");
+    const limit::KeyPrefix prefix("my app{1}%:x");
+    const auto made = build_limit_keys(prefix, RouteLimits{"login", limits, &plan}, request.values());
+    REQUIRE(made.size() == 2);
+    CHECK(made[0] == std::optional<std::string>("my%20app%7B1%7D%25:x:{login}:burst:203.0.113.7"));
+    CHECK(made[1] == std::optional<std::string>("my%20app%7B1%7D%25:x:{login}:a%20much%20longer%20name:u%201"));
 }
 
 TEST_CASE("limit keys: client networks, query parameters, cookies and path segments", "[limit_key]") {
