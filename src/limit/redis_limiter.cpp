@@ -486,29 +486,34 @@ void RedisLimiter::flush(bool write_now) {
     batches_.clear();
     for (auto& batch : batches) {
         auto* connection = batch->connection;
-        if (in_flight_[connection] >= max_in_flight && batch->pending.size() < max_batch) {
+        if (in_flight(connection) >= max_in_flight && batch->pending.size() < max_batch) {
             batches_.push_back(std::move(batch));  // sent when the call in flight is answered
             continue;
         }
-        send(std::move(batch));
         // Under load the loop's queue is long; waiting for the next writable event would
         // cost the decision another turn of it.
-        if (write_now) connection->flush_output();
+        send(std::move(batch), write_now);
     }
 }
 
-void RedisLimiter::send(std::shared_ptr<Batch> batch) {
+int& RedisLimiter::in_flight(redis::RedisConnection* connection) {
+    for (auto& [known, calls] : in_flight_)
+        if (known == connection) return calls;
+    return in_flight_.emplace_back(connection, 0).second;
+}
+
+void RedisLimiter::send(std::shared_ptr<Batch> batch, bool write_now) {
     if (batch->pending.empty()) return;
     const auto sent = std::chrono::steady_clock::now();
     auto* connection = batch->connection;
-    ++in_flight_[connection];
+    ++in_flight(connection);
     auto on_reply = [this, batch, sent, alive = std::weak_ptr<int>(alive_)](redis::RedisResult result) {
         if (!alive.expired()) {
             // The batch that waited for this call goes on the next turn of the loop (flush):
             // nothing is sent from inside a reply callback, which also runs while its
             // connection is failing (hiredis is then freeing the context it would write to).
             auto* connection = batch->connection;
-            --in_flight_[connection];
+            --in_flight(connection);
             for (const auto& waiting : batches_)
                 if (waiting->connection == connection) {
                     schedule_flush();
@@ -535,7 +540,7 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch) {
         }
         if (!alive.expired()) recycle(batch);
     };
-    if (!sharded_) return connection->evalsha(script_, batch->keys, batch->args.take(), std::move(on_reply));
+    if (!sharded_) return connection->evalsha(script_, batch->keys, batch->args.take(), std::move(on_reply), write_now);
     // Cluster: the keys go first in ARGV (lua/cluster_keys.lua), none in KEYS.
     auto args = batch->args.take();
     std::vector<std::string> argv;
@@ -543,7 +548,7 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch) {
     argv.push_back(std::to_string(batch->keys.size()));
     argv.insert(argv.end(), batch->keys.begin(), batch->keys.end());
     std::move(args.begin(), args.end(), std::back_inserter(argv));
-    connection->evalsha(script_, {}, std::move(argv), std::move(on_reply));
+    connection->evalsha(script_, {}, std::move(argv), std::move(on_reply), write_now);
 }
 
 void RedisLimiter::recycle(const std::shared_ptr<Batch>& batch) {

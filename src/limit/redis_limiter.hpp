@@ -131,7 +131,8 @@ private:
     void flush(bool write_now);
     // flush(true) on the next turn of the loop (once, however often it is asked for).
     void schedule_flush();
-    void send(std::shared_ptr<Batch> batch);
+    // `write_now`: on the socket before it returns (RedisConnection::evalsha).
+    void send(std::shared_ptr<Batch> batch, bool write_now = false);
     void recycle(const std::shared_ptr<Batch>& batch);
     // With a shared queue: `batch` (or nothing, only what others handed over) offered to it;
     // sent now with what waits there, or handed over. `force`: a full batch.
@@ -185,7 +186,10 @@ private:
     bool deadline_timer_waiting_ = false;
     std::vector<std::shared_ptr<Batch>> batches_;  // one per node with decisions waiting
     std::vector<std::shared_ptr<Batch>> spare_batches_;  // answered, kept for reuse (recycle)
-    std::unordered_map<redis::RedisConnection*, int> in_flight_;  // calls sent, not yet answered
+    // Calls sent, not yet answered, per connection (one, or one per cluster master: looked
+    // through rather than hashed).
+    std::vector<std::pair<redis::RedisConnection*, int>> in_flight_;
+    int& in_flight(redis::RedisConnection* connection);
     bool flush_posted_ = false;
     std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted handlers hold it weakly
     // The shared queue (nullptr: none, or a sharded topology), this worker's number in it,

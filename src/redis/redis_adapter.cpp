@@ -36,13 +36,15 @@ public:
     // writable event is how hiredis learns that the connection is made: waited for as before.
     void add_write() {
         write_.want = true;
-        if (attempting_write_ || write_.waiting || !context_) return;
+        if (attempting_write_ || writer_writes_ || write_.waiting || !context_) return;
         if (!(context_->c.flags & REDIS_CONNECTED)) return wait(write_);
         if (write_soon_) return;
         write_soon_ = true;
         asio::post(socket_.get_executor(), [self = shared_from_this()] { self->attempt_write(); });
     }
     void del_write() { write_.want = false; }
+    // Set around a command whose issuer writes it itself right after (hold_write_attempts).
+    void hold_write_attempts(bool on) { writer_writes_ = on; }
 
     // hiredis is about to close the fd: stop watching it without closing it.
     // release() also completes pending waits with operation_aborted.
@@ -95,6 +97,7 @@ private:
     asio::posix::stream_descriptor socket_;
     bool write_soon_ = false;        // attempt_write is posted
     bool attempting_write_ = false;  // inside attempt_write's redisAsyncHandleWrite
+    bool writer_writes_ = false;     // the command being queued is written by its issuer
     Direction read_{asio::posix::stream_descriptor::wait_read, &redisAsyncHandleRead};
     Direction write_{asio::posix::stream_descriptor::wait_write, &redisAsyncHandleWrite};
 };
@@ -104,6 +107,10 @@ using Holder = std::shared_ptr<AsioAdapter>;
 AsioAdapter& adapter(void* data) { return **static_cast<Holder*>(data); }
 
 }  // namespace
+
+void hold_write_attempts(::redisAsyncContext* context, bool on) {
+    if (context->ev.data != nullptr) adapter(context->ev.data).hold_write_attempts(on);
+}
 
 bool attach_asio_adapter(asio::io_context& io_context, ::redisAsyncContext* context) {
     if (context->ev.data != nullptr) return false;

@@ -14,4 +14,9 @@ namespace sluice::redis {
 // closes the socket, which hiredis owns. Returns false if `context` already has hooks.
 bool attach_asio_adapter(boost::asio::io_context& io_context, ::redisAsyncContext* context);
 
+// On (`on`) while a command is queued whose issuer calls redisAsyncHandleWrite itself right
+// after, off again before that: hiredis's ask for the writable event made meanwhile posts no
+// write attempt of its own (one handler less per command). Nothing if no adapter is attached.
+void hold_write_attempts(::redisAsyncContext* context, bool on);
+
 }  // namespace sluice::redis

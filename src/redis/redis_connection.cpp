@@ -188,7 +188,7 @@ public:
     }
 
     void evalsha(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
-                 Callback callback) {
+                 Callback callback, bool write_now) {
         if (!ready_) return fail_later(std::move(callback), RedisError::Code::not_connected);
         auto request = std::make_unique<Request>(Request{std::move(callback), {}, 0, 0, script});
         const auto& code = scripts_.at(script);
@@ -224,9 +224,12 @@ public:
         for (const auto& key : keys) put(key);
         for (const auto& arg : args) put(arg);
         out.resize(static_cast<std::size_t>(p - out.data()));
-        if (redisAsyncFormattedCommand(context_, &on_request_reply, request.get(), out.data(), out.size()) ==
-            REDIS_OK) {
+        if (write_now) hold_write_attempts(context_, true);
+        const int queued = redisAsyncFormattedCommand(context_, &on_request_reply, request.get(), out.data(), out.size());
+        if (write_now) hold_write_attempts(context_, false);
+        if (queued == REDIS_OK) {
             request.release();  // on_request_reply owns it now
+            if (write_now) flush_output();
             return;
         }
         fail_later(std::move(request->callback), RedisError::Code::connection_lost);
@@ -698,8 +701,8 @@ void RedisConnection::command(const std::vector<std::string>& args, Callback cal
 }
 
 void RedisConnection::evalsha(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
-                              Callback callback) {
-    impl_->evalsha(script, keys, args, std::move(callback));
+                              Callback callback, bool write_now) {
+    impl_->evalsha(script, keys, args, std::move(callback), write_now);
 }
 
 }  // namespace sluice::redis

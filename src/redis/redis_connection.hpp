@@ -101,8 +101,11 @@ public:
     // goes once more as EVAL of the script form, and the library is loaded again for the
     // calls after it. Neither retry can double-count: Redis ran nothing.
     // (The command is formatted once, from keys and args as they are, and kept for that retry.)
+    // `write_now`: written to the socket before it returns, as flush_output() right after
+    // would (the same rule: never from inside a callback), without a write attempt posted
+    // to the event loop meanwhile.
     void evalsha(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
-                 Callback callback);
+                 Callback callback, bool write_now = false);
 
     // "host:port" or "unix:/path" of the server it connects to.
     std::string address() const;

@@ -438,6 +438,43 @@ TEST_CASE("redis connection: flush_output and poll_replies work without the even
     CHECK(later.results.size() == 1);
 }
 
+TEST_CASE("redis connection: a script call written now is on the socket before evalsha returns", "[redis]") {
+    RedisServer server;
+    SyncRedis check(server.port());
+    boost::asio::io_context io;
+    RedisConnection connection(io, options_for(server));
+    const auto script = connection.add_script("return redis.call('SET', KEYS[1], ARGV[1])");
+    start_and_wait_ready(io, connection);
+
+    Calls set;
+    connection.evalsha(script, {"written"}, {"now"}, set.callback(), true);
+    std::string seen;
+    for (int i = 0; i < 200 && seen != "now"; ++i) {
+        const auto reply = check.must({"GET", "written"});
+        seen = reply.type == redis::RedisReply::Type::string ? reply.text : "";
+        if (seen != "now") std::this_thread::sleep_for(5ms);
+    }
+    CHECK(seen == "now");  // written without a turn of the loop
+    CHECK_FALSE(set.done());
+    REQUIRE(run_until(io, [&] { return set.done(); }));
+    REQUIRE(set.results.size() == 1);
+    CHECK(set.results[0].ok());
+
+    SECTION("what the socket does not take at once goes as it drains") {
+        // 32 MiB: far more than a socket buffers; the call after it is written with it.
+        const std::string huge(32u << 20, 'z');
+        Calls big;
+        connection.evalsha(script, {"huge"}, {huge}, big.callback(), true);
+        Calls after;
+        connection.evalsha(script, {"after"}, {"1"}, after.callback(), true);
+        REQUIRE(run_until(io, [&] { return after.done(); }));
+        REQUIRE(big.results.size() == 1);
+        CHECK(big.results[0].ok());
+        CHECK(check.must({"STRLEN", "huge"}).integer == static_cast<long long>(huge.size()));
+        CHECK(check.text({"GET", "after"}) == "1");
+    }
+}
+
 TEST_CASE("redis connection: require_master refuses a replica and leaves one that is demoted", "[redis][sentinel]") {
     RedisServer server;
     boost::asio::io_context io;
