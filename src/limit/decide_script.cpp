@@ -117,18 +117,26 @@ void append_decide_args(const config::LimitConfig& limit, std::vector<std::strin
 }
 
 
+namespace {
+
+// Plans kept between batches at most (a route's set of limits each, per plan of a route
+// with plans): beyond it, none is kept.
+constexpr std::size_t max_kept_plans = 32;
+
+}  // namespace
+
 void DecideArgs::end_request() {
-    // Batches hold few distinct plans (one per route and set of applying limits): a linear
-    // search over them is cheaper than building a key to look them up by.
-    std::size_t number = 0;
+    // Few plans are known (one per route and set of applying limits): a linear search over
+    // them is cheaper than building a key to look them up by.
+    std::size_t found = plans_.size();
     // Mostly the request's limits are its route's, known by their ids: the same ids as a
     // plan's are that plan.
     const bool known_by_ids = !current_ids_.empty() && current_ids_.size() == current_.size();
     if (known_by_ids)
-        for (std::size_t p = 0; p < plan_ids_.size() && number == 0; ++p)
-            if (plan_ids_[p] == current_ids_) number = p + 1;
-    for (std::size_t p = 0; p < plan_args_.size() && number == 0; ++p) {
-        const auto& known = plan_args_[p];
+        for (std::size_t p = 0; p < plans_.size() && found == plans_.size(); ++p)
+            if (plans_[p].ids == current_ids_) found = p;
+    for (std::size_t p = 0; p < plans_.size() && found == plans_.size(); ++p) {
+        const auto& known = plans_[p].args;
         if (known.size() != decide_args_per_limit * current_.size()) continue;
         bool same = true;
         for (std::size_t i = 0; i < current_.size() && same; ++i) {
@@ -136,24 +144,34 @@ void DecideArgs::end_request() {
             for (std::size_t f = 0; f < decide_args_per_limit && same; ++f)
                 same = known[decide_args_per_limit * i + f] == args[f];
         }
-        if (same) number = p + 1;
+        if (same) found = p;
     }
-    if (number == 0) {
-        auto& known = plan_args_.emplace_back();
-        std::string text;
+    if (found == plans_.size()) {
+        auto& plan = plans_.emplace_back();
         for (const auto* args : current_) {
-            known.insert(known.end(), args->begin(), args->end());
-            if (!text.empty()) text.push_back(';');
+            plan.args.insert(plan.args.end(), args->begin(), args->end());
+            if (!plan.text.empty()) plan.text.push_back(';');
             for (std::size_t f = 0; f < decide_args_per_limit; ++f) {
-                if (f > 0) text.push_back(' ');
-                text.append((*args)[f]);
+                if (f > 0) plan.text.push_back(' ');
+                plan.text.append((*args)[f]);
             }
         }
-        plans_.push_back(std::move(text));
-        plan_ids_.push_back(known_by_ids ? current_ids_ : std::vector<std::uint64_t>{});
-        number = plans_.size();
+        if (known_by_ids) plan.ids = current_ids_;
+        number_.push_back(0);
     }
-    plan_of_.push_back(static_cast<std::uint32_t>(number - 1));
+    if (number_[found] == 0) {
+        // A plan with the same text as one this batch sends already (two routes with the
+        // same limits) goes by that one's number: each text is sent once.
+        std::uint32_t number = 0;
+        for (const auto other : sent_)
+            if (plans_[other].text == plans_[found].text) number = number_[other];
+        if (number == 0) {
+            sent_.push_back(static_cast<std::uint32_t>(found));
+            number = static_cast<std::uint32_t>(sent_.size());
+        }
+        number_[found] = number;
+    }
+    plan_of_.push_back(number_[found] - 1);
     tokens_.emplace_back();
     current_.clear();
     current_ids_.clear();
@@ -163,6 +181,55 @@ void DecideArgs::end_request() {
 void DecideArgs::end_request(std::string token) {
     end_request();
     tokens_.back() = std::move(token);
+}
+
+std::string_view DecideArgs::number_text(std::size_t n) {
+    while (numbers_.size() <= n) numbers_.push_back(std::to_string(numbers_.size()));
+    return numbers_[n];
+}
+
+const std::vector<std::string_view>& DecideArgs::argv() {
+    argv_.clear();
+    argv_.reserve(1 + sent_.size() + 2 * plan_of_.size());
+    argv_.push_back(number_text(sent_.size()));
+    for (const auto p : sent_) argv_.push_back(plans_[p].text);
+    for (std::size_t r = 0; r < plan_of_.size(); ++r) {
+        argv_.push_back(number_text(plan_of_[r] + 1));
+        if (!tokens_[r].empty()) argv_.push_back(tokens_[r]);
+    }
+    return argv_;
+}
+
+std::vector<std::string> DecideArgs::take() {
+    const auto& views = argv();
+    std::vector<std::string> out(views.begin(), views.end());
+    clear();
+    return out;
+}
+
+DecideParts DecideArgs::take_parts() {
+    DecideParts parts;
+    parts.plans.reserve(sent_.size());
+    for (const auto p : sent_) parts.plans.push_back(plans_[p].text);
+    parts.plan_of = std::move(plan_of_);
+    parts.tokens = std::move(tokens_);
+    clear();
+    return parts;
+}
+
+void DecideArgs::clear() {
+    // Plans made of arguments without ids were this batch's alone (a cost, a calendar window):
+    // not kept. Nor any, past max_kept_plans (a configuration reloaded many times).
+    std::erase_if(plans_, [](const Plan& plan) { return plan.ids.empty(); });
+    if (plans_.size() > max_kept_plans) plans_.clear();
+    number_.assign(plans_.size(), 0);
+    sent_.clear();
+    plan_of_.clear();
+    tokens_.clear();
+    current_.clear();
+    current_ids_.clear();
+    owned_.clear();
+    argv_.clear();
 }
 
 namespace {
@@ -175,34 +242,6 @@ void append_plan_number(std::size_t index, std::vector<std::string>& argv) {
 }
 
 }  // namespace
-
-std::vector<std::string> DecideArgs::take() {
-    DecideParts parts{std::move(plans_), std::move(plan_of_), std::move(tokens_)};
-    auto argv = decide_argv({&parts});
-    // The lists' buffers stay with this builder, for its next batch.
-    plans_ = std::move(parts.plans);
-    plan_of_ = std::move(parts.plan_of);
-    tokens_ = std::move(parts.tokens);
-    clear();
-    return argv;
-}
-
-DecideParts DecideArgs::take_parts() {
-    DecideParts parts{std::move(plans_), std::move(plan_of_), std::move(tokens_)};
-    clear();
-    return parts;
-}
-
-void DecideArgs::clear() {
-    plans_.clear();
-    plan_args_.clear();
-    plan_ids_.clear();
-    plan_of_.clear();
-    tokens_.clear();
-    current_.clear();
-    current_ids_.clear();
-    owned_.clear();
-}
 
 std::vector<std::string> decide_argv(const std::vector<DecideParts*>& parts) {
     std::size_t requests = 0;

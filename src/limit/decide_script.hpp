@@ -88,6 +88,10 @@ std::vector<std::string> decide_argv(const std::vector<DecideParts*>& parts);
 // plan. For each request: `limit` with the append_decide_args of each limit it is decided
 // against, in the order of its keys, then `end_request`. The referenced arguments must stay
 // alive until end_request.
+//
+// Plans are kept from one batch to the next (a worker's batches mostly hold the same few
+// routes): a request whose limits came with ids (KeyPlan) finds its plan, text made, by them.
+// Those made of arguments without ids (a cost per request, a calendar window) last one batch.
 class DecideArgs {
 public:
     void limit(const std::vector<std::string>& args) { current_.push_back(&args); }
@@ -106,23 +110,33 @@ public:
     // The same for a request with a concurrency limit: `token` names its slots.
     void end_request(std::string token);
     std::size_t requests() const { return plan_of_.size(); }
-    // The whole ARGV; the builder is empty again after it.
+    // The whole ARGV as views into this builder: valid until it changes. clear() when sent.
+    const std::vector<std::string_view>& argv();
+    // The whole ARGV, owned; the builder is empty again after it.
     std::vector<std::string> take();
     // The same in parts (to be merged with other batches by decide_argv).
     DecideParts take_parts();
+    // Empty again (for the next batch; the plans known by ids are kept).
+    void clear();
 
 private:
-    void clear();
-    std::vector<std::string> plans_;                  // each plan's text (see lua/decide.lua)
-    std::vector<std::vector<std::string>> plan_args_;  // each plan: 5 arguments per limit
-    // Each plan's ids where all its arguments came with one; else empty.
-    std::vector<std::vector<std::uint64_t>> plan_ids_;
+    struct Plan {
+        std::string text;               // see lua/decide.lua
+        std::vector<std::string> args;  // 5 arguments per limit
+        std::vector<std::uint64_t> ids; // where all its arguments came with one; else empty
+    };
+    std::vector<Plan> plans_;             // known plans, this batch's and kept ones
+    std::vector<std::uint32_t> number_;   // per plan: its number in this batch, from 1 (0: not in it)
+    std::vector<std::uint32_t> sent_;     // this batch's plans in number order (indices into plans_)
     std::vector<std::uint64_t> current_ids_;  // the current request's, of the lists that came with one
-    std::vector<std::uint32_t> plan_of_;      // each request's plan, from 0
+    std::vector<std::uint32_t> plan_of_;      // each request's plan number, from 0
     std::vector<std::string> tokens_;         // each request's owner token, or ""
     std::vector<const std::vector<std::string>*> current_;
     // The current request's own arguments (where current_ points; allocated only when used).
     std::vector<std::unique_ptr<std::vector<std::string>>> owned_;
+    std::vector<std::string> numbers_;        // "0", "1", ...: what argv's numbers point to
+    std::vector<std::string_view> argv_;
+    std::string_view number_text(std::size_t n);
 };
 
 }  // namespace sluice::limit

@@ -186,6 +186,7 @@ private:
     bool deadline_timer_waiting_ = false;
     std::vector<std::shared_ptr<Batch>> batches_;  // one per node with decisions waiting
     std::vector<std::shared_ptr<Batch>> spare_batches_;  // answered, kept for reuse (recycle)
+    std::vector<std::shared_ptr<Batch>> spare_list_;     // an empty list with room, for flush
     // Calls sent, not yet answered, per connection (one, or one per cluster master: looked
     // through rather than hashed).
     std::vector<std::pair<redis::RedisConnection*, int>> in_flight_;

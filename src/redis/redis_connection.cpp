@@ -187,8 +187,9 @@ public:
         send(std::move(request), args);
     }
 
-    void evalsha(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
-                 Callback callback, bool write_now) {
+    template <class Args>
+    void evalsha(ScriptId script, const std::vector<std::string>& keys, const Args& args, Callback callback,
+                 bool write_now) {
         if (!ready_) return fail_later(std::move(callback), RedisError::Code::not_connected);
         auto request = std::make_unique<Request>(Request{std::move(callback), {}, 0, 0, script});
         const auto& code = scripts_.at(script);
@@ -211,7 +212,7 @@ public:
         const std::size_t start = out.size();
         out.resize(most);
         char* p = out.data() + start;
-        auto put = [&p](const std::string& arg) {
+        auto put = [&p](std::string_view arg) {
             *p++ = '$';
             p = std::to_chars(p, p + 20, arg.size()).ptr;
             *p++ = '\r';
@@ -702,6 +703,11 @@ void RedisConnection::command(const std::vector<std::string>& args, Callback cal
 
 void RedisConnection::evalsha(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
                               Callback callback, bool write_now) {
+    impl_->evalsha(script, keys, args, std::move(callback), write_now);
+}
+
+void RedisConnection::evalsha_views(ScriptId script, const std::vector<std::string>& keys,
+                                    const std::vector<std::string_view>& args, Callback callback, bool write_now) {
     impl_->evalsha(script, keys, args, std::move(callback), write_now);
 }
 

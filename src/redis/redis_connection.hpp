@@ -106,6 +106,10 @@ public:
     // to the event loop meanwhile.
     void evalsha(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
                  Callback callback, bool write_now = false);
+    // The same with the ARGV as views: formatted into the command before it returns, they
+    // need to live no longer than the call.
+    void evalsha_views(ScriptId script, const std::vector<std::string>& keys, const std::vector<std::string_view>& args,
+                       Callback callback, bool write_now = false);
 
     // "host:port" or "unix:/path" of the server it connects to.
     std::string address() const;

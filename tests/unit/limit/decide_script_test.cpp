@@ -2,9 +2,11 @@
 // the script, with hand-made arguments).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1096,12 +1098,71 @@ TEST_CASE("decide script: a route's limits known by their ids share a plan witho
         "token_bucket 0 2 1000 5",
         "1", "2", "1", "1", "1", "3", "2", "3", "4"};
     CHECK(args.take() == expected);
-    // After take() nothing of the last call is known: the same ids start plan 1 again.
+    // After take() the next call numbers its plans afresh: the same ids start plan 1 again.
     args.limit(tb_other, 10);
     args.end_request();
     args.limit(tb, 7);
     args.end_request();
     CHECK(args.take() == std::vector<std::string>{"2", "token_bucket 0 1 1000 6", "token_bucket 0 1 1000 5", "1", "2"});
+}
+
+TEST_CASE("decide script: plans kept from batch to batch give the ARGV a fresh builder gives", "[lua]") {
+    // Batch after batch of random requests: some limits known by ids (a route's, always the
+    // same lists for an id), some lists of their own (a cost per request); some requests with
+    // a token. Each batch's ARGV, as views and owned, is what the protocol says: each plan's
+    // text once, numbered by first appearance, then each request's number (and token).
+    std::mt19937 random(24);
+    std::vector<std::vector<std::string>> by_id;  // id i's arguments
+    for (int i = 0; i < 40; ++i)
+        by_id.push_back({i % 2 ? "sliding_window" : "token_bucket", "0", "1", std::to_string(1000 + i % 7), "5"});
+    limit::DecideArgs args;
+    for (int batch = 0; batch < 300; ++batch) {
+        // Early batches use few ids (kept plans are found), later ones many (the kept plans
+        // pass their bound and are dropped).
+        const int ids = batch < 100 ? 3 : 40;
+        std::vector<std::string> texts;  // reference: each text once, in order
+        std::vector<std::string> tail;
+        const int requests = 1 + static_cast<int>(random() % 12);
+        std::vector<std::vector<std::string>> own;  // lists of the batch's own, alive until sent
+        own.reserve(64);
+        for (int r = 0; r < requests; ++r) {
+            std::string text;
+            const int limits = 1 + static_cast<int>(random() % 2);
+            for (int l = 0; l < limits; ++l) {
+                const std::vector<std::string>* list = nullptr;
+                if (random() % 4 == 0) {
+                    own.push_back({"token_bucket", "0", std::to_string(1 + random() % 3), "1000", "5"});
+                    list = &own.back();
+                    args.limit(*list);
+                } else {
+                    const auto id = random() % ids;
+                    list = &by_id[id];
+                    args.limit(*list, 1000 + id);
+                }
+                if (!text.empty()) text += ';';
+                for (std::size_t f = 0; f < list->size(); ++f) text += (f ? " " : "") + (*list)[f];
+            }
+            const bool token = random() % 5 == 0;
+            if (token) args.end_request("t" + std::to_string(r));
+            else args.end_request();
+            auto at = std::find(texts.begin(), texts.end(), text);
+            if (at == texts.end()) at = texts.insert(texts.end(), text);
+            tail.push_back(std::to_string(at - texts.begin() + 1));
+            if (token) tail.push_back("t" + std::to_string(r));
+        }
+        std::vector<std::string> expected{std::to_string(texts.size())};
+        expected.insert(expected.end(), texts.begin(), texts.end());
+        expected.insert(expected.end(), tail.begin(), tail.end());
+        INFO("batch " << batch);
+        if (batch % 2 == 0) {
+            const auto& views = args.argv();
+            REQUIRE(std::vector<std::string>(views.begin(), views.end()) == expected);
+            args.clear();
+        } else {
+            REQUIRE(args.take() == expected);
+        }
+        CHECK(args.requests() == 0);
+    }
 }
 
 namespace {
