@@ -198,17 +198,18 @@ public:
         // Formatted once, straight from the caller's strings, into the command kept for a retry:
         // the head, then each argument written where its room is (a string sized once).
         auto& out = request->command;
-        out.reserve(64 + name.size());
+        // Its room at once: "$<size>\r\n<arg>\r\n" is at most 20 digits of size and 5 more
+        // bytes; the head ("*<n>", the verb, the name, the number of keys) 128 and its names.
+        std::size_t most = 128 + verb.size() + name.size();
+        for (const auto& key : keys) most += key.size() + 25;
+        for (const auto& arg : args) most += arg.size() + 25;
+        out.reserve(most);
         request->argc = 1 + keys.size() + args.size();
         append_script_head(out, verb, name, request->argc);
         request->tail = out.size();
         char digits[24];
         auto [end, ec] = std::to_chars(digits, digits + sizeof digits, keys.size());
         append_resp_arg(out, std::string_view(digits, static_cast<std::size_t>(end - digits)));
-        // "$<size>\r\n<arg>\r\n": at most 20 digits of size, and 5 more bytes.
-        std::size_t most = out.size();
-        for (const auto& key : keys) most += key.size() + 25;
-        for (const auto& arg : args) most += arg.size() + 25;
         const std::size_t start = out.size();
         out.resize(most);
         char* p = out.data() + start;
