@@ -11,14 +11,16 @@ import sys
 COLUMNS = ["scenario", "conns", "target", "round", "rps", "p50", "p99", "non2xx", "sockerr",
            "wrk_requests", "requests", "evals", "upstream", "r429", "store_errors", "crashed",
            "rss_kb", "redis_usec", "listen_drops", "upstream_conns", "proxy_ticks", "redis_ticks",
-           "backlog_drops", "redis_cpu_usec"]
+           "backlog_drops", "redis_cpu_usec", "proxy_switches"]
 
 DESCRIPTION = {
     "none": "route without limits",
     "browser": "route without limits, requests with a browser's 12 fields (wrk's have Host only)",
+    "paced": "route without limits, each connection pausing PACE_MS between requests (both proxies at one rate)",
     "token_bucket": "token bucket on every request (never runs out)",
     "token_bucket_browser": "the same token bucket, requests with a browser's 12 fields",
     "token_bucket_memory": "the same token bucket, in process (store.type: memory, no Redis)",
+    "token_bucket_paced": "the same token bucket, paced as paced (workers idle between batches)",
     "sliding_window": "sliding window on every request (limit 10^7 per 1s)",
     "reject90": "90 % of requests rejected (9 in 10 to an exhausted limit)",
     "reject100": "every request rejected (429 answered by sluice)",
@@ -28,14 +30,15 @@ DESCRIPTION = {
     "clients100k_limit_req": "the same, against nginx with limit_req keyed on the client (per node, like the memory store)",
 }
 # scenarios where any answer other than 2xx is a fault
-ALL_2XX = {"none", "browser", "token_bucket", "token_bucket_browser", "token_bucket_memory", "sliding_window", "clients100k", "clients100k_full", "clients100k_memory",
+ALL_2XX = {"none", "browser", "paced", "token_bucket_paced", "token_bucket", "token_bucket_browser", "token_bucket_memory", "sliding_window", "clients100k", "clients100k_full", "clients100k_memory",
            "clients100k_limit_req"}
 # scenarios where every request is one decision by Redis (nothing rejected, nothing remembered)
-DECIDED_BY_REDIS = {"token_bucket", "token_bucket_browser", "sliding_window", "clients100k", "clients100k_full"}
+DECIDED_BY_REDIS = {"token_bucket", "token_bucket_browser", "token_bucket_paced", "sliding_window", "clients100k", "clients100k_full"}
 # Redis CPU per decision against the SET PXAT floor, at most (issue 24)
 TARGET_FLOOR_RATIO = {"token_bucket": 2.0, "token_bucket_browser": 2.0, "clients100k": 2.0, "clients100k_full": 2.0, "sliding_window": 3.0}
 # sluice's CPU per request against nginx's, at most (issue 24)
-TARGET_CPU_RATIO = {"none": 1.0, "browser": 1.0, "token_bucket": 1.1, "token_bucket_browser": 1.1}
+TARGET_CPU_RATIO = {"none": 1.0, "browser": 1.0, "paced": 1.0, "token_bucket": 1.1, "token_bucket_browser": 1.1,
+                    "token_bucket_paced": 1.1}
 
 # Speed targets of the performance issue.
 TARGET_KB_PER_IDLE_CONN = 40
@@ -106,6 +109,8 @@ def summarize(runs):
                 "proxy_ticks": sum(r["proxy_ticks"] for r in ok),
                 "redis_ticks": sum(r["redis_ticks"] for r in ok),
                 "redis_cpu_usec": sum(r["redis_cpu_usec"] for r in ok),
+                # context switches of the proxy's threads (voluntary and not) while wrk ran
+                "proxy_switches": sum(r["proxy_switches"] for r in ok),
                 "crashed": any(r["crashed"] for r in g[target]),
                 "rss_kb": g[target][-1]["rss_kb"] if g[target] else 0,
             }
@@ -120,6 +125,7 @@ def summarize(runs):
             done = sum(r["wrk_requests"] for r in g[target] if not r["crashed"])
             t["cpu_us"] = 10000.0 * t["proxy_ticks"] / done if done and t["proxy_ticks"] else None
             t["redis_cpu_us"] = 10000.0 * t["redis_ticks"] / done if done and t["redis_ticks"] else None
+            t["switches"] = t["proxy_switches"] / done if done else None
         row["limited_pct"] = 100.0 * s["r429"] / s["requests"] if s["requests"] else None
         # Redis CPU (INFO cpu, microseconds) per decision and decisions per call, where every
         # request is one decision by Redis
@@ -163,7 +169,7 @@ def f(x, fmt):
 def table(rows, floor=None):
     head = ["scenario", "conns", "nginx req/s", "nginx p50 ms", "nginx p99 ms", "sluice req/s",
             "sluice p50 ms", "sluice p99 ms", "ratio", "nginx CPU µs/req", "sluice CPU µs/req",
-            "CPU vs nginx", "Redis CPU µs/req", "Redis calls/req", "decisions/call", "Redis µs/decision",
+            "CPU vs nginx", "switches/req nginx / sluice", "Redis CPU µs/req", "Redis calls/req", "decisions/call", "Redis µs/decision",
             "x SET floor", "Redis µs/call", "upstream/req", "429 %", "sluice RSS MB", "notes"]
     body = []
     for r in rows:
@@ -175,6 +181,7 @@ def table(rows, floor=None):
             f(n["rps"], ".0f"), f(n["p50"], ".2f"), f(n["p99"], ".2f"),
             f(s["rps"], ".0f"), f(s["p50"], ".2f"), f(s["p99"], ".2f"),
             f(r["ratio"], ".2f"), f(n["cpu_us"], ".1f"), f(s["cpu_us"], ".1f"), f(cpu_ratio, ".2f"),
+            f(n["switches"], ".3f") + " / " + f(s["switches"], ".3f"),
             f(s["redis_cpu_us"], ".1f"), f(r["calls"], ".3f"), f(r["per_call"], ".1f"), f(per_decision, ".2f"),
             f(per_decision / floor if per_decision and floor else None, ".2f"),
             f(r["usec_per_call"], ".1f"), f(r["up_per_req"], ".3f"),
@@ -348,6 +355,9 @@ def main():
            "Redis CPU µs/req is the same for redis-server during sluice's rounds: on this one machine "
            "it competes with the proxies for the same two cores, so it is part of what the limiter costs here.",
            "- CPU vs nginx = sluice CPU µs/req / nginx CPU µs/req.",
+           "- switches/req = context switches of the proxy's threads (voluntary and involuntary, "
+           "`/proc/PID/task/*/status`) during the rounds / wrk's request count: a worker that finds "
+           "nothing to do sleeps and is woken again, which on shared cores costs CPU of its own.",
            "- Redis calls/req = decide calls (FCALL, EVALSHA, EVAL in Redis `INFO commandstats`) / "
            "requests counted in sluice's `sluice_requests_total`, over the sluice runs; decisions/call "
            "is its inverse where every request is one decision by Redis (token_bucket, sliding_window, "

@@ -16,6 +16,7 @@
 #   CONNS="64 1000"  SCENARIOS="none@64 token_bucket@1000 ... idle10k"  IDLE_CONNS=10000
 #   UPSTREAM_WORKERS=1  SLUICE=build/sluice  RESULTS=loadtest/results  KEEP=1 (keep the work dir)
 #   SHARED_BATCHES=1 (store.redis.shared_batches: true in every Redis scenario)
+#   PACE_MS=2 (paced scenarios: each connection's pause between a response and its next request)
 #   CPUS_LOAD= CPUS_PROXY= CPUS_UPSTREAM= CPUS_REDIS=  (taskset CPU lists, e.g. CPUS_LOAD=0-3
 #     CPUS_PROXY=4-7 CPUS_UPSTREAM=8-11 CPUS_REDIS=12: each role on cores of its own; unset: anywhere)
 set -uo pipefail
@@ -25,7 +26,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 # shellcheck source=loadtest/browser_headers.sh
 . "$HERE/browser_headers.sh"
 
-ALL_SCENARIOS="none logged browser token_bucket token_bucket_browser token_bucket_memory sliding_window reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
+ALL_SCENARIOS="none logged browser paced token_bucket token_bucket_browser token_bucket_memory token_bucket_paced sliding_window reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
 if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-3s}
   ROUNDS=${ROUNDS:-1}
@@ -187,6 +188,12 @@ rss_kb() {  # rss_kb PID...: summed VmRSS in KB
 nginx_pids() { echo "$1 $(ps -o pid= --ppid "$1" | tr '\n' ' ')"; }  # master and workers
 # cpu_ticks PID...: user + system CPU time used so far, summed, in clock ticks (1/100 s)
 cpu_ticks() { local pid; for pid in "$@"; do cat "/proc/$pid/stat" 2>/dev/null; done | awk '{ sub(/^.*\) /, ""); t += $12 + $13 } END { print t + 0 }'; }
+# ctx_switches PID...: context switches of every thread of the processes so far (voluntary and
+# involuntary), summed
+ctx_switches() {
+  local pid; for pid in "$@"; do cat /proc/"$pid"/task/*/status 2>/dev/null; done |
+    awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ { t += $2 } END { print t + 0 }'
+}
 
 # ---------------------------------------------------------------------------------------------
 # Configs.
@@ -305,11 +312,11 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
   case "$scenario" in *_memory|*_limit_req) store="
   type: memory" ;; esac
   case "$scenario" in
-    none|logged|browser|idle10k) routes="
+    none|logged|browser|paced|idle10k) routes="
   - name: api
     match: { path_prefix: / }
     upstream: app" ;;
-    token_bucket|token_bucket_browser|token_bucket_memory) routes="
+    token_bucket|token_bucket_browser|token_bucket_memory|token_bucket_paced) routes="
   - name: api
     match: { path_prefix: / }
     upstream: app
@@ -435,6 +442,7 @@ run_wrk() {  # run_wrk PORT CONNS DURATION OUTFILE SCENARIO
   case "$scenario" in
     clients100k|clients100k_full|clients100k_memory|clients100k_limit_req) script="$HERE/clients.lua" ;;
     reject90) script="$HERE/reject90.lua" ;;
+    paced|*_paced) script="$HERE/paced.lua" ;;
     reject100) path=/deny ;;
     *) path=/ ;;
   esac
@@ -490,14 +498,16 @@ run_scenario() {  # run_scenario NAME CONNS
   for round in $(seq 1 "$ROUNDS"); do
     sleep 1
     local out="$RESULTS/wrk/$name-$conns-nginx-$round.txt" d0 d1 a0 a1 q0 q1
-    local p0 p1 k0 k1 b0 b1
+    local p0 p1 k0 k1 b0 b1 x0 x1
     d0=$(listen_drops); read -r a0 q0 <<<"$(upstream_counts)"
     p0=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k0=$(cpu_ticks "$REDIS_PID"); b0=$(backlog_drops)
+    x0=$(ctx_switches $(nginx_pids "$NGINX_PID"))
     run_wrk "$nginx_port" "$conns" "$DURATION" "$out" "$name"
     p1=$(cpu_ticks $(nginx_pids "$NGINX_PID")); k1=$(cpu_ticks "$REDIS_PID"); b1=$(backlog_drops)
+    x1=$(ctx_switches $(nginx_pids "$NGINX_PID"))
     d1=$(listen_drops); read -r a1 q1 <<<"$(upstream_counts)"
     record_run "$name" "$conns" nginx "$round" $(parse_wrk "$out") 0 0 $((q1 - q0 - 1)) 0 0 0 \
-      "$(rss_kb $(nginx_pids "$NGINX_PID"))" 0 $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0)) $((b1 - b0)) 0
+      "$(rss_kb $(nginx_pids "$NGINX_PID"))" 0 $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0)) $((b1 - b0)) 0 $((x1 - x0))
     sleep 1
     if [ "$crashed" = 1 ]; then continue; fi
     out="$RESULTS/wrk/$name-$conns-sluice-$round.txt"
@@ -505,8 +515,10 @@ run_scenario() {  # run_scenario NAME CONNS
     local u0r u1r
     before_c=$(sluice_counts); before_e=$(redis_evals); read -r a0 q0 <<<"$(upstream_counts)"; d0=$(listen_drops)
     p0=$(cpu_ticks "$SLUICE_PID"); k0=$(cpu_ticks "$REDIS_PID"); b0=$(backlog_drops); u0r=$(redis_cpu_usec)
+    x0=$(ctx_switches "$SLUICE_PID")
     run_wrk "$SLUICE_PORT" "$conns" "$DURATION" "$out" "$name"
     p1=$(cpu_ticks "$SLUICE_PID"); k1=$(cpu_ticks "$REDIS_PID"); b1=$(backlog_drops); u1r=$(redis_cpu_usec)
+    x1=$(ctx_switches "$SLUICE_PID")
     d1=$(listen_drops)
     if ! kill -0 "$SLUICE_PID" 2>/dev/null; then
       crashed=1
@@ -514,7 +526,7 @@ run_scenario() {  # run_scenario NAME CONNS
       say "SLUICE DIED during $name@$conns round $round (exit status $STOP_RC); log tail:"
       tail -20 "$SLUICE_LOG" >&2
       echo "$name@$conns round $round: sluice died, exit status $STOP_RC" >>"$RESULTS/anomalies.txt"
-      record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") 0 0 0 0 0 1 0 0 $((d1 - d0)) 0 0 0 0 0
+      record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") 0 0 0 0 0 1 0 0 $((d1 - d0)) 0 0 0 0 0 0
       continue
     fi
     sleep 0.3  # let the last answers be counted
@@ -524,7 +536,7 @@ run_scenario() {  # run_scenario NAME CONNS
     record_run "$name" "$conns" sluice "$round" $(parse_wrk "$out") \
       $((r1 - r0)) $((c1 - c0)) $((q1 - q0 - 1)) $((l1 - l0)) $((e1 - e0)) 0 \
       "$(rss_kb "$SLUICE_PID")" $((u1 - u0)) $((d1 - d0)) $((a1 - a0 - 1)) $((p1 - p0)) $((k1 - k0)) $((b1 - b0)) \
-      $((u1r - u0r))
+      $((u1r - u0r)) $((x1 - x0))
   done
   [ "$crashed" = 0 ] && metrics >"$RESULTS/metrics/$name-$conns.txt"
   if [ "$name" = clients100k ] && [ "$crashed" = 0 ]; then
