@@ -164,7 +164,10 @@ void DecideArgs::end_request() {
         // same limits) goes by that one's number: each text is sent once.
         std::uint32_t number = 0;
         for (const auto other : sent_)
-            if (plans_[other].text == plans_[found].text) number = number_[other];
+            if (plans_[other].text == plans_[found].text) {
+                number = number_[other];
+                break;
+            }
         if (number == 0) {
             sent_.push_back(static_cast<std::uint32_t>(found));
             number = static_cast<std::uint32_t>(sent_.size());

@@ -605,13 +605,13 @@ void RedisLimiter::offer(std::shared_ptr<Batch> batch, redis::RedisConnection* c
     }
     auto call = shared_->offer(member_, std::move(part), ready, force);
     if (!call) return;  // handed over: the next call takes it
-    send_shared(connection, std::move(call));
     // Under load the loop's queue is long; waiting for the next writable event would
     // cost the decisions another turn of it.
-    if (write_now && ready) connection->flush_output();
+    send_shared(connection, std::move(call), write_now && ready);
 }
 
-void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_ptr<SharedBatches::Call> call) {
+void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_ptr<SharedBatches::Call> call,
+                               bool write_now) {
     std::vector<std::string> keys;
     keys.reserve(call->keys);
     std::vector<DecideParts*> args;  // moved into the call: only the keys are read after it
@@ -654,7 +654,7 @@ void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_p
         // This worker's batches that rode other workers' calls, answered meanwhile.
         for (const auto& [other, index] : ready) receive(other, index);
     };
-    connection->evalsha(script_, std::move(keys), decide_argv(args), std::move(on_reply));
+    connection->evalsha(script_, std::move(keys), decide_argv(args), std::move(on_reply), write_now);
 }
 
 void RedisLimiter::receive(const std::shared_ptr<const SharedBatches::Call>& call, std::size_t index) {

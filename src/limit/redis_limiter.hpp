@@ -137,7 +137,9 @@ private:
     // With a shared queue: `batch` (or nothing, only what others handed over) offered to it;
     // sent now with what waits there, or handed over. `force`: a full batch.
     void offer(std::shared_ptr<Batch> batch, redis::RedisConnection* connection, bool force, bool write_now);
-    void send_shared(redis::RedisConnection* connection, std::shared_ptr<SharedBatches::Call> call);
+    // `write_now`: on the socket before it returns (RedisConnection::evalsha).
+    void send_shared(redis::RedisConnection* connection, std::shared_ptr<SharedBatches::Call> call,
+                     bool write_now = false);
     // This worker's part `index` of an answered shared call: its decisions answered.
     void receive(const std::shared_ptr<const SharedBatches::Call>& call, std::size_t index);
     // Answers `pending` from its results in `reply` (its first key's results at `first`);
