@@ -79,13 +79,16 @@ EOF
 
 # decide_call PORT CONNS PLAN FUNCTION B KEYSPACE N [PREFIX...]: N calls of FUNCTION with B
 # requests each against PLAN, keys drawn from KEYSPACE (1: one key), from CONNS connections
-# with one call each in flight (redis-benchmark, run under PREFIX, e.g. taskset).
+# with one call each in flight (redis-benchmark, run under PREFIX, e.g. taskset). As sluice
+# sends a batch of one plan: without the requests' plan numbers; NUMBERED=1 adds them (the
+# form of a batch of several plans), for the bench functions too.
 decide_call() {
   local port=$1 conns=$2 plan=$3 f=$4 b=$5 space=$6 n=$7 keys="" ones="" _ key
   shift 7
   key='sluice:{bench:__rand_int__}:tb'
   [ "$space" = 1 ] && key='sluice:{bench:one}:tb'
-  for _ in $(seq "$b"); do keys="$keys $key"; ones="$ones 1"; done
+  for _ in $(seq "$b"); do keys="$keys $key"; done
+  if [ -n "${NUMBERED:-}" ]; then for _ in $(seq "$b"); do ones="$ones 1"; done; fi
   # shellcheck disable=SC2086
   "$@" redis-benchmark -p "$port" -q -n "$n" -r "$space" -c "$conns" FCALL "$f" "$b" $keys 1 "$plan" $ones
 }

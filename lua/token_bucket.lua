@@ -46,7 +46,7 @@ local function token_bucket_algorithm(read_failed, leaky)
 
   -- The library and the globals it uses, as upvalues: a global is looked up by name on every
   -- use (in a function library through the sandbox's metatable), an upvalue is not.
-  local floor, ceil, format, find, tonumber, type = math.floor, math.ceil, string.format, string.find, tonumber, type
+  local floor, ceil, format, find, tonumber, type, next = math.floor, math.ceil, string.format, string.find, tonumber, type, next
   local redis_call, redis_pcall = redis.call, redis.pcall
 
   -- What this call knows of its keys. A call decides every request at one `now` and nothing
@@ -62,7 +62,10 @@ local function token_bucket_algorithm(read_failed, leaky)
     counted_in[key], counting = interval, true
   end
   -- A call starts with nothing known (the algorithm outlives calls: decide.lua).
-  function token_bucket.begin() known, counted_in, counting = {}, {}, false end
+  function token_bucket.begin()
+    if next(known) ~= nil then known = {} end  -- (an earlier call failed before its flush)
+    if counting then counted_in, counting = {}, false end  -- (left empty by a call that did not count)
+  end
 
   -- What a GET of `key` answered, as known[key] holds it: its tat, or false (a full bucket).
   local function learn(key, value)
@@ -147,10 +150,24 @@ local function token_bucket_algorithm(read_failed, leaky)
   end
 
   -- Writes what this call changed: once per key, at its end.
+  -- The table is emptied as it goes and kept for the next call (a new one per call, grown
+  -- key by key, cost more), unless this call made it large.
   function token_bucket.flush()
+    local n = 0
     for key, tat in pairs(known) do
-      if tat and tat < 0 then store(key, -tat, counting and counted_in[key]) end
+      if tat and tat < 0 then
+        tat = -tat
+        local interval = counting and counted_in[key]
+        if interval then
+          store(key, tat, interval)
+        else
+          redis_call('SET', key, format('%d', tat), 'PXAT', format('%d', ceil(tat / 1000)))  -- store(), written out
+        end
+      end
+      known[key] = nil
+      n = n + 1
     end
+    if n > 64 then known = {} end
   end
 
   -- Before a sliding window uses `key` in this call (its limit changed algorithm on reload and

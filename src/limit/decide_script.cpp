@@ -183,6 +183,7 @@ void DecideArgs::end_request() {
 
 void DecideArgs::end_request(std::string token) {
     end_request();
+    if (!token.empty()) ++tokened_;
     tokens_.back() = std::move(token);
 }
 
@@ -196,6 +197,8 @@ const std::vector<std::string_view>& DecideArgs::argv() {
     argv_.reserve(1 + sent_.size() + 2 * plan_of_.size());
     argv_.push_back(number_text(sent_.size()));
     for (const auto p : sent_) argv_.push_back(plans_[p].text);
+    // One plan and no owner tokens: the requests go without their numbers (lua/decide.lua).
+    if (sent_.size() == 1 && tokened_ == 0) return argv_;
     for (std::size_t r = 0; r < plan_of_.size(); ++r) {
         argv_.push_back(number_text(plan_of_[r] + 1));
         if (!tokens_[r].empty()) argv_.push_back(tokens_[r]);
@@ -216,6 +219,7 @@ DecideParts DecideArgs::take_parts() {
     for (const auto p : sent_) parts.plans.push_back(plans_[p].text);
     parts.plan_of = std::move(plan_of_);
     parts.tokens = std::move(tokens_);
+    parts.tokened = tokened_;
     clear();
     return parts;
 }
@@ -229,6 +233,7 @@ void DecideArgs::clear() {
     sent_.clear();
     plan_of_.clear();
     tokens_.clear();
+    tokened_ = 0;
     current_.clear();
     current_ids_.clear();
     owned_.clear();
@@ -264,6 +269,10 @@ std::vector<std::string> decide_argv(const std::vector<DecideParts*>& parts) {
             number.push_back(static_cast<std::uint32_t>(p - 1));
         }
     argv.front() = std::to_string(argv.size() - 1);
+    // One plan and no owner tokens: the requests go without their numbers (lua/decide.lua).
+    std::size_t tokened = 0;
+    for (const auto* part : parts) tokened += part->tokened;
+    if (argv.size() == 2 && tokened == 0) return argv;
     std::size_t first_plan = 0;
     for (auto* part : parts) {
         for (std::size_t r = 0; r < part->plan_of.size(); ++r) {

@@ -77,17 +77,21 @@ struct DecideParts {
     std::vector<std::string> plans;      // each plan's text
     std::vector<std::uint32_t> plan_of;  // each request's plan, from 0
     std::vector<std::string> tokens;     // each request's owner token; "" where it has none
+    std::size_t tokened = 0;             // requests with one
     std::size_t requests() const { return plan_of.size(); }
 };
 
 // The ARGV of one call deciding the requests of `parts`, one part after the other, in order:
 // a plan with the same text in several parts is sent once. Their texts are moved into it.
+// A call of one plan without owner tokens leaves out the requests' plan numbers, as
+// DecideArgs does.
 std::vector<std::string> decide_argv(const std::vector<DecideParts*>& parts);
 
 // The ARGV of one call, built request by request: requests with the same limits share one
 // plan. For each request: `limit` with the append_decide_args of each limit it is decided
 // against, in the order of its keys, then `end_request`. The referenced arguments must stay
-// alive until end_request.
+// alive until end_request. A batch of one plan without owner tokens (mostly: one route's
+// requests) goes without the requests' plan numbers (lua/decide.lua).
 //
 // Plans are kept from one batch to the next (a worker's batches mostly hold the same few
 // routes): a request whose limits came with ids (KeyPlan) finds its plan, text made, by them.
@@ -131,6 +135,7 @@ private:
     std::vector<std::uint64_t> current_ids_;  // the current request's, of the lists that came with one
     std::vector<std::uint32_t> plan_of_;      // each request's plan number, from 0
     std::vector<std::string> tokens_;         // each request's owner token, or ""
+    std::size_t tokened_ = 0;                 // requests with one
     std::vector<const std::vector<std::string>*> current_;
     // The current request's own arguments (where current_ points; allocated only when used).
     std::vector<std::unique_ptr<std::vector<std::string>>> owned_;

@@ -1015,6 +1015,24 @@ TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     expect_error(run({"k", "k2", "1", "token_bucket 0 1 1000 5", "1"}, 2), "2 keys for 1 limits");
     expect_error(run({"k", "1", "token_bucket 0 1 1000 5", "1", "1"}, 1), "1 keys for 2 limits");
     expect_error(run({"k", "1", "concurrency 0 1 5 1000000", "1"}, 1), "argument 4 is not an owner token");
+    // Requests without plan numbers: one plan, without a concurrency limit, and whole
+    // requests' keys. (Without keys such a call decides nothing, as one with no requests.)
+    expect_error(run({"k", "k2", "2", "token_bucket 0 1 1000 5", "token_bucket 0 1 1000 6"}, 2),
+                 "requests without plan numbers need one plan, without a concurrency limit");
+    expect_error(run({"k", "1", "concurrency 0 1 5 1000000"}, 1),
+                 "requests without plan numbers need one plan, without a concurrency limit");
+    expect_error(run({"k", "k2", "k3", "1", "token_bucket 0 1 1000 5;token_bucket 0 1 1000 6"}, 3), "3 keys for 2 limits");
+    // A library keeps its table of plan numbers from call to call: a number only names a plan
+    // of its own call, also after a call refused midway through its plans.
+    REQUIRE(run({"p1", "p2", "p3", "3", "token_bucket 0 1 1000 5", "token_bucket 0 1 1000 6", "token_bucket 0 1 1000 7",
+                 "1", "2", "3"}, 3).ok());
+    expect_error(run({"p1", "3", "token_bucket 0 1 1000 5", "token_bucket 0 1 1000 x", "token_bucket 0 1 1000 7", "1"}, 1),
+                 "plan 2: parameters of limit 1 are not valid");
+    expect_error(run({"p1", "1", "token_bucket 0 1 1000 5", "2"}, 1), "argument 3 is not a plan number");
+    expect_error(run({"p1", "1", "token_bucket 0 1 1000 5", "3"}, 1), "argument 3 is not a plan number");
+    const auto nothing = run({"1", "token_bucket 0 1 1000 5"}, 0);
+    REQUIRE(nothing.ok());
+    CHECK(limit::is_decide_reply(nothing.reply, 0, false));
     // A malformed plan used late in a batch: the whole call is refused before anything runs.
     auto late = decide.raw_batch({{bucket("k", 1000, 5)}, {bucket("k", 1000, 5)}, {ScriptLimit{"k", "token_bucket", false, 1, -2, 1, {}}}});
     expect_error(late, "plan 2: parameters of limit 1 are not valid");
@@ -1024,6 +1042,85 @@ TEST_CASE("decide script: malformed calls are error replies", "[lua][redis]") {
     expect_error(run({"k", "1", "token_bucket 0 1 1000 x", "1"}, 1), "plan 1: parameters of limit 1 are not valid");
     REQUIRE(run({"k", "1", "token_bucket 0 1 1000 5", "1"}, 1).ok());
     CHECK(redis.integer({"EXISTS", "k"}) == 1);
+}
+
+TEST_CASE("decide script: a batch of one plan decides alike with and without the requests' plan numbers",
+          "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    const bool library = GENERATE(true, false);
+    const bool cluster = GENERATE(false, true);
+    CAPTURE(library, cluster);
+    Script decide{redis, cluster, library};
+    const std::int64_t minute = 60'000'000;
+    // Eight requests of one route (a bucket and a window), three clients, so keys repeat
+    // within the call; the second batch finds the first one's state.
+    auto requests = [&](const std::string& side) {
+        std::vector<std::vector<ScriptLimit>> out;
+        for (int i = 0; i < 8; ++i) {
+            const std::string tag = "{" + side + std::to_string(i % 3) + "}";
+            out.push_back({bucket(tag + ":tb", minute, 3), window(tag + ":sw", 2, minute)});
+        }
+        return out;
+    };
+    // The same requests with a plan number each, as the protocol also allows.
+    auto numbered = [&](const std::vector<std::vector<ScriptLimit>>& batch) {
+        std::vector<std::string> keys;
+        for (const auto& limits : batch)
+            for (const auto& l : limits) keys.push_back(l.key);
+        std::vector<std::string> args = decide.call();
+        if (cluster) args.push_back("0");
+        args.push_back(std::to_string(keys.size()));
+        args.insert(args.end(), keys.begin(), keys.end());
+        args.insert(args.end(), {"1", "token_bucket 0 1 60000000 3;sliding_window 0 1 2 60000000"});
+        for (std::size_t r = 0; r < batch.size(); ++r) args.push_back("1");
+        auto result = redis.run(args);
+        REQUIRE(result.ok());
+        REQUIRE(limit::is_decide_reply(result.reply, keys.size(), cluster));
+        std::vector<limit::LimitResult> out;
+        for (std::size_t i = 0; i < keys.size(); ++i) out.push_back(limit::decide_result(result.reply, i));
+        return out;
+    };
+    // What the builder sends for them (the first form).
+    {
+        limit::DecideArgs args;
+        const std::vector<std::string> tb{"token_bucket", "0", "1", "60000000", "3"};
+        const std::vector<std::string> sw{"sliding_window", "0", "1", "2", "60000000"};
+        for (int i = 0; i < 8; ++i) {
+            args.limit(tb);
+            args.limit(sw);
+            args.end_request();
+        }
+        CHECK(args.take() ==
+              std::vector<std::string>{"1", "token_bucket 0 1 60000000 3;sliding_window 0 1 2 60000000"});
+    }
+    for (int round = 0; round < 2; ++round) {
+        CAPTURE(round);
+        const auto without = decide.batch(requests("a"));
+        const auto with = numbered(requests("b"));
+        REQUIRE(with.size() == 16);
+        std::size_t admitted = 0;
+        for (std::size_t r = 0; r < without.size(); ++r)
+            for (std::size_t l = 0; l < 2; ++l) {
+                CAPTURE(r, l);
+                const auto& a = without[r].results[l];
+                const auto& b = with[2 * r + l];
+                CHECK(a.allowed == b.allowed);
+                CHECK(a.remaining == b.remaining);
+                if (round == 0) {  // (later, each side's times count from its own first call)
+                    CHECK(a.retry_after == b.retry_after);
+                    CHECK(a.reset == b.reset);
+                }
+                if (l == 0 && a.allowed && without[r].results[1].allowed) ++admitted;
+            }
+        // Each client: two admitted by its window in the first round, none in the second.
+        CHECK(admitted == (round == 0 ? 6u : 0u));
+    }
+    for (int c = 0; c < 3; ++c) {
+        const std::string a = "{a" + std::to_string(c) + "}:sw", b = "{b" + std::to_string(c) + "}:sw";
+        CHECK(redis.integer({"ZCARD", a}) == 2);
+        CHECK(redis.integer({"ZCARD", b}) == 2);
+    }
 }
 
 TEST_CASE("decide script: requests with the same limits share a plan", "[lua]") {
@@ -1056,9 +1153,22 @@ TEST_CASE("decide script: requests with the same limits share a plan", "[lua]") 
         "1", "2", "1", "3", "4", "2"};
     CHECK(args.take() == expected);
     CHECK(args.requests() == 0);
+    // One plan without owner tokens: the requests go without their numbers.
     args.limit(tb_other);
     args.end_request();
-    CHECK(args.take() == std::vector<std::string>{"1", "token_bucket 0 1 1000 6", "1"});
+    args.limit(tb_other);
+    args.end_request();
+    CHECK(args.take() == std::vector<std::string>{"1", "token_bucket 0 1 1000 6"});
+    // With an owner token they are numbered again.
+    const std::vector<std::string> cc{"concurrency", "0", "1", "3", "30000000"};
+    args.limit(cc);
+    args.end_request("owner");
+    args.limit(cc);
+    args.end_request("owner-2");
+    CHECK(args.take() == std::vector<std::string>{"1", "concurrency 0 1 3 30000000", "1", "owner", "1", "owner-2"});
+    args.limit(tb_other);
+    args.end_request();
+    CHECK(args.take() == std::vector<std::string>{"1", "token_bucket 0 1 1000 6"});
 }
 
 TEST_CASE("decide script: a route's limits known by their ids share a plan without comparing texts", "[lua]") {
@@ -1110,7 +1220,8 @@ TEST_CASE("decide script: plans kept from batch to batch give the ARGV a fresh b
     // Batch after batch of random requests: some limits known by ids (a route's, always the
     // same lists for an id), some lists of their own (a cost per request); some requests with
     // a token. Each batch's ARGV, as views and owned, is what the protocol says: each plan's
-    // text once, numbered by first appearance, then each request's number (and token).
+    // text once, numbered by first appearance, then each request's number (and token), but
+    // for a batch of one plan and no tokens.
     std::mt19937 random(24);
     std::vector<std::vector<std::string>> by_id;  // id i's arguments
     for (int i = 0; i < 40; ++i)
@@ -1152,7 +1263,9 @@ TEST_CASE("decide script: plans kept from batch to batch give the ARGV a fresh b
         }
         std::vector<std::string> expected{std::to_string(texts.size())};
         expected.insert(expected.end(), texts.begin(), texts.end());
-        expected.insert(expected.end(), tail.begin(), tail.end());
+        // (one plan and no token: no numbers)
+        if (texts.size() > 1 || tail.size() > static_cast<std::size_t>(requests))
+            expected.insert(expected.end(), tail.begin(), tail.end());
         INFO("batch " << batch);
         if (batch % 2 == 0) {
             const auto& views = args.argv();
