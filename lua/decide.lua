@@ -72,11 +72,12 @@
 --                                  or "burst,delay_us,max_wait_us,kept" (as above)
 --   then, per request in order, its plan's number: "1" to P, written plainly, followed,
 --   when the plan has a concurrency limit, by the request's owner token (the member its
---   slots get); its keys are the next n KEYS. Where every request has plan 1 and it has no
---   concurrency limit (P is 1), the numbers may be left out: ARGV ends with the plan, and
---   the requests are as many as KEYS holds n keys (a call with one plan costs Redis about
---   2,000 instructions less per request that way: an argument less to read and hand to Lua). A request whose cost comes from a header has a plan of its own
---   when its cost differs: plans are few per batch either way.
+--   slots get); its keys are the next n KEYS. A request whose cost comes from a header has
+--   a plan of its own when its cost differs: plans are few per batch either way.
+--   Where every request has plan 1 and it has no concurrency limit (P is 1), the numbers
+--   may be left out: ARGV ends with the plan, and the requests are as many as KEYS holds n
+--   keys (an argument less per request for Redis to read and hand to Lua: about 2,000
+--   instructions of Redis's per decision).
 -- Time is Redis TIME, always; there is no way to pass a time in. Needs Redis >= 6.2 (PXAT).
 -- The whole batch is checked for shape before anything runs: a malformed one is an error
 -- reply and writes nothing.
