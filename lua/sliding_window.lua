@@ -38,6 +38,18 @@ local function sliding_window_algorithm(read_failed)
   local sets = {}
   function sliding_window.begin() sets = {} end
 
+  -- The texts a call writes for every key of a window: the call's time (the members' score),
+  -- where the window starts (trimmed up to it, counted above it) and the expiry of a set
+  -- written now. Made once per call and window rather than per key (string.format is about
+  -- 1,800 instructions of Redis's a number); kept for one window at a time (routes have
+  -- mostly one).
+  local texts_now, texts_window, score_text, trim_text, above_text, expire_text
+  local function place(now, window)  -- (called where now or window is not the one placed)
+    if now ~= texts_now then texts_now, score_text = now, format('%d', now) end
+    texts_window, trim_text = window, format('%d', now - window)
+    above_text, expire_text = '(' .. trim_text, format('%d', ceil((now + window) / 1000))
+  end
+
   -- The set of `key` as this call knows it, counted with `window`.
   local write
   local function entry(key, now, window)
@@ -46,7 +58,8 @@ local function sliding_window_algorithm(read_failed)
       if e.window == window then return e end
       write(key, e)  -- the window changed on reload within this call: count afresh
     end
-    local count = redis_pcall('ZCOUNT', key, '(' .. format('%d', now - window), '+inf')
+    if now ~= texts_now or window ~= texts_window then place(now, window) end
+    local count = redis_pcall('ZCOUNT', key, above_text, '+inf')
     if type(count) == 'table' then read_failed(count) end
     local foreign = type(count) ~= 'number'
     if foreign then count = 0 end
@@ -61,17 +74,17 @@ local function sliding_window_algorithm(read_failed)
   write = function(key, e)
     local n = #e.adds
     if n == 0 then return end
-    local now = e.now
+    if e.now ~= texts_now or e.window ~= texts_window then place(e.now, e.window) end
     if not e.written then
       if e.foreign or e.held == 0 then
         redis_call('DEL', key)
       else
-        redis_call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - e.window))
+        redis_call('ZREMRANGEBYSCORE', key, '-inf', trim_text)
       end
       e.written, e.foreign = true, false
     end
     -- In commands of at most 1000 members: Lua unpacks a few thousand values at most.
-    local score = format('%d', now)
+    local score = score_text
     for first = 1, n, 1000 do
       local last, args = first + 999, {}
       if last > n then last = n end
@@ -80,7 +93,7 @@ local function sliding_window_algorithm(read_failed)
       end
       redis_call('ZADD', key, unpack(args))
     end
-    redis_call('PEXPIREAT', key, format('%d', ceil((now + e.window) / 1000)))
+    redis_call('PEXPIREAT', key, expire_text)
     e.held, e.adds = e.count, {}
   end
 
@@ -107,7 +120,8 @@ local function sliding_window_algorithm(read_failed)
     if count > 0 then
       -- The request fits once count + cost - limit of the counted members have left (the
       -- proxy refuses a cost above the limit before asking).
-      local leaving = redis_call('ZRANGEBYSCORE', key, '(' .. format('%d', now - window), '+inf',
+      if now ~= texts_now or window ~= texts_window then place(now, window) end
+      local leaving = redis_call('ZRANGEBYSCORE', key, above_text, '+inf',
                                  'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
       if leaving[2] then retry_us = tonumber(leaving[2]) + window - now end
       local newest = redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')
