@@ -24,8 +24,12 @@ local function fixed_window_algorithm(read_failed)
   local known = {}
   function fixed_window.begin() known = {} end
 
+  -- The expiry written with the keys of a window: the same for all of them (its end), so made
+  -- once per window rather than per key (string.format is about 1,800 instructions of Redis's).
+  local expiry_stop, expiry_text
   local function store(key, e)
-    redis_call('SET', key, format('%d:%d', e.start, e.count), 'PXAT', format('%d', ceil(e.stop / 1000)))
+    if e.stop ~= expiry_stop then expiry_stop, expiry_text = e.stop, format('%d', ceil(e.stop / 1000)) end
+    redis_call('SET', key, format('%d:%d', e.start, e.count), 'PXAT', expiry_text)
     e.dirty = false
   end
 
