@@ -25,10 +25,19 @@ local function concurrency_algorithm(read_failed)
   local sets = {}
   function concurrency.begin() sets = {} end
 
+  -- Numbers a call writes again and again, as texts made once (string.format is about 1,800
+  -- instructions of Redis's): the call's time (ended slots are trimmed up to it, live ones
+  -- counted above it), and the last lease end and expiry written (the same for every slot
+  -- of a limit taken in the call).
+  local texts_now, now_text, above_text
+  local function place(now) texts_now, now_text = now, format('%d', now); above_text = '(' .. now_text end
+  local end_value, end_text, expiry_value, expiry_text
+
   local function entry(key, now)
     local e = sets[key]
     if e then return e end
-    local count = redis_pcall('ZCOUNT', key, '(' .. format('%d', now), '+inf')
+    if now ~= texts_now then place(now) end
+    local count = redis_pcall('ZCOUNT', key, above_text, '+inf')
     if type(count) == 'table' then read_failed(count) end
     local foreign = type(count) ~= 'number'
     if foreign then count = 0 end
@@ -44,17 +53,21 @@ local function concurrency_algorithm(read_failed)
       redis_call('DEL', key)
       e.foreign = false
     else
-      redis_call('ZREMRANGEBYSCORE', key, '-inf', format('%d', e.now))
+      if e.now ~= texts_now then place(e.now) end
+      redis_call('ZREMRANGEBYSCORE', key, '-inf', now_text)
     end
     local args = {}
     for i = 1, n do
-      args[2 * i - 1], args[2 * i] = format('%d', e.adds[i][2]), e.adds[i][1]
+      local ends = e.adds[i][2]
+      if ends ~= end_value then end_value, end_text = ends, format('%d', ends) end
+      args[2 * i - 1], args[2 * i] = end_text, e.adds[i][1]
     end
     redis_call('ZADD', key, unpack(args))
     -- Every slot is written with now + lease and renewed the same way, so the newest end is
     -- the set's last one, unless a longer lease was configured before a reload: keep the later.
     e.last = tonumber(redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-    redis_call('PEXPIREAT', key, format('%d', ceil(e.last / 1000)))
+    if e.last ~= expiry_value then expiry_value, expiry_text = e.last, format('%d', ceil(e.last / 1000)) end
+    redis_call('PEXPIREAT', key, expiry_text)
     e.adds = {}
   end
 
@@ -71,7 +84,8 @@ local function concurrency_algorithm(read_failed)
     end
     local retry_us = 0
     if not allowed then
-      local first = redis_call('ZRANGEBYSCORE', key, '(' .. format('%d', e.now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if e.now ~= texts_now then place(e.now) end
+      local first = redis_call('ZRANGEBYSCORE', key, above_text, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
       retry_us = tonumber(first[2] or e.now) - e.now
       if retry_us > 1000000 then retry_us = 1000000 end
       if retry_us < 1 then retry_us = 1 end
