@@ -123,6 +123,10 @@ namespace {
 // with plans): beyond it, none is kept.
 constexpr std::size_t max_kept_plans = 32;
 
+// A call of one plan without owner tokens leaves out its requests' plan numbers
+// (lua/decide.lua): an argument less per request for Redis to read.
+bool numbers_left_out(std::size_t plans, bool tokened) { return plans == 1 && !tokened; }
+
 }  // namespace
 
 void DecideArgs::end_request() {
@@ -197,8 +201,7 @@ const std::vector<std::string_view>& DecideArgs::argv() {
     argv_.reserve(1 + sent_.size() + 2 * plan_of_.size());
     argv_.push_back(number_text(sent_.size()));
     for (const auto p : sent_) argv_.push_back(plans_[p].text);
-    // One plan and no owner tokens: the requests go without their numbers (lua/decide.lua).
-    if (sent_.size() == 1 && tokened_ == 0) return argv_;
+    if (numbers_left_out(sent_.size(), tokened_ > 0)) return argv_;
     for (std::size_t r = 0; r < plan_of_.size(); ++r) {
         argv_.push_back(number_text(plan_of_[r] + 1));
         if (!tokens_[r].empty()) argv_.push_back(tokens_[r]);
@@ -219,7 +222,6 @@ DecideParts DecideArgs::take_parts() {
     for (const auto p : sent_) parts.plans.push_back(plans_[p].text);
     parts.plan_of = std::move(plan_of_);
     parts.tokens = std::move(tokens_);
-    parts.tokened = tokened_;
     clear();
     return parts;
 }
@@ -269,10 +271,10 @@ std::vector<std::string> decide_argv(const std::vector<DecideParts*>& parts) {
             number.push_back(static_cast<std::uint32_t>(p - 1));
         }
     argv.front() = std::to_string(argv.size() - 1);
-    // One plan and no owner tokens: the requests go without their numbers (lua/decide.lua).
-    std::size_t tokened = 0;
-    for (const auto* part : parts) tokened += part->tokened;
-    if (argv.size() == 2 && tokened == 0) return argv;
+    const bool tokened = std::any_of(parts.begin(), parts.end(), [](const DecideParts* part) {
+        return std::any_of(part->tokens.begin(), part->tokens.end(), [](const std::string& t) { return !t.empty(); });
+    });
+    if (numbers_left_out(argv.size() - 1, tokened)) return argv;
     std::size_t first_plan = 0;
     for (auto* part : parts) {
         for (std::size_t r = 0; r < part->plan_of.size(); ++r) {

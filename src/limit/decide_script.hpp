@@ -77,7 +77,6 @@ struct DecideParts {
     std::vector<std::string> plans;      // each plan's text
     std::vector<std::uint32_t> plan_of;  // each request's plan, from 0
     std::vector<std::string> tokens;     // each request's owner token; "" where it has none
-    std::size_t tokened = 0;             // requests with one
     std::size_t requests() const { return plan_of.size(); }
 };
 

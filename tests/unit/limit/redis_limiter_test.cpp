@@ -386,6 +386,19 @@ TEST_CASE("decide script: batches built apart go as one call, each plan sent onc
           std::vector<std::string>{"3", "concurrency 0 1 3 30000000", "sliding_window 0 1 10 60000000",
                                    "token_bucket 0 1 1000 5", "1", "owner-1", "2", "1", "owner-2", "3", "2", "3"});
     CHECK(first.requests() == 0);
+    // Parts of one plan: the call goes without plan numbers, unless a request has an owner token.
+    auto one_plan = [&](limit::DecideArgs& args, const std::vector<std::string>& limit, const std::string& token) {
+        args.limit(limit);
+        if (token.empty()) args.end_request();
+        else args.end_request(token);
+        return args.take_parts();
+    };
+    limit::DecideArgs x, y;
+    auto x1 = one_plan(x, tb, ""), y1 = one_plan(y, tb, "");
+    CHECK(limit::decide_argv({&x1, &y1}) == std::vector<std::string>{"1", "token_bucket 0 1 1000 5"});
+    auto x2 = one_plan(x, cc, "owner-1"), y2 = one_plan(y, cc, "owner-2");
+    CHECK(limit::decide_argv({&x2, &y2}) ==
+          std::vector<std::string>{"1", "concurrency 0 1 3 30000000", "1", "owner-1", "1", "owner-2"});
 }
 
 TEST_CASE("shared batches: a batch waits while its worker has a call in flight and rides with the next call",
