@@ -26,6 +26,7 @@ Every socket has a timeout and every wait has a deadline, so a broken proxy make
 fail, never hang.
 """
 
+import atexit
 import collections
 import hashlib
 import http.client
@@ -73,22 +74,102 @@ class WaitTimeout(AssertionError):
 
 # The ports free_port() handed out last, in this process.
 _recent_ports = collections.deque(maxlen=256)
+# Ports handed out by the test processes running now: a file per port naming its process.
+_PORTS_DIR = os.path.join(tempfile.gettempdir(), "sluice-test-ports")
+_reserved_here = []
+
+
+def _port_range():
+    """Where free_port() looks: below the kernel's ephemeral range (or above it), so that no
+    outgoing connection of any process (a client, sluice to its upstream or Redis) is given
+    the port between its choice and the listener's bind; None where the range leaves no room."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if low - 1024 >= 4096:
+        return max(1024, low - 12000), low - 1
+    if 65535 - high >= 4096:
+        return high + 1, 65535
+    return None
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reserve(port):
+    """Claims `port` for this process among the test processes running beside it (ctest -j):
+    False where a live one holds it. A claim of a process that ended is taken over."""
+    os.makedirs(_PORTS_DIR, exist_ok=True)
+    path = os.path.join(_PORTS_DIR, str(port))
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    holder = int(f.read() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder == os.getpid() or (holder and _alive(holder)):
+                return False
+            try:
+                os.unlink(path)  # (its process ended)
+            except FileNotFoundError:
+                pass
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        _reserved_here.append(path)
+        return True
+    return False
+
+
+@atexit.register
+def _release_ports():
+    for path in _reserved_here:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def free_port(host=LOOPBACK):
-    """A TCP port nobody listens on right now (the kernel picks it for port 0), and none of
-    the last 256 this process handed out: each port is free again when the call returns, so
-    two calls in a row can get the same one from the kernel, and a process given two ports
-    (a cluster node's data and bus ports, a listener and an admin port) would then fail to
-    bind the second."""
+    """A TCP port nobody listens on right now, that no other test process running meanwhile
+    was given, and none of the last 256 this process handed out (a process given two ports, a
+    cluster node's data and bus ports or a listener and an admin port, binds both). Taken
+    outside the kernel's ephemeral range: a port the kernel picked for port 0 was free only
+    until some outgoing connection was given it, and a listener then failed to bind
+    ("Address already in use")."""
+    span = _port_range()
     for _ in range(1000):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port not in _recent_ports:
-            _recent_ports.append(port)
-            return port
-    raise AssertionError("the kernel keeps handing out the same few ports")
+        if span is None:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+        else:
+            port = random.randint(*span)
+        if port in _recent_ports:
+            continue
+        if span is not None:
+            if not _reserve(port):
+                continue
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind((host, port))
+            except OSError:
+                continue  # (kept: some other program listens there)
+        _recent_ports.append(port)
+        return port
+    raise AssertionError("no free port found in 1000 tries")
 
 
 def wait_until(predicate, timeout, interval=0.02, message="condition"):
