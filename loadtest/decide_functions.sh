@@ -81,14 +81,19 @@ EOF
 # requests each against PLAN, keys drawn from KEYSPACE (1: one key), from CONNS connections
 # with one call each in flight (redis-benchmark, run under PREFIX, e.g. taskset). As sluice
 # sends a batch of one plan: without the requests' plan numbers; NUMBERED=1 adds them (the
-# form of a batch of several plans), for the bench functions too.
+# form of a batch of several plans), for the bench functions too. A concurrency plan goes
+# numbered, each request with its owner token "t<i>-<random>" (over one key the random part
+# is always 0: each call takes the same B slots again, renewing their leases).
 decide_call() {
-  local port=$1 conns=$2 plan=$3 f=$4 b=$5 space=$6 n=$7 keys="" ones="" _ key
+  local port=$1 conns=$2 plan=$3 f=$4 b=$5 space=$6 n=$7 keys="" ones="" i key
   shift 7
   key='sluice:{bench:__rand_int__}:tb'
   [ "$space" = 1 ] && key='sluice:{bench:one}:tb'
-  for _ in $(seq "$b"); do keys="$keys $key"; done
-  if [ -n "${NUMBERED:-}" ]; then for _ in $(seq "$b"); do ones="$ones 1"; done; fi
+  for i in $(seq "$b"); do keys="$keys $key"; done
+  case $plan in
+    concurrency*) for i in $(seq "$b"); do ones="$ones 1 t$i-__rand_int__"; done ;;
+    *) if [ -n "${NUMBERED:-}" ]; then for i in $(seq "$b"); do ones="$ones 1"; done; fi ;;
+  esac
   # shellcheck disable=SC2086
   "$@" redis-benchmark -p "$port" -q -n "$n" -r "$space" -c "$conns" FCALL "$f" "$b" $keys 1 "$plan" $ones
 }

@@ -12,7 +12,8 @@
 #   loadtest/decide_instructions.sh          (about 5 minutes)
 #   BATCHES="8 32" KEYSPACES="1 100000" CALLS=1500 SLUICE=path (default build/sluice)
 #   PLAN="sliding_window 0 1 10000000 1000000"   (another limit: lua/decide.lua's plan text;
-#                                                 default a token bucket, as run.sh's clients100k)
+#                                                 default a token bucket, as run.sh's clients100k;
+#   PLAN="concurrency 0 1 1000000 30000000"       a concurrency limit's requests carry owner tokens)
 #   NUMBERED=1   (each request's plan number sent, as a batch of several plans is: a library
 #                 before sluice's fifteenth part of issue 24 needs them)
 #

@@ -20,8 +20,19 @@ local function concurrency_algorithm(read_failed)
   local ceil, tonumber, type, unpack = math.ceil, tonumber, type, unpack
   local redis_call, redis_pcall = redis.call, redis.pcall
 
-  -- What this call knows of its keys: sets[key] = { now, count, foreign, adds, last }, where
-  -- adds holds the slots taken in this call (token, lease end), written at the end (flush).
+  -- What this call knows of its keys. A call decides every request at one `now` and nothing
+  -- else runs in Redis meanwhile, so a set counted once stays as this call leaves it, and its
+  -- writes can wait for the end: a key with several requests in one batch costs one count,
+  -- one trim, one ZADD of all its new slots and one expiry, not a write per request.
+  -- sets[key] = {
+  --   now       the call's time,
+  --   count     live slots, with those this call took,
+  --   before    live slots the set held when this call counted it,
+  --   foreign   the key holds something else than a set (nothing counted),
+  --   adds      the slots taken in this call and not yet written (token, lease end),
+  --   newest, earliest   the latest and the earliest lease end of the slots this call took
+  --             (0 while none),
+  --   held_newest, held_earliest   those of the `before` slots, read when first needed }
   local sets = {}
   function concurrency.begin() sets = {} end
 
@@ -41,15 +52,31 @@ local function concurrency_algorithm(read_failed)
     if type(count) == 'table' then read_failed(count) end
     local foreign = type(count) ~= 'number'
     if foreign then count = 0 end
-    e = { now = now, count = count, foreign = foreign, adds = {}, last = 0 }
+    e = { now = now, count = count, before = count, foreign = foreign, adds = {}, newest = 0, earliest = 0 }
     sets[key] = e
     return e
   end
 
+  -- The latest lease end of the live slots (those held before this call, and its own).
+  local function newest(key, e)
+    if e.before == 0 then return e.newest end
+    if not e.held_newest then
+      e.held_newest = tonumber(redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] or e.now)
+    end
+    if e.held_newest > e.newest then return e.held_newest end
+    return e.newest
+  end
+
+  -- Writes the slots `e` took: first the ended ones go (the whole key when none was live or
+  -- it is not a set), then the new slots, then the expiry: when the last lease ends
+  -- (absolute, rounded up to the ms). Every slot is written with now + lease and renewed the
+  -- same way, so the newest end is the set's last one, unless a longer lease was configured
+  -- before a reload: the later one is kept.
   local function write(key, e)
     local n = #e.adds
     if n == 0 then return end
-    if e.foreign then
+    local last = newest(key, e)  -- (read before the set changes)
+    if e.foreign or e.before == 0 then
       redis_call('DEL', key)
       e.foreign = false
     else
@@ -63,12 +90,12 @@ local function concurrency_algorithm(read_failed)
       args[2 * i - 1], args[2 * i] = end_text, e.adds[i][1]
     end
     redis_call('ZADD', key, unpack(args))
-    -- Every slot is written with now + lease and renewed the same way, so the newest end is
-    -- the set's last one, unless a longer lease was configured before a reload: keep the later.
-    e.last = tonumber(redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-    if e.last ~= expiry_value then expiry_value, expiry_text = e.last, format('%d', ceil(e.last / 1000)) end
+    if last ~= expiry_value then expiry_value, expiry_text = last, format('%d', ceil(last / 1000)) end
     redis_call('PEXPIREAT', key, expiry_text)
-    e.adds = {}
+    -- What is written now counts as held before the rest of the call (a key used by a token
+    -- bucket after a reload within the call is counted afresh, see release).
+    e.adds, e.before, e.held_newest, e.held_earliest = {}, e.count, last, nil
+    e.newest, e.earliest = 0, 0
   end
 
   -- remaining, retry_after_us, reset_us of a key: a refused request may retry when a slot
@@ -78,19 +105,23 @@ local function concurrency_algorithm(read_failed)
     local remaining = limit - e.count
     if remaining < 0 then remaining = 0 end
     if e.count == 0 then return remaining, 0, 0 end
-    write(key, e)  -- the slots this call took are part of the answer
-    if e.last == 0 then
-      e.last = tonumber(redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] or e.now)
-    end
+    local now = e.now
     local retry_us = 0
     if not allowed then
-      if e.now ~= texts_now then place(e.now) end
-      local first = redis_call('ZRANGEBYSCORE', key, above_text, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      retry_us = tonumber(first[2] or e.now) - e.now
+      local earliest = e.earliest
+      if e.before > 0 then
+        if not e.held_earliest then
+          if now ~= texts_now then place(now) end
+          local first = redis_call('ZRANGEBYSCORE', key, above_text, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+          e.held_earliest = tonumber(first[2] or now)
+        end
+        if earliest == 0 or e.held_earliest < earliest then earliest = e.held_earliest end
+      end
+      retry_us = earliest - now
       if retry_us > 1000000 then retry_us = 1000000 end
       if retry_us < 1 then retry_us = 1 end
     end
-    local reset_us = e.last - e.now
+    local reset_us = newest(key, e) - now
     if reset_us < 0 then reset_us = 0 end
     return remaining, retry_us, reset_us
   end
@@ -102,8 +133,11 @@ local function concurrency_algorithm(read_failed)
 
   function concurrency.commit(c)
     local e = c.e
-    e.adds[#e.adds + 1] = { c.token, e.now + c.lease }
+    local ends = e.now + c.lease
+    e.adds[#e.adds + 1] = { c.token, ends }
     e.count = e.count + 1
+    if ends > e.newest then e.newest = ends end
+    if e.earliest == 0 or ends < e.earliest then e.earliest = ends end
   end
 
   function concurrency.report(c, consumed)

@@ -604,6 +604,16 @@ TEST_CASE("decide script: a key of the other algorithm is replaced, not an error
         CHECK(r.results[0].remaining == 4);
         CHECK(redis.text({"TYPE", "k"}) == "zset");
     }
+    SECTION("string read by a concurrency limit, twice in one call") {
+        redis.must({"SET", "k", "12345"});
+        const auto replies = decide.batch({{slots("k", 5, 1'000'000, "a")}, {slots("k", 5, 1'000'000, "b")}});
+        CHECK(replies[0].results[0].remaining == 4);
+        CHECK(replies[1].results[0].remaining == 3);
+        CHECK(replies[1].results[0].reset.count() == 1000);
+        CHECK(redis.text({"TYPE", "k"}) == "zset");
+        CHECK(redis.integer({"ZCARD", "k"}) == 2);
+        CHECK(redis.integer({"PEXPIRETIME", "k"}) == ceil_ms(replies[0].now_us + 1'000'000));
+    }
 }
 
 TEST_CASE("decide script: a batch decides its requests in order, each as if alone", "[lua][redis]") {
@@ -692,6 +702,79 @@ TEST_CASE("decide script: a batch counts a sliding window's requests in order, e
     CHECK(redis.integer({"ZCARD", "other"}) == 1);
     CHECK(redis.integer({"EXISTS", "tight"}) == 0);
     CHECK(redis.integer({"PEXPIRETIME", "w"}) == ceil_ms(now + minute));
+}
+
+TEST_CASE("decide script: a batch takes a key's concurrency slots in order, each as if alone", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    const bool library = GENERATE(true, false);  // FCALL, EVALSHA
+    CAPTURE(library);
+    Script decide{redis, false, library};
+    const std::int64_t second = 1'000'000, lease = 2 * second, minute = 60 * second;
+    const std::int64_t t0 = redis_time_us(redis);
+    // Held before the call: a slot that ended, one ending soon and one whose longer lease (a
+    // configuration before a reload) ends after every slot this call takes.
+    redis.must({"ZADD", "c", std::to_string(t0 - 5), "ended", std::to_string(t0 + second / 2), "early",
+                std::to_string(t0 + 5 * second), "late"});
+    redis.must({"PEXPIREAT", "c", std::to_string(ceil_ms(t0 + 5 * second))});
+    auto replies = decide.batch({
+        {slots("c", 4, lease, "a")},
+        {slots("c", 4, lease, "b"), window("tight", 0, minute)},  // rejected by the other limit
+        {slots("c", 4, lease, "b2"), window("other", 9, minute)},
+        {slots("c", 4, lease, "x")},  // full
+        {slots("c", 4, lease, "y"), window("other", 9, minute)},
+        {slots("d", 2, lease, "p")},  // a key without live slots
+        {slots("d", 2, lease, "q"), window("other", 9, minute)},
+        {slots("d", 2, lease, "r")},
+    });
+    REQUIRE(replies.size() == 8);
+    const auto now = replies[0].now_us;
+    const auto late = ceil_ms(t0 + 5 * second - now), early = ceil_ms(t0 + second / 2 - now);
+    CHECK(replies[0].results[0].allowed);
+    CHECK(replies[0].results[0].remaining == 1);
+    CHECK(replies[0].results[0].reset.count() == late);
+    CHECK(replies[1].results[0].allowed);  // the slot alone would be taken ...
+    CHECK_FALSE(replies[1].results[1].allowed);  // ... the window refuses
+    CHECK(replies[1].results[0].remaining == 1);  // nothing taken
+    CHECK(replies[2].results[0].allowed);
+    CHECK(replies[2].results[0].remaining == 0);
+    CHECK(replies[2].results[0].reset.count() == late);
+    for (int i : {3, 4}) {
+        INFO("request " << i);
+        CHECK_FALSE(replies[i].results[0].allowed);
+        CHECK(replies[i].results[0].remaining == 0);
+        CHECK(replies[i].results[0].retry_after.count() == early);  // the earliest lease end
+        CHECK(replies[i].results[0].reset.count() == late);
+    }
+    CHECK(replies[4].results[1].allowed);  // allowed alone, not charged
+    CHECK(replies[4].results[1].remaining == 8);
+    CHECK(replies[5].results[0].allowed);
+    CHECK(replies[5].results[0].remaining == 1);
+    CHECK(replies[5].results[0].reset.count() == ceil_ms(lease));
+    CHECK(replies[6].results[0].allowed);
+    CHECK(replies[6].results[0].remaining == 0);
+    CHECK(replies[6].results[1].remaining == 7);
+    CHECK_FALSE(replies[7].results[0].allowed);
+    CHECK(replies[7].results[0].retry_after == 1000ms);  // a second at most
+    CHECK(replies[7].results[0].reset.count() == ceil_ms(lease));
+    // Redis holds what one call per request would have left: the ended slot trimmed, the
+    // admitted ones at now + lease, the expiry at the last lease end.
+    const auto c = redis.must({"ZRANGE", "c", "0", "-1", "WITHSCORES"});
+    REQUIRE(c.elements.size() == 8);
+    CHECK(c.elements[0].text == "early");
+    CHECK(c.elements[2].text == "a");
+    CHECK(c.elements[3].text == std::to_string(now + lease));
+    CHECK(c.elements[4].text == "b2");
+    CHECK(c.elements[5].text == std::to_string(now + lease));
+    CHECK(c.elements[6].text == "late");
+    CHECK(redis.integer({"PEXPIRETIME", "c"}) == ceil_ms(t0 + 5 * second));
+    const auto d = redis.must({"ZRANGE", "d", "0", "-1"});
+    REQUIRE(d.elements.size() == 2);
+    CHECK(d.elements[0].text == "p");
+    CHECK(d.elements[1].text == "q");
+    CHECK(redis.integer({"PEXPIRETIME", "d"}) == ceil_ms(now + lease));
+    CHECK(redis.integer({"ZCARD", "other"}) == 2);
+    CHECK(redis.integer({"EXISTS", "tight"}) == 0);
 }
 
 TEST_CASE("decide script: a key used by both algorithms in one batch is handed over in order", "[lua][redis]") {
