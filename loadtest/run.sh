@@ -26,7 +26,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 # shellcheck source=loadtest/browser_headers.sh
 . "$HERE/browser_headers.sh"
 
-ALL_SCENARIOS="none logged browser paced token_bucket token_bucket_browser token_bucket_memory token_bucket_paced sliding_window reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
+ALL_SCENARIOS="none logged browser paced token_bucket token_bucket_browser token_bucket_memory token_bucket_paced sliding_window concurrency reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
 if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-3s}
   ROUNDS=${ROUNDS:-1}
@@ -295,6 +295,9 @@ EOF
 #   sliding window: limit 10000000 per 1s: nothing is rejected, and the sorted set holds one
 #     member per request of the last second only (a 1m window would grow it to millions).
 #   reject: rate 1 per 1h, burst 1: the first request passes, every other one gets 429.
+#   concurrency: at most 100000 requests in flight across every instance (one key, a global
+#     cap, as Traefik's InFlightReq or nginx's limit_conn on a shared key): never reached, but
+#     each request takes a slot in Redis and gives it back when its response is sent.
 write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
   local scenario=$1 file=$2 trusted="" routes access_log=off
   # logged: the access log (default format) to a file, beside nginx's (the reference's)
@@ -328,6 +331,12 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
     upstream: app
     limits:
       - { name: per_client, algorithm: sliding_window, limit: 10000000, window: 1s, key: [client_ip] }" ;;
+    concurrency) routes="
+  - name: api
+    match: { path_prefix: / }
+    upstream: app
+    limits:
+      - { name: in_flight, algorithm: concurrency, limit: 100000 }" ;;
     reject100|reject90) routes="
   - name: pass
     match: { path_prefix: /pass }

@@ -205,6 +205,7 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topolo
 }
 
 void RedisLimiter::stop(std::function<void()> then) {
+    send_releases(false);
     if (stopped_) {
         // Stopped already, and still waiting for calls carrying others' decisions: after those.
         stopped_ = [first = std::move(stopped_), then = std::move(then)] {
@@ -281,8 +282,29 @@ std::string RedisLimiter::next_token() {
     return token_prefix_ + std::to_string(++tokens_made_);
 }
 
+// The most releases one call carries: a worker whose connections all end in one turn sends
+// them in calls of this many.
+constexpr std::size_t max_releases = 512;
+
 void RedisLimiter::release(const Slots& slots, bool renew) {
     if (slots.empty()) return;
+    if (!renew && !sharded_) {
+        // (A cluster's keys of different clients live in different slots, which one script
+        // call cannot touch: there each request's release goes on its own.)
+        if (release_args_.empty()) release_args_.emplace_back("releases");
+        release_args_.push_back(slots.token);
+        release_args_.push_back(std::to_string(slots.keys.size()));
+        for (const auto& key_lease : slots.keys) release_keys_.push_back(key_lease.first);
+        if (++releases_waiting_ >= max_releases) return send_releases(false);
+        if (release_flush_posted_) return;
+        release_flush_posted_ = true;
+        asio::post(io_context_, [this, alive = std::weak_ptr<int>(alive_)] {
+            if (alive.expired()) return;
+            release_flush_posted_ = false;
+            send_releases(true);
+        });
+        return;
+    }
     std::vector<std::string> keys;
     std::vector<std::string> args{renew ? "renew" : "release", slots.token};
     for (const auto& [key, lease] : slots.keys) {
@@ -296,6 +318,24 @@ void RedisLimiter::release(const Slots& slots, bool renew) {
             spdlog::debug("concurrency slots of {}: {} failed: {}", keys.front(), renew ? "renew" : "release",
                           result.error ? result.error->message : std::string("?"));
     });
+}
+
+void RedisLimiter::send_releases(bool write_now) {
+    if (releases_waiting_ == 0) return;
+    const std::size_t count = std::exchange(releases_waiting_, 0);
+    // (The command is formatted before evalsha returns: the lists keep their room for the next.)
+    if (redis::RedisConnection* connection = topology_.route(0)) {
+        connection->evalsha(
+            release_script_, release_keys_, release_args_,
+            [count](redis::RedisResult result) {
+                if (!result.ok())
+                    spdlog::debug("concurrency slots of {} requests: release failed: {}", count,
+                                  result.error ? result.error->message : std::string("?"));
+            },
+            write_now);
+    }  // (no master known now: the leases take the slots back)
+    release_keys_.clear();
+    release_args_.clear();
 }
 
 const std::string& RedisLimiter::calendar_text(const config::LimitConfig& limit) {
@@ -470,6 +510,7 @@ RedisLimiter::Batch& RedisLimiter::batch_for(redis::RedisConnection* connection)
 }
 
 void RedisLimiter::flush(bool write_now) {
+    send_releases(write_now);  // before any decision asked for after them
     if (member_ != 0) {
         auto batches = std::move(batches_);
         batches_.clear();

@@ -86,6 +86,10 @@ public:
 
     // Gives back (renew: renews) a request's concurrency slots; lua/release.lua. Nothing to
     // wait for: failures are logged at debug level, and the lease takes back what is lost.
+    // On one Redis (not a cluster) the slots given back in a turn of the loop go as one call:
+    // at the end of the turn, or before this worker's next decide call, whichever is first
+    // (so a decision asked for after a release sees the slot free, as when each was sent
+    // at once).
     void release(const Slots& slots, bool renew);
 
     // Forgets every remembered rejection (on reload: a limit's parameters may change), and
@@ -168,6 +172,15 @@ private:
         CalendarArg arg;
     };
     std::map<std::pair<const time::TimeZone*, time::CalendarUnit>, Calendar> calendars_;
+
+    // The releases waiting for their call (release()): KEYS, and ARGV "releases" then per
+    // request its token and how many of the keys are its own. Sent by send_releases().
+    std::vector<std::string> release_keys_;
+    std::vector<std::string> release_args_;
+    std::size_t releases_waiting_ = 0;
+    bool release_flush_posted_ = false;
+    // `write_now`: on the socket before it returns (only from a posted handler).
+    void send_releases(bool write_now);
 
     // Owner tokens: a random prefix per limiter (so per worker and process) and a counter.
     std::string next_token();

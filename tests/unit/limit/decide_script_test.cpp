@@ -1684,6 +1684,58 @@ TEST_CASE("decide script: concurrency slots are taken, given back by their owner
     CHECK_THAT(odd.error->message, Catch::Contains("expected release|renew"));
 }
 
+TEST_CASE("release script: several requests' slots given back in one call, each by its own token", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    const std::string sha = redis.text({"SCRIPT", "LOAD", limit::release_script_source()});
+    auto releases = [&](std::vector<std::string> keys, std::vector<std::string> args) {
+        std::vector<std::string> command{"EVALSHA", sha, std::to_string(keys.size())};
+        command.insert(command.end(), keys.begin(), keys.end());
+        command.push_back("releases");
+        command.insert(command.end(), args.begin(), args.end());
+        return redis.run(command);
+    };
+    redis.must({"ZADD", "k1", "9999999999999999", "a", "9999999999999999", "b", "9999999999999999", "c"});
+    redis.must({"ZADD", "k2", "9999999999999999", "a", "9999999999999999", "other"});
+    redis.must({"SET", "text", "x"});
+
+    SECTION("released: only the tokens' own members, a key of another type skipped") {
+        // a: k1 and k2; b: k1 and a string; stranger: k2 (holds no slot there).
+        const auto r = releases({"k1", "k2", "k1", "text", "k2"}, {"a", "2", "b", "2", "stranger", "1"});
+        REQUIRE(r.ok());
+        CHECK(r.reply.integer == 3);
+        const auto k1 = redis.must({"ZRANGE", "k1", "0", "-1"});
+        REQUIRE(k1.elements.size() == 1);
+        CHECK(k1.elements[0].text == "c");
+        const auto k2 = redis.must({"ZRANGE", "k2", "0", "-1"});
+        REQUIRE(k2.elements.size() == 1);
+        CHECK(k2.elements[0].text == "other");
+        CHECK(redis.text({"GET", "text"}) == "x");
+    }
+    SECTION("malformed: refused, nothing released") {
+        const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> bad{
+            {{"k1"}, {}},                                  // no request
+            {{"k1"}, {"a"}},                               // a token without its count
+            {{"k1", "k2"}, {"a", "1"}},                    // keys left over
+            {{"k1"}, {"a", "2"}},                          // more keys named than sent
+            {{"k1"}, {"a", "0", "b", "1"}},                // no keys
+            {{"k1"}, {"", "1"}},                           // no token
+            {{"k1", "k2"}, {"a", "1.5", "b", "0.5"}},      // not whole
+            {{"k1"}, {"a", "nan"}},
+            {{"k1"}, {"a", "inf"}},
+            {{"k1", "k2"}, {"a", "1", "b", "1", "c"}},    // a token without its count at the end
+        };
+        for (const auto& [keys, args] : bad) {
+            INFO(args.size());
+            const auto r = releases(keys, args);
+            REQUIRE_FALSE(r.ok());
+            CHECK_THAT(r.error->message, Catch::StartsWith("ERR release:"));
+        }
+        CHECK(redis.integer({"ZCARD", "k1"}) == 3);
+        CHECK(redis.integer({"ZCARD", "k2"}) == 2);
+    }
+}
+
 TEST_CASE("decide script: it knows every algorithm by the name the configuration gives it") {
     // config::algorithm_names is the one table of names; decide.lua builds an algorithm when a
     // plan names it (its `makers` table), so each name must be a key there.

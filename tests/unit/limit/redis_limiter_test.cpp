@@ -171,6 +171,56 @@ TEST_CASE("redis limiter: decisions asked for together go out as one call and ar
     }
 }
 
+TEST_CASE("redis limiter: slots given back in one turn go as one call, ahead of the decisions after them",
+          "[redis_limiter][redis]") {
+    RedisServer server;
+    SyncRedis check(server.port());
+    Fixture f(server.port(), 2s);
+    f.wait_ready();
+    const std::string key = "sluice:{login:203.0.113.7}:c";
+    const std::vector<config::LimitConfig> limits{slots_limit("c", 3, 60s)};
+    for (int i = 0; i < 3; ++i) REQUIRE(f.decide(limits).outcome == Outcome::allowed);
+    REQUIRE(f.decide(limits).outcome == Outcome::limited);
+    REQUIRE(check.integer({"ZCARD", key}) == 3);
+    const auto evalsha_before = command_calls(check, "evalsha");
+
+    // A decision asked for first in the turn, the three slots given back after it: its call
+    // goes at the end of the turn, after theirs, and finds the three free.
+    f.decide_async(limits);
+    for (int i = 0; i < 3; ++i) f.limiter.release(f.decisions[i].slots, false);
+    REQUIRE(run_until(f.io, [&] { return f.decisions.size() == 5; }));
+    CHECK(f.decisions[4].outcome == Outcome::allowed);
+    CHECK(f.decisions[4].limits[0].remaining == 2);
+    CHECK(command_calls(check, "evalsha") == evalsha_before + 1);  // one call for three
+    CHECK(command_calls(check, "eval") == 0);
+    CHECK(check.integer({"ZCARD", key}) == 1);
+    CHECK(check.run({"ZSCORE", key, f.decisions[4].slots.token}).reply.type == redis::RedisReply::Type::string);
+
+    SECTION("without a decision after them: at the end of the turn") {
+        f.limiter.release(f.decisions[4].slots, false);
+        REQUIRE(run_until(f.io, [&] { return check.integer({"EXISTS", key}) == 0; }));
+        CHECK(command_calls(check, "evalsha") == evalsha_before + 2);
+    }
+    SECTION("a crowd of them: in calls of at most 512") {
+        const std::vector<config::LimitConfig> many{slots_limit("c", 1000, 60s)};
+        for (int i = 0; i < 600; ++i) f.decide_async(many);
+        REQUIRE(run_until(f.io, [&] { return f.decisions.size() == 605; }));
+        for (int i = 5; i < 605; ++i) REQUIRE(f.decisions[i].outcome == Outcome::allowed);
+        REQUIRE(check.integer({"ZCARD", key}) == 601);
+        const auto before = command_calls(check, "evalsha");
+        for (int i = 4; i < 605; ++i) f.limiter.release(f.decisions[i].slots, false);
+        REQUIRE(run_until(f.io, [&] { return check.integer({"EXISTS", key}) == 0; }));
+        CHECK(command_calls(check, "evalsha") == before + 2);
+    }
+    SECTION("a worker that stops sends them first") {
+        f.limiter.release(f.decisions[4].slots, false);
+        bool stopped = false;
+        f.limiter.stop([&] { stopped = true; });
+        REQUIRE(stopped);
+        REQUIRE(run_until(f.io, [&] { return check.integer({"EXISTS", key}) == 0; }));
+    }
+}
+
 TEST_CASE("redis limiter: the deadline answers when redis is paused; the late reply is ignored",
           "[redis_limiter][redis]") {
     RedisServer server;
