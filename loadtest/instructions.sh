@@ -9,7 +9,8 @@
 #   loadtest/instructions.sh                       (every scenario, 4 connections, 15 s each)
 #   SCENARIOS="none token_bucket" CONNS=12 DURATION=15s SLUICE=path loadtest/instructions.sh
 #
-# Scenarios: none (no limits), token_bucket (one Redis key), clients100k (a Redis token bucket
+# Scenarios: none (no limits), token_bucket (one Redis key), concurrency (one Redis
+# concurrency key, never full: a slot taken and given back per request), clients100k (a Redis token bucket
 # per client, 100,000 clients behind a trusted X-Forwarded-For, as loadtest/run.sh),
 # clients100k_memory (the same on the memory store), nginx (the reference: nginx as a reverse
 # proxy with one worker and run.sh's forwarding, under callgrind the same way; not in the
@@ -123,6 +124,9 @@ for scenario in $SCENARIOS; do
     none|nginx) ;;
     nginx_limit_req) script="-s $HERE/clients.lua" ;;
     token_bucket) limits=$bucket ;;
+    concurrency) limits="
+    limits:
+      - { name: in_flight, algorithm: concurrency, limit: 100000 }" ;;
     clients100k) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" ;;
     clients100k_memory) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" store="
   type: memory" ;;

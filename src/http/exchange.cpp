@@ -522,12 +522,11 @@ std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& v
     return std::nullopt;
 }
 
-std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, server::Worker& worker,
-                                        const net::any_io_executor& executor) {
+std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, server::Worker& worker) {
     const auto& cfg = x.cfg;
     const auto& route = *x.route;
     const auto limits = x.limit_set->limits;
-    if (!decision.slots.empty()) x.slots.emplace(worker, executor, std::move(decision.slots));
+    if (!decision.slots.empty()) x.slots.emplace(worker, std::move(decision.slots));
     const auto on_error = route.on_error.value_or(cfg.store.on_error);
     count_decision(x.snap, x.route_index(), *x.limit_set, decision, on_error);
     if (decision.outcome == limit::Decision::Outcome::limited) worker.limited_clients().add(route.name, x.rec.client);
@@ -573,8 +572,7 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
 }
 
 struct SlotHold::State {
-    State(server::Worker& w, const net::any_io_executor& executor, limit::Slots s)
-        : worker(w), timer(executor), slots(std::move(s)) {}
+    State(server::Worker& w, limit::Slots s) : worker(w), timer(w.io()), slots(std::move(s)) {}
     server::Worker& worker;
     net::steady_timer timer;
     limit::Slots slots;
@@ -582,26 +580,37 @@ struct SlotHold::State {
     bool held = true;
 };
 
-SlotHold::SlotHold(server::Worker& worker, const net::any_io_executor& executor, limit::Slots slots)
-    : state_(std::make_shared<State>(worker, executor, std::move(slots))) {
-    std::int64_t shortest = 0;
-    for (const auto& [key, lease] : state_->slots.keys) shortest = shortest == 0 ? lease : std::min(shortest, lease);
-    state_->every = std::chrono::microseconds(std::max<std::int64_t>(shortest / 3, 1000));
-    schedule(state_);
+SlotHold::SlotHold(server::Worker& worker, limit::Slots slots) : worker_(worker), slots_(std::move(slots)) {
+    worker.slow_waits().add(*this);
 }
 
 SlotHold::~SlotHold() {
+    unlink();
+    if (!state_) {
+        worker_.release_slots(slots_);
+        return;
+    }
     state_->held = false;
     state_->timer.cancel();
-    state_->worker.release_slots(state_->slots);
+    worker_.release_slots(state_->slots);
 }
 
-void SlotHold::schedule(const std::shared_ptr<State>& state) {
-    state->timer.expires_after(state->every);
+void SlotHold::fire() {
+    std::int64_t shortest = 0;
+    for (const auto& [key, lease] : slots_.keys) shortest = shortest == 0 ? lease : std::min(shortest, lease);
+    state_ = std::make_shared<State>(worker_, std::move(slots_));
+    state_->every = std::chrono::microseconds(std::max<std::int64_t>(shortest / 3, 1000));
+    // (Linked 50 to 100 ms ago: the first renewal is due a third of a lease after that.)
+    constexpr std::chrono::microseconds lasted = std::chrono::milliseconds(100);
+    schedule(state_, state_->every > 2 * lasted ? state_->every - lasted : state_->every / 2);
+}
+
+void SlotHold::schedule(const std::shared_ptr<State>& state, std::chrono::microseconds after) {
+    state->timer.expires_after(after);
     state->timer.async_wait([state](boost::system::error_code ec) {
         if (ec || !state->held) return;
         state->worker.renew_slots(state->slots);
-        schedule(state);
+        schedule(state, state->every);
     });
 }
 

@@ -13,9 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "http/problem.hpp"
 #include "http/request_head.hpp"
@@ -23,6 +21,7 @@
 #include "limit/limit_key.hpp"
 #include "limit/rate_limit_headers.hpp"
 #include "observe/access_log.hpp"
+#include "server/slow_waits.hpp"
 #include "server/snapshot.hpp"
 
 namespace sluice::net {
@@ -43,17 +42,24 @@ double ms_since(Clock::time_point t);
 
 // A request's concurrency slots while it runs: renewed every third of the shortest lease,
 // given back when the hold goes (the response is done, or the request ended otherwise).
-class SlotHold {
+// Most requests end long before a third of a lease (at least 1 s): the renewals' timer is
+// only started when the request lasts, at the worker's tick 50 to 100 ms into it
+// (server::SlowWaits), its first renewal due a third of the lease less 100 ms later (so at
+// most 50 ms early, which only renews a little sooner). Linking and unlinking allocate nothing.
+class SlotHold : private server::SlowWait {
 public:
-    SlotHold(server::Worker& worker, const boost::asio::any_io_executor& executor, limit::Slots slots);
+    SlotHold(server::Worker& worker, limit::Slots slots);
     SlotHold(const SlotHold&) = delete;
     SlotHold& operator=(const SlotHold&) = delete;
     ~SlotHold();
 
 private:
+    void fire() override;  // the request lasted: the renewals start
     struct State;
-    static void schedule(const std::shared_ptr<State>& state);
-    std::shared_ptr<State> state_;
+    static void schedule(const std::shared_ptr<State>& state, std::chrono::microseconds after);
+    server::Worker& worker_;
+    limit::Slots slots_;            // the state's once the renewals start
+    std::shared_ptr<State> state_;  // the renewals' timer, while they run
 };
 
 // A place among the requests this instance may hold back at once (server.max_waiting),
@@ -147,8 +153,7 @@ limit::RequestKeyValues key_values(Exchange& x);
 // is counted and logged and read (limit_verdict): a refusal, or the rate-limit headers
 // and any wait in `x`.
 std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values);
-std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, server::Worker& worker,
-                                        const boost::asio::any_io_executor& executor);
+std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, server::Worker& worker);
 // Before a response with `status` goes to the client (the upstream's head, or sluice's own
 // 502 or 504 for an upstream that failed): the limits of x.limit_set that count `status`
 // (`count: {statuses}`) are charged, once per request, and the charge awaited (at most

@@ -383,7 +383,7 @@ private:
                 if (auto known = worker_.decide_now(limits, values)) decision = std::move(*known);
                 else decision = co_await worker_.ask_store(limits, values);
                 x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
-                if (auto refusal = read_decision(x, decision, worker_, stream_.get_executor())) co_return done(*refusal);
+                if (auto refusal = read_decision(x, decision, worker_)) co_return done(*refusal);
             }
         }
         if (x.wait.count() > 0) {
