@@ -581,7 +581,10 @@ struct SlotHold::State {
 };
 
 SlotHold::SlotHold(server::Worker& worker, limit::Slots slots) : worker_(worker), slots_(std::move(slots)) {
-    worker.slow_waits().add(*this);
+    if (worker.stopping())
+        fire();  // no more ticks: renewed from now on
+    else
+        worker.slow_waits().add(*this);
 }
 
 SlotHold::~SlotHold() {

@@ -45,7 +45,8 @@ double ms_since(Clock::time_point t);
 // Most requests end long before a third of a lease (at least 1 s): the renewals' timer is
 // only started when the request lasts, at the worker's tick 50 to 100 ms into it
 // (server::SlowWaits), its first renewal due a third of the lease less 100 ms later (so at
-// most 50 ms early, which only renews a little sooner). Linking and unlinking allocate nothing.
+// most 50 ms early, which only renews a little sooner; on a stopping worker, which ticks no
+// more, at once). Linking and unlinking allocate nothing.
 class SlotHold : private server::SlowWait {
 public:
     SlotHold(server::Worker& worker, limit::Slots slots);
