@@ -8,6 +8,7 @@
 - A master killed: its replica takes over, keys on the other masters never stop being
   decided, keys of the dead master's slots follow on_error until then; lost counts printed.
 - The accuracy test (test_accuracy: 2 instances, 50 connections, one key) against the cluster.
+- A concurrency limit per user: slots on every master taken, refused when full, given back.
 """
 
 import collections
@@ -18,9 +19,10 @@ import unittest
 
 import test_accuracy
 from admin_api import admin_request, wait_admin
-from harness import (RawClient, SluiceTestCase, free_port, limited_route, proxy_config, respond,
-                     token_bucket, wait_until)
+from harness import (RawClient, SluiceTestCase, build_request, free_port, limited_route, proxy_config,
+                     respond, token_bucket, wait_until)
 from redis_setups import RedisClusterSetup
+from test_concurrency import Gauge, concurrency
 
 WORKERS = 2
 BURST = 50000  # 1 token an hour: nothing measurable refills during a test
@@ -200,6 +202,44 @@ class ClusterExactTest(ClusterTestCase):
         self.assertGreater(allowed, total * 0.9, f"too many store errors: {decisions}")
         moved = rf"redis cluster: slot {slot} moved from 127\.0\.0\.1:{source.port} to 127\.0\.0\.1:{target.port}"
         self.assertTrue(re.search(moved, s.log_text()), f"no log line like {moved!r}")
+
+
+class ClusterConcurrencyTest(ClusterTestCase):
+    """A concurrency limit per user on the cluster: slots taken on every master, refused when
+    full, every one given back when its response is sent (each master's sets empty after)."""
+
+    def setUp(self):
+        self.start_cluster()
+        self.gauge = Gauge(1.0)
+        self.up = self.start_upstream(self.gauge)
+
+    def test_slots_on_every_master_are_taken_and_given_back(self):
+        routes = [limited_route("c", [concurrency("two", 2, key=["header:X-User"])])]
+        proxy = self.start_proxy(routes)
+        users = [f"user{n}" for n in range(30)]
+        owners = {self.cluster.node_for_slot(self.cluster.key_slot(f"c:{u}")).port for u in users}
+        self.assertEqual(len(owners), 3, "the users' keys should spread over all 3 masters")
+        held = [RawClient(proxy.port, timeout=15) for _ in range(2 * len(users))]
+        for k, c in enumerate(held):
+            c.send(build_request("GET", f"/c/{k}", [("X-User", users[k // 2])]))
+        wait_until(lambda: self.gauge.now == 2 * len(users), 10, message="every user's two requests upstream")
+        slots = sum(m.command("DBSIZE") for m in self.cluster.masters())
+        self.assertEqual(slots, len(users), "one set of slots per user")
+        for u in users:
+            c = RawClient(proxy.port)
+            self.assertEqual(c.request("GET", "/c/third", [("X-User", u)]).status, 429, u)
+            c.close()
+        for c in held:
+            self.assertEqual(c.read_response().status, 200)
+            c.close()
+        # Every slot given back: the sets are gone from every master.
+        wait_until(lambda: sum(m.command("DBSIZE") for m in self.cluster.masters()) == 0, 5,
+                   message="every slot given back")
+        for u in users[:6]:
+            c = RawClient(proxy.port, timeout=15)
+            self.assertEqual(c.request("GET", "/c/again", [("X-User", u)]).status, 200, u)
+            c.close()
+        self.assertEqual(self.gauge.most, 2 * len(users))
 
 
 class ClusterTryAgainTest(ClusterTestCase):
