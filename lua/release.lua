@@ -1,14 +1,17 @@
 -- release: a request's concurrency slots given back, or their leases renewed.
 --
--- Its own script (not part of the decide script): one call per request, sent when its
--- response has been sent or its client went away (release), or while it still runs, every
--- third of its shortest lease (renew).
+-- Its own script (not part of the decide script), sent when a request's response has been
+-- sent or its client went away (release: the releases of a worker's turn in one call), or
+-- while it still runs, every third of its shortest lease (renew: one call per request).
 --
 -- KEYS: the request's concurrency keys (all in one hash slot).
 -- ARGV: "release" | "renew", the request's owner token, then per key its lease_us.
--- Or, the releases of several requests in one call (one Redis, not a cluster: their keys
--- are in different hash slots): KEYS every request's keys, one request after the other;
--- ARGV: "releases", then per request its owner token and how many of KEYS are its own.
+-- Or, the releases of several requests in one call: KEYS every request's keys, one request
+-- after the other; ARGV: "releases", then per request its owner token and how many of the
+-- keys are its own. On a cluster master (the script then carries the flag
+-- allow-cross-slot-keys) the keys, of several hash slots, travel in ARGV instead and KEYS is
+-- empty: ARGV "releases", K, the K keys, then the tokens and counts; a key this master does
+-- not serve (its slot moved) is skipped, and its slot's lease takes it back.
 -- Only the member named by the token is touched: a slot that is not ours (ours ended and
 -- was reclaimed, and another request holds the place now) is never released or renewed.
 -- Reply: the number of keys whose slot was found.
@@ -16,26 +19,36 @@ if redis.replicate_commands then redis.replicate_commands() end
 local op, token = ARGV[1], ARGV[2]
 if op == 'releases' then
   -- Every request checked before any slot goes: a malformed call releases nothing.
-  local k, nargs = 0, #ARGV
-  if nargs < 3 or nargs % 2 ~= 1 then
+  local keys, first, nargs = KEYS, 2, #ARGV
+  if #KEYS == 0 then
+    local nkeys = tonumber(ARGV[2])
+    if not nkeys or nkeys < 1 or nkeys % 1 ~= 0 or nkeys + 2 > nargs then
+      return redis.error_reply('ERR release: argument 2 is not a number of keys')
+    end
+    keys = {}
+    for i = 1, nkeys do keys[i] = ARGV[2 + i] end
+    first = nkeys + 3
+  end
+  if nargs < first + 1 or (nargs - first) % 2 ~= 1 then
     return redis.error_reply('ERR release: expected releases, then a token and a key count per request')
   end
-  for i = 2, nargs, 2 do
+  local k = 0
+  for i = first, nargs, 2 do
     local n = tonumber(ARGV[i + 1])
     if ARGV[i] == '' or not n or n < 1 or n % 1 ~= 0 then
-      return redis.error_reply('ERR release: request ' .. (i / 2) .. ' needs a token and a whole number of keys')
+      return redis.error_reply('ERR release: request ' .. ((i - first) / 2 + 1) .. ' needs a token and a whole number of keys')
     end
     k = k + n
   end
-  if k ~= #KEYS then
-    return redis.error_reply('ERR release: the requests name ' .. k .. ' keys, KEYS holds ' .. #KEYS)
+  if k ~= #keys then
+    return redis.error_reply('ERR release: the requests name ' .. k .. ' keys, there are ' .. #keys)
   end
   local found, zrem = 0, redis.pcall
   k = 0
-  for i = 2, nargs, 2 do
+  for i = first, nargs, 2 do
     local owner = ARGV[i]
     for j = k + 1, k + tonumber(ARGV[i + 1]) do
-      if zrem('ZREM', KEYS[j], owner) == 1 then found = found + 1 end
+      if zrem('ZREM', keys[j], owner) == 1 then found = found + 1 end
     end
     k = k + tonumber(ARGV[i + 1])
   end

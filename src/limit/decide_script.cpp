@@ -47,7 +47,10 @@ redis::ScriptCode decide_code(bool cluster) {
 
 std::string decide_script_source(bool cluster) { return decide_code(cluster).script; }
 
-std::string release_script_source() { return std::string(lua::release); }
+std::string release_script_source(bool cluster) {
+    // (Redis reads the flags only from the very first line.)
+    return (cluster ? std::string("#!lua flags=allow-cross-slot-keys\n") : std::string()) + std::string(lua::release);
+}
 
 bool decide_args_vary(const config::LimitConfig& limit) {
     // (A settle after the response has a cost of its own per request.)

@@ -44,7 +44,9 @@ redis::ScriptCode decide_code(bool cluster = false);
 // The script form alone.
 std::string decide_script_source(bool cluster = false);
 // lua/release.lua: a request's concurrency slots given back or renewed, by owner token.
-std::string release_script_source();
+// `cluster`: with the flag allow-cross-slot-keys (a shebang line, Redis 7), for a release call
+// whose keys, of several hash slots of one master, travel in ARGV.
+std::string release_script_source(bool cluster = false);
 
 inline constexpr std::size_t decide_args_per_limit = 5;
 

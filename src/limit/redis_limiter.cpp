@@ -179,7 +179,7 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topolo
       topology_(topology),
       sharded_(topology.sharded()),
       script_(topology.add_script(decide_code(sharded_))),
-      release_script_(topology.add_script(redis::ScriptCode{release_script_source(), {}, {}})),
+      release_script_(topology.add_script(redis::ScriptCode{release_script_source(sharded_), {}, {}})),
       key_prefix_(key_prefix),
       timeout_(timeout),
       remember_rejections_(remember_rejections),
@@ -288,14 +288,22 @@ constexpr std::size_t max_releases = 512;
 
 void RedisLimiter::release(const Slots& slots, bool renew) {
     if (slots.empty()) return;
-    if (!renew && !sharded_) {
-        // (A cluster's keys of different clients live in different slots, which one script
-        // call cannot touch: there each request's release goes on its own.)
-        if (release_args_.empty()) release_args_.emplace_back("releases");
-        release_args_.push_back(slots.token);
-        release_args_.push_back(std::to_string(slots.keys.size()));
-        for (const auto& key_lease : slots.keys) release_keys_.push_back(key_lease.first);
-        if (++releases_waiting_ >= max_releases) return send_releases(false);
+    if (!renew) {
+        redis::RedisConnection* connection =
+            topology_.route(sharded_ ? redis::key_slot(slots.keys.front().first) : 0);
+        if (connection == nullptr) return;  // no master known now: the lease takes the slots back
+        Releases* list = nullptr;
+        for (auto& known : releases_)
+            if (known.connection == connection) list = &known;
+        if (list == nullptr) {
+            list = &releases_.emplace_back();
+            list->connection = connection;
+        }
+        list->args.push_back(slots.token);
+        list->args.push_back(std::to_string(slots.keys.size()));
+        for (const auto& key_lease : slots.keys) list->keys.push_back(key_lease.first);
+        ++releases_waiting_;
+        if (++list->count >= max_releases) return send_releases(*list, false);
         if (release_flush_posted_) return;
         release_flush_posted_ = true;
         asio::post(io_context_, [this, alive = std::weak_ptr<int>(alive_)] {
@@ -322,20 +330,35 @@ void RedisLimiter::release(const Slots& slots, bool renew) {
 
 void RedisLimiter::send_releases(bool write_now) {
     if (releases_waiting_ == 0) return;
-    const std::size_t count = std::exchange(releases_waiting_, 0);
-    // (The command is formatted before evalsha returns: the lists keep their room for the next.)
-    if (redis::RedisConnection* connection = topology_.route(0)) {
-        connection->evalsha(
-            release_script_, release_keys_, release_args_,
-            [count](redis::RedisResult result) {
-                if (!result.ok())
-                    spdlog::debug("concurrency slots of {} requests: release failed: {}", count,
-                                  result.error ? result.error->message : std::string("?"));
-            },
-            write_now);
-    }  // (no master known now: the leases take the slots back)
-    release_keys_.clear();
-    release_args_.clear();
+    for (auto& list : releases_) send_releases(list, write_now);
+}
+
+void RedisLimiter::send_releases(Releases& list, bool write_now) {
+    if (list.count == 0) return;
+    const std::size_t count = std::exchange(list.count, 0);
+    releases_waiting_ -= count;
+    // ARGV "releases", on a cluster the number of keys and the keys, then tokens and counts;
+    // formatted into the command before evalsha_views returns, so the lists keep their room.
+    std::vector<std::string_view> args;
+    args.reserve(2 + (sharded_ ? list.keys.size() : 0) + list.args.size());
+    args.emplace_back("releases");
+    const std::string nkeys = sharded_ ? std::to_string(list.keys.size()) : std::string();
+    if (sharded_) {
+        args.emplace_back(nkeys);
+        args.insert(args.end(), list.keys.begin(), list.keys.end());
+    }
+    args.insert(args.end(), list.args.begin(), list.args.end());
+    static const std::vector<std::string> no_keys;
+    list.connection->evalsha_views(
+        release_script_, sharded_ ? no_keys : list.keys, args,
+        [count](redis::RedisResult result) {
+            if (!result.ok())
+                spdlog::debug("concurrency slots of {} requests: release failed: {}", count,
+                              result.error ? result.error->message : std::string("?"));
+        },
+        write_now);
+    list.keys.clear();
+    list.args.clear();
 }
 
 const std::string& RedisLimiter::calendar_text(const config::LimitConfig& limit) {

@@ -86,10 +86,10 @@ public:
 
     // Gives back (renew: renews) a request's concurrency slots; lua/release.lua. Nothing to
     // wait for: failures are logged at debug level, and the lease takes back what is lost.
-    // On one Redis (not a cluster) the slots given back in a turn of the loop go as one call:
-    // at the end of the turn, or before this worker's next decide call, whichever is first
-    // (so a decision asked for after a release sees the slot free, as when each was sent
-    // at once).
+    // The slots given back in a turn of the loop go as one call per Redis node (on a cluster
+    // per master, their keys in ARGV): at the end of the turn, or before this worker's next
+    // decide call, whichever is first (so a decision asked for after a release sees the slot
+    // free, as when each was sent at once).
     void release(const Slots& slots, bool renew);
 
     // Forgets every remembered rejection (on reload: a limit's parameters may change), and
@@ -173,12 +173,19 @@ private:
     };
     std::map<std::pair<const time::TimeZone*, time::CalendarUnit>, Calendar> calendars_;
 
-    // The releases waiting for their call (release()): KEYS, and ARGV "releases" then per
-    // request its token and how many of the keys are its own. Sent by send_releases().
-    std::vector<std::string> release_keys_;
-    std::vector<std::string> release_args_;
+    // The releases waiting for their call (release()), per node: the keys, and per request
+    // its token and how many of the keys are its own (lua/release.lua's "releases"). Sent,
+    // and emptied (their lists keep their room), by send_releases().
+    struct Releases {
+        redis::RedisConnection* connection = nullptr;
+        std::vector<std::string> keys;
+        std::vector<std::string> args;
+        std::size_t count = 0;
+    };
+    std::vector<Releases> releases_;
     std::size_t releases_waiting_ = 0;
     bool release_flush_posted_ = false;
+    void send_releases(Releases& list, bool write_now);
     // `write_now`: on the socket before it returns (only from a posted handler).
     void send_releases(bool write_now);
 

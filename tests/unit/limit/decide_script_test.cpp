@@ -1712,6 +1712,31 @@ TEST_CASE("release script: several requests' slots given back in one call, each 
         CHECK(k2.elements[0].text == "other");
         CHECK(redis.text({"GET", "text"}) == "x");
     }
+    SECTION("the cluster form: the keys in ARGV, of any hash slot") {
+        const std::string cluster_sha = redis.text({"SCRIPT", "LOAD", limit::release_script_source(true)});
+        const auto r = redis.run({"EVALSHA", cluster_sha, "0", "releases", "3", "k1", "k2", "k1", "a", "2", "b", "1"});
+        REQUIRE(r.ok());
+        CHECK(r.reply.integer == 3);
+        CHECK(redis.integer({"ZCARD", "k1"}) == 1);
+        CHECK(redis.integer({"ZCARD", "k2"}) == 1);
+        for (const std::vector<std::string> bad : {std::vector<std::string>{"releases", "x", "k1", "a", "1"},
+                                                   {"releases", "0", "a", "1"},
+                                                   {"releases", "2", "k1"},
+                                                   {"releases", "1", "k1", "a"},
+                                                   {"releases", "1", "k1", "a", "2"},
+                                                   {"releases", "1.5", "k1", "a", "1"}}) {
+            std::vector<std::string> command{"EVALSHA", cluster_sha, "0"};
+            command.insert(command.end(), bad.begin(), bad.end());
+            const auto refused = redis.run(command);
+            REQUIRE_FALSE(refused.ok());
+            CHECK_THAT(refused.error->message, Catch::StartsWith("ERR release:"));
+        }
+        CHECK(redis.integer({"ZCARD", "k1"}) == 1);
+        // Its renewals and single releases keep their KEYS form.
+        const auto one = redis.run({"EVALSHA", cluster_sha, "1", "k1", "release", "c", "1000000"});
+        REQUIRE(one.ok());
+        CHECK(one.reply.integer == 1);
+    }
     SECTION("malformed: refused, nothing released") {
         const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> bad{
             {{"k1"}, {}},                                  // no request
