@@ -302,41 +302,32 @@ void RedisLimiter::release(const Slots& slots, bool renew) {
         list->args.push_back(slots.token);
         list->args.push_back(std::to_string(slots.keys.size()));
         for (const auto& key_lease : slots.keys) list->keys.push_back(key_lease.first);
-        ++releases_waiting_;
         if (++list->count >= max_releases) return send_releases(*list, false);
-        if (release_flush_posted_) return;
-        release_flush_posted_ = true;
-        asio::post(io_context_, [this, alive = std::weak_ptr<int>(alive_)] {
-            if (alive.expired()) return;
-            release_flush_posted_ = false;
-            send_releases(true);
-        });
-        return;
+        return schedule_flush();  // (flush sends the releases first)
     }
+    // A renewal: one call per request (only requests running past a third of their lease).
     std::vector<std::string> keys;
-    std::vector<std::string> args{renew ? "renew" : "release", slots.token};
+    std::vector<std::string> args{"renew", slots.token};
     for (const auto& [key, lease] : slots.keys) {
         keys.push_back(key);
         args.push_back(std::to_string(lease));
     }
     redis::RedisConnection* connection = topology_.route(sharded_ ? redis::key_slot(keys.front()) : 0);
     if (connection == nullptr) return;  // no master known now: the lease takes the slots back
-    connection->evalsha(release_script_, keys, args, [renew, keys](redis::RedisResult result) {
+    connection->evalsha(release_script_, keys, args, [keys](redis::RedisResult result) {
         if (!result.ok())
-            spdlog::debug("concurrency slots of {}: {} failed: {}", keys.front(), renew ? "renew" : "release",
+            spdlog::debug("concurrency slots of {}: renew failed: {}", keys.front(),
                           result.error ? result.error->message : std::string("?"));
     });
 }
 
 void RedisLimiter::send_releases(bool write_now) {
-    if (releases_waiting_ == 0) return;
     for (auto& list : releases_) send_releases(list, write_now);
 }
 
 void RedisLimiter::send_releases(Releases& list, bool write_now) {
     if (list.count == 0) return;
     const std::size_t count = std::exchange(list.count, 0);
-    releases_waiting_ -= count;
     // ARGV "releases", on a cluster the number of keys and the keys, then tokens and counts;
     // formatted into the command before evalsha_views returns, so the lists keep their room.
     std::vector<std::string_view> args;

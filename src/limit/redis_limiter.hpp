@@ -183,10 +183,9 @@ private:
         std::size_t count = 0;
     };
     std::vector<Releases> releases_;
-    std::size_t releases_waiting_ = 0;
-    bool release_flush_posted_ = false;
     void send_releases(Releases& list, bool write_now);
-    // `write_now`: on the socket before it returns (only from a posted handler).
+    // `write_now`: on the socket before it returns (only from the posted flush). flush()
+    // sends them first; release() asks for a flush at the end of the turn.
     void send_releases(bool write_now);
 
     // Owner tokens: a random prefix per limiter (so per worker and process) and a counter.
