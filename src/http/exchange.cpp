@@ -590,12 +590,12 @@ SlotHold::SlotHold(server::Worker& worker, limit::Slots slots) : worker_(worker)
 SlotHold::~SlotHold() {
     unlink();
     if (!state_) {
-        worker_.release_slots(slots_);
+        worker_.release_slots(std::move(slots_));
         return;
     }
     state_->held = false;
     state_->timer.cancel();
-    worker_.release_slots(state_->slots);
+    worker_.release_slots(std::move(state_->slots));  // (the timer, cancelled, no longer reads them)
 }
 
 void SlotHold::fire() {

@@ -77,14 +77,15 @@ struct RedisLimiter::Pending {
         if (answered) return;
         answered = true;
         if (!concurrency.empty()) {
-            decision.slots.token = token;
-            for (const auto& slot : concurrency) {
+            // (Answered once: the token and the keys are the decision's from now on.)
+            decision.slots.token = std::move(token);
+            for (auto& slot : concurrency) {
                 // Taken when the request was admitted and this limit allowed it; when the
                 // store failed, maybe taken (the call can still run): given back all the same.
                 const bool taken = decision.outcome == Decision::Outcome::store_error ||
                                    (decision.outcome == Decision::Outcome::allowed &&
                                     slot.index < decision.limits.size() && decision.limits[slot.index].allowed);
-                if (taken) decision.slots.keys.emplace_back(slot.key, slot.lease_us);
+                if (taken) decision.slots.keys.emplace_back(std::move(slot.key), slot.lease_us);
             }
         }
         callback(std::move(decision));
@@ -286,7 +287,7 @@ std::string RedisLimiter::next_token() {
 // them in calls of this many.
 constexpr std::size_t max_releases = 512;
 
-void RedisLimiter::release(const Slots& slots, bool renew) {
+void RedisLimiter::release(Slots slots, bool renew) {
     if (slots.empty()) return;
     if (!renew) {
         redis::RedisConnection* connection =
@@ -299,9 +300,9 @@ void RedisLimiter::release(const Slots& slots, bool renew) {
             list = &releases_.emplace_back();
             list->connection = connection;
         }
-        list->args.push_back(slots.token);
+        list->args.push_back(std::move(slots.token));
         list->args.push_back(std::to_string(slots.keys.size()));
-        for (const auto& key_lease : slots.keys) list->keys.push_back(key_lease.first);
+        for (auto& key_lease : slots.keys) list->keys.push_back(std::move(key_lease.first));
         if (++list->count >= max_releases) return send_releases(*list, false);
         return schedule_flush();  // (flush sends the releases first)
     }

@@ -90,7 +90,8 @@ public:
     // per master, their keys in ARGV): at the end of the turn, or before this worker's next
     // decide call, whichever is first (so a decision asked for after a release sees the slot
     // free, as when each was sent at once).
-    void release(const Slots& slots, bool renew);
+    // (Given back, the slots' keys and token move into the waiting call's lists.)
+    void release(Slots slots, bool renew);
 
     // Forgets every remembered rejection (on reload: a limit's parameters may change), and
     // the calendar windows worked out for the old configuration's time zones.

@@ -36,7 +36,7 @@ public:
     void reset(const std::vector<std::string>& keys, ResetCallback callback) override {
         boost::asio::post(io_, [callback = std::move(callback), n = limiter_.reset(keys)] { callback({}, n); });
     }
-    void release(const Slots& slots) override { limiter_.release(slots); }
+    void release(Slots&& slots) override { limiter_.release(slots); }
     void renew(const Slots& slots) override { limiter_.renew(slots); }
     std::vector<redis::NodeState> nodes() const override { return {}; }
 
@@ -75,7 +75,7 @@ public:
         limiter_->reset(keys, std::move(callback));
     }
     void forget(const std::vector<std::string>& keys) override { limiter_->forget(keys); }
-    void release(const Slots& slots) override { limiter_->release(slots, false); }
+    void release(Slots&& slots) override { limiter_->release(std::move(slots), false); }
     void renew(const Slots& slots) override { limiter_->release(slots, true); }
     void reloaded() override { limiter_->clear_rejections(); }
     std::vector<redis::NodeState> nodes() const override { return topology_->nodes(); }

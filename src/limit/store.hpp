@@ -48,7 +48,8 @@ public:
     // Gives back a request's concurrency slots (its response is done, or its client gone),
     // or renews their leases while it runs. Best effort, nothing to wait for: a slot not
     // given back is reclaimed when its lease ends.
-    virtual void release(const Slots& slots) = 0;
+    // (The slots are the store's to take: their keys and token go into the release call.)
+    virtual void release(Slots&& slots) = 0;
     virtual void renew(const Slots& slots) = 0;
     // The admin port's /limits: the state of a route's limits for one key, taking nothing
     // (callback as for decide), and deleting keys' state (callback: error text or empty,

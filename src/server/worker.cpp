@@ -104,8 +104,8 @@ void Worker::forget_limits(std::vector<std::string> keys) {
     net::post(io_, [this, keys = std::move(keys)] { store_->forget(keys); });
 }
 
-void Worker::release_slots(const limit::Slots& slots) {
-    if (store_) store_->release(slots);
+void Worker::release_slots(limit::Slots&& slots) {
+    if (store_) store_->release(std::move(slots));
 }
 
 void Worker::renew_slots(const limit::Slots& slots) {

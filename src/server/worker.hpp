@@ -104,7 +104,7 @@ public:
     void reset_limits(std::vector<std::string> keys, std::function<void(std::string, std::int64_t)> done);
     void forget_limits(std::vector<std::string> keys);
     // A request's concurrency slots given back, or renewed while it runs (see Store).
-    void release_slots(const limit::Slots& slots);
+    void release_slots(limit::Slots&& slots);
     void renew_slots(const limit::Slots& slots);
     // The store answers (Redis connected and ready; always true for memory). Thread-safe.
     bool store_ready() const { return store_ready_.load(std::memory_order_relaxed); }
