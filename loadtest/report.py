@@ -23,6 +23,7 @@ DESCRIPTION = {
     "token_bucket_paced": "the same token bucket, paced as paced (workers idle between batches)",
     "sliding_window": "sliding window on every request (limit 10^7 per 1s)",
     "concurrency": "concurrency limit on every request (one key, 100000 in flight at most: a slot taken and given back per request)",
+    "concurrency_clients": "concurrency limit per client (100,000 clients, 8 in flight each at most: a slot taken and given back per request)",
     "reject90": "90 % of requests rejected (9 in 10 to an exhausted limit)",
     "reject100": "every request rejected (429 answered by sluice)",
     "clients100k": "100,000 distinct clients (X-Forwarded-For from a trusted peer), token bucket per client",
@@ -31,7 +32,7 @@ DESCRIPTION = {
     "clients100k_limit_req": "the same, against nginx with limit_req keyed on the client (per node, like the memory store)",
 }
 # scenarios where any answer other than 2xx is a fault
-ALL_2XX = {"none", "browser", "paced", "token_bucket_paced", "token_bucket", "token_bucket_browser", "token_bucket_memory", "sliding_window", "concurrency", "clients100k", "clients100k_full", "clients100k_memory",
+ALL_2XX = {"none", "browser", "paced", "token_bucket_paced", "token_bucket", "token_bucket_browser", "token_bucket_memory", "sliding_window", "concurrency", "concurrency_clients", "clients100k", "clients100k_full", "clients100k_memory",
            "clients100k_limit_req"}
 # scenarios where every request is one decision by Redis (nothing rejected, nothing remembered)
 DECIDED_BY_REDIS = {"token_bucket", "token_bucket_browser", "token_bucket_paced", "sliding_window", "clients100k", "clients100k_full"}

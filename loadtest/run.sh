@@ -26,7 +26,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 # shellcheck source=loadtest/browser_headers.sh
 . "$HERE/browser_headers.sh"
 
-ALL_SCENARIOS="none logged browser paced token_bucket token_bucket_browser token_bucket_memory token_bucket_paced sliding_window concurrency reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
+ALL_SCENARIOS="none logged browser paced token_bucket token_bucket_browser token_bucket_memory token_bucket_paced sliding_window concurrency concurrency_clients reject90 reject100 clients100k clients100k_full clients100k_memory clients100k_limit_req"
 if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-3s}
   ROUNDS=${ROUNDS:-1}
@@ -298,6 +298,10 @@ EOF
 #   concurrency: at most 100000 requests in flight across every instance (one key, a global
 #     cap, as Traefik's InFlightReq or nginx's limit_conn on a shared key): never reached, but
 #     each request takes a slot in Redis and gives it back when its response is sent.
+#   concurrency_clients: at most 8 requests in flight per client (100,000 clients, as
+#     clients100k; Traefik's InFlightReq per source address, nginx's limit_conn per address):
+#     never reached; a client's set is gone once its request is given back, so most
+#     requests find none.
 write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
   local scenario=$1 file=$2 trusted="" routes access_log=off
   # logged: the access log (default format) to a file, beside nginx's (the reference's)
@@ -337,6 +341,12 @@ write_sluice_conf() {  # write_sluice_conf SCENARIO FILE
     upstream: app
     limits:
       - { name: in_flight, algorithm: concurrency, limit: 100000 }" ;;
+    concurrency_clients) trusted='"127.0.0.1/32"'; routes="
+  - name: api
+    match: { path_prefix: / }
+    upstream: app
+    limits:
+      - { name: per_client_in_flight, algorithm: concurrency, limit: 8, key: [client_ip] }" ;;
     reject100|reject90) routes="
   - name: pass
     match: { path_prefix: /pass }
@@ -449,7 +459,7 @@ parse_wrk() {
 run_wrk() {  # run_wrk PORT CONNS DURATION OUTFILE SCENARIO
   local port=$1 conns=$2 dur=$3 out=$4 scenario=$5 script="" path=/ headers=()
   case "$scenario" in
-    clients100k|clients100k_full|clients100k_memory|clients100k_limit_req) script="$HERE/clients.lua" ;;
+    clients100k|clients100k_full|clients100k_memory|clients100k_limit_req|concurrency_clients) script="$HERE/clients.lua" ;;
     reject90) script="$HERE/reject90.lua" ;;
     paced|*_paced) script="$HERE/paced.lua" ;;
     reject100) path=/deny ;;

@@ -29,7 +29,8 @@ local function concurrency_algorithm(read_failed)
   --   count     live slots, with those this call took,
   --   before    live slots the set held when this call counted it,
   --   foreign   the key holds something else than a set (nothing counted),
-  --   adds      the slots taken in this call and not yet written (token, lease end),
+  --   adds      the slots taken in this call and not yet written: token, lease end, token,
+  --             lease end, ... (flat: a table per slot cost Redis a thousand instructions),
   --   newest, earliest   the latest and the earliest lease end of the slots this call took
   --             (0 while none),
   --   held_newest, held_earliest   those of the `before` slots, read when first needed }
@@ -44,14 +45,41 @@ local function concurrency_algorithm(read_failed)
   local function place(now) texts_now, now_text = now, format('%d', now); above_text = '(' .. now_text end
   local end_value, end_text, expiry_value, expiry_text
 
-  local function entry(key, now)
+  -- `seen` (a lone limit's, kept with its plan: decide.lua): seen.found, how often of late a
+  -- key of this limit held slots when first counted in a call (a moving average, 0 to 1).
+  -- Where keys mostly hold none (a client's key once its requests ended: the last release
+  -- removes the set), a key is first asked whether it exists (ZCARD): one that does not
+  -- needs no DEL before its first slot, so it costs three commands instead of four (ZCARD,
+  -- ZADD, expiry); one that does is then counted as any other (a command more). Where keys
+  -- mostly hold slots (a global cap), they are counted at once, as they are while nothing
+  -- is known yet (a plan's first calls; every call of the script, whose plans are new each
+  -- call: see decide.lua). Both ways count the same.
+  local function entry(key, now, seen)
     local e = sets[key]
     if e then return e end
     if now ~= texts_now then place(now) end
+    local found = seen and (seen.found or 1)
+    if found and found < 0.5 then
+      local held = redis_pcall('ZCARD', key)
+      found = found * 0.96
+      if held == 0 then
+        seen.found = found
+        e = { now = now, count = 0, before = 0, missing = true, adds = {}, newest = 0, earliest = 0 }
+        sets[key] = e
+        return e
+      end
+      seen.found = found + 0.04
+      found = nil
+    end
     local count = redis_pcall('ZCOUNT', key, above_text, '+inf')
     if type(count) == 'table' then read_failed(count) end
     local foreign = type(count) ~= 'number'
     if foreign then count = 0 end
+    if found then
+      found = found * 0.96
+      if count > 0 then found = found + 0.04 end
+      seen.found = found
+    end
     e = { now = now, count = count, before = count, foreign = foreign, adds = {}, newest = 0, earliest = 0 }
     sets[key] = e
     return e
@@ -73,10 +101,13 @@ local function concurrency_algorithm(read_failed)
   -- same way, so the newest end is the set's last one, unless a longer lease was configured
   -- before a reload: the later one is kept.
   local function write(key, e)
-    local n = #e.adds
+    local adds = e.adds
+    local n = #adds
     if n == 0 then return end
     local last = newest(key, e)  -- (read before the set changes)
-    if e.foreign or e.before == 0 then
+    if e.missing then
+      e.missing = false  -- (nothing to take away from a key that is not there)
+    elseif e.foreign or e.before == 0 then
       redis_call('DEL', key)
       e.foreign = false
     else
@@ -84,10 +115,10 @@ local function concurrency_algorithm(read_failed)
       redis_call('ZREMRANGEBYSCORE', key, '-inf', now_text)
     end
     local args = {}
-    for i = 1, n do
-      local ends = e.adds[i][2]
+    for i = 1, n, 2 do
+      local ends = adds[i + 1]
       if ends ~= end_value then end_value, end_text = ends, format('%d', ends) end
-      args[2 * i - 1], args[2 * i] = end_text, e.adds[i][1]
+      args[i], args[i + 1] = end_text, adds[i]
     end
     redis_call('ZADD', key, unpack(args))
     if last ~= expiry_value then expiry_value, expiry_text = last, format('%d', ceil(last / 1000)) end
@@ -126,28 +157,35 @@ local function concurrency_algorithm(read_failed)
     return remaining, retry_us, reset_us
   end
 
+  -- Takes a slot for `token` until `ends`.
+  local function take(e, token, ends)
+    local adds = e.adds
+    local n = #adds
+    adds[n + 1], adds[n + 2] = token, ends
+    e.count = e.count + 1
+    if ends > e.newest then e.newest = ends end
+    if e.earliest == 0 or ends < e.earliest then e.earliest = ends end
+  end
+
   function concurrency.check(key, now, limit, lease, cost, token)
     local e = entry(key, now)
     return { key = key, e = e, limit = limit, lease = lease, token = token, allowed = e.count + 1 <= limit }
   end
 
   function concurrency.commit(c)
-    local e = c.e
-    local ends = e.now + c.lease
-    e.adds[#e.adds + 1] = { c.token, ends }
-    e.count = e.count + 1
-    if ends > e.newest then e.newest = ends end
-    if e.earliest == 0 or ends < e.earliest then e.earliest = ends end
+    take(c.e, c.token, c.e.now + c.lease)
   end
 
   function concurrency.report(c, consumed)
     return figures(c.key, c.e, c.limit, c.allowed)
   end
 
-  function concurrency.alone(key, now, limit, lease, cost, token)
-    local c = concurrency.check(key, now, limit, lease, cost, token)
-    if c.allowed then concurrency.commit(c) end
-    return c.allowed, figures(key, c.e, limit, c.allowed)
+  -- check, commit and report without the check table (most routes have one limit).
+  function concurrency.alone(key, now, limit, lease, cost, token, seen)
+    local e = entry(key, now, seen)
+    local allowed = e.count + 1 <= limit
+    if allowed then take(e, token, now + lease) end
+    return allowed, figures(key, e, limit, allowed)
   end
 
   function concurrency.flush()

@@ -44,25 +44,57 @@ local function sliding_window_algorithm(read_failed)
   -- 1,800 instructions of Redis's a number); kept for one window at a time (routes have
   -- mostly one).
   local texts_now, texts_window, score_text, trim_text, above_text, expire_text
+  local member_prefix  -- score_text .. '-': members are "<now>-<n>"
   local function place(now, window)  -- (called where now or window is not the one placed)
-    if now ~= texts_now then texts_now, score_text = now, format('%d', now) end
+    if now ~= texts_now then
+      texts_now, score_text = now, format('%d', now)
+      member_prefix = score_text .. '-'
+    end
     texts_window, trim_text = window, format('%d', now - window)
     above_text, expire_text = '(' .. trim_text, format('%d', ceil((now + window) / 1000))
   end
 
-  -- The set of `key` as this call knows it, counted with `window`.
+  -- The set of `key` as this call knows it, counted with `window`. `seen` (a lone limit's,
+  -- kept with its plan: decide.lua): seen.found, how often of late a key of this limit
+  -- existed when first counted in a call (a moving average, 0 to 1). Where keys are mostly
+  -- gone (a client that comes back after its window: its set expired), a key is first asked
+  -- whether it exists (ZCARD): one that does not needs no DEL before its first member, so it
+  -- costs three commands instead of four (ZCARD, ZADD, expiry); one that does is then
+  -- counted as any other (a command more). Where keys mostly exist, they are counted at
+  -- once, as they are while nothing is known yet (a plan's first calls; every call of the
+  -- script, whose plans are new each call: see decide.lua). Both ways count the same and
+  -- leave the same set.
   local write
-  local function entry(key, now, window)
+  local function entry(key, now, window, seen)
     local e = sets[key]
     if e then
       if e.window == window then return e end
       write(key, e)  -- the window changed on reload within this call: count afresh
+      seen = nil  -- (what the key holds is known: this call wrote it)
     end
     if now ~= texts_now or window ~= texts_window then place(now, window) end
+    local found = seen and (seen.found or 1)
+    if found and found < 0.5 then
+      local held = redis_pcall('ZCARD', key)
+      found = found * 0.96
+      if held == 0 then
+        seen.found = found
+        e = { now = now, window = window, count = 0, held = 0, missing = true, adds = {}, next = 0 }
+        sets[key] = e
+        return e
+      end
+      seen.found = found + 0.04
+      found = nil
+    end
     local count = redis_pcall('ZCOUNT', key, above_text, '+inf')
     if type(count) == 'table' then read_failed(count) end
     local foreign = type(count) ~= 'number'
     if foreign then count = 0 end
+    if found then
+      found = found * 0.96
+      if count > 0 then found = found + 0.04 end
+      seen.found = found
+    end
     e = { now = now, window = window, count = count, held = count, foreign = foreign, adds = {}, next = count }
     sets[key] = e
     return e
@@ -76,7 +108,9 @@ local function sliding_window_algorithm(read_failed)
     if n == 0 then return end
     if e.now ~= texts_now or e.window ~= texts_window then place(e.now, e.window) end
     if not e.written then
-      if e.foreign or e.held == 0 then
+      if e.missing then
+        e.missing = false  -- (nothing to take away from a key that is not there)
+      elseif e.foreign or e.held == 0 then
         redis_call('DEL', key)
       else
         redis_call('ZREMRANGEBYSCORE', key, '-inf', trim_text)
@@ -97,12 +131,24 @@ local function sliding_window_algorithm(read_failed)
     e.held, e.adds = e.count, {}
   end
 
+  -- The texts of small counts ("0", "1", ...), made once each and kept from call to call.
+  local count_texts = {}
+  local function count_text(n)
+    local text = count_texts[n]
+    if not text then
+      text = format('%d', n)
+      if n < 4096 then count_texts[n] = text end
+    end
+    return text
+  end
+
   -- Admits one request of `cost` units: a member per unit, each "<now>-<members held
-  -- before it>".
+  -- before it>" (the call's time written once, not formatted per member).
   local function admit(e, cost)
     local adds = e.adds
+    if e.now ~= texts_now then place(e.now, e.window) end
     for _ = 1, cost do
-      adds[#adds + 1] = format('%d-%d', e.now, e.next)
+      adds[#adds + 1] = member_prefix .. count_text(e.next)
       e.count, e.next = e.count + 1, e.next + 1
     end
     e.refused = nil
@@ -191,8 +237,8 @@ local function sliding_window_algorithm(read_failed)
 
   -- The whole decision when this is the request's only limit (most routes): count, admit if
   -- it fits, report, without the check table. Returns allowed, remaining, retry_after_us, reset_us.
-  function sliding_window.alone(key, now, limit, window, cost)
-    local e = entry(key, now, window)
+  function sliding_window.alone(key, now, limit, window, cost, _, seen)
+    local e = entry(key, now, window, seen)
     local count = e.count
     if count + cost > limit then
       return false, refusal(key, e, limit, cost)

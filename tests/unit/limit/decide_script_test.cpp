@@ -710,19 +710,33 @@ TEST_CASE("decide script: a batch takes a key's concurrency slots in order, each
     const bool library = GENERATE(true, false);  // FCALL, EVALSHA
     CAPTURE(library);
     Script decide{redis, false, library};
+    // What the sets hold besides: nothing more; 40 ended slots nobody trimmed (in "d" only
+    // ended ones); a limit of 17 with 13 more live slots (in "d" 3 ended ones). The figures
+    // are the same, and the ended slots go.
+    const std::string way = GENERATE(as<std::string>{}, "few", "untrimmed", "large limit");
+    CAPTURE(way);
     const std::int64_t second = 1'000'000, lease = 2 * second, minute = 60 * second;
     const std::int64_t t0 = redis_time_us(redis);
     // Held before the call: a slot that ended, one ending soon and one whose longer lease (a
     // configuration before a reload) ends after every slot this call takes.
     redis.must({"ZADD", "c", std::to_string(t0 - 5), "ended", std::to_string(t0 + second / 2), "early",
                 std::to_string(t0 + 5 * second), "late"});
+    // The large limit holds 13 more live slots, so that as many are left as of the limit of 4.
+    const std::int64_t c_limit = way == "large limit" ? 17 : 4;
+    for (int i = 0; way == "large limit" && i < 13; ++i)
+        redis.must({"ZADD", "c", std::to_string(t0 + 3 * second + i), "held" + std::to_string(i)});
+    // "d" holds no live slot: none at all, 40 ended ones, or 3 ended ones.
+    const int d_ended = way == "untrimmed" ? 40 : way == "large limit" ? 3 : 0;
+    for (int i = 0; i < d_ended; ++i) redis.must({"ZADD", "d", std::to_string(t0 - 100 - i), "gone" + std::to_string(i)});
+    for (int i = 0; way == "untrimmed" && i < 40; ++i)
+        redis.must({"ZADD", "c", std::to_string(t0 - 1000 - i), "stale" + std::to_string(i)});
     redis.must({"PEXPIREAT", "c", std::to_string(ceil_ms(t0 + 5 * second))});
     auto replies = decide.batch({
-        {slots("c", 4, lease, "a")},
-        {slots("c", 4, lease, "b"), window("tight", 0, minute)},  // rejected by the other limit
-        {slots("c", 4, lease, "b2"), window("other", 9, minute)},
-        {slots("c", 4, lease, "x")},  // full
-        {slots("c", 4, lease, "y"), window("other", 9, minute)},
+        {slots("c", c_limit, lease, "a")},
+        {slots("c", c_limit, lease, "b"), window("tight", 0, minute)},  // rejected by the other limit
+        {slots("c", c_limit, lease, "b2"), window("other", 9, minute)},
+        {slots("c", c_limit, lease, "x")},  // full
+        {slots("c", c_limit, lease, "y"), window("other", 9, minute)},
         {slots("d", 2, lease, "p")},  // a key without live slots
         {slots("d", 2, lease, "q"), window("other", 9, minute)},
         {slots("d", 2, lease, "r")},
@@ -759,14 +773,15 @@ TEST_CASE("decide script: a batch takes a key's concurrency slots in order, each
     CHECK(replies[7].results[0].reset.count() == ceil_ms(lease));
     // Redis holds what one call per request would have left: the ended slot trimmed, the
     // admitted ones at now + lease, the expiry at the last lease end.
+    // (The large limit's 13 more slots end after these, before "late".)
     const auto c = redis.must({"ZRANGE", "c", "0", "-1", "WITHSCORES"});
-    REQUIRE(c.elements.size() == 8);
+    REQUIRE(c.elements.size() == (way == "large limit" ? 34u : 8u));
     CHECK(c.elements[0].text == "early");
     CHECK(c.elements[2].text == "a");
     CHECK(c.elements[3].text == std::to_string(now + lease));
     CHECK(c.elements[4].text == "b2");
     CHECK(c.elements[5].text == std::to_string(now + lease));
-    CHECK(c.elements[6].text == "late");
+    CHECK(c.elements[c.elements.size() - 2].text == "late");
     CHECK(redis.integer({"PEXPIRETIME", "c"}) == ceil_ms(t0 + 5 * second));
     const auto d = redis.must({"ZRANGE", "d", "0", "-1"});
     REQUIRE(d.elements.size() == 2);
@@ -775,6 +790,85 @@ TEST_CASE("decide script: a batch takes a key's concurrency slots in order, each
     CHECK(redis.integer({"PEXPIRETIME", "d"}) == ceil_ms(now + lease));
     CHECK(redis.integer({"ZCARD", "other"}) == 2);
     CHECK(redis.integer({"EXISTS", "tight"}) == 0);
+}
+
+TEST_CASE("decide script: a set that is not there is asked whether it exists; sets mostly there are counted at once",
+          "[lua][redis]") {
+    // lua/concurrency.lua and sliding_window.lua: where a lone limit's keys are mostly gone (a
+    // client's slots all given back, a client back after its window), ZCARD first: a key
+    // that is not there needs no DEL. Where they mostly exist (a global cap, a busy client),
+    // or nothing is known yet, ZCOUNT at once. Either way the figures are the same, and a set
+    // whose members all ended is replaced (DEL) by the new one.
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const bool concurrency = GENERATE(true, false);
+    CAPTURE(concurrency);
+    const std::int64_t span = 2'000'000;  // a slot's lease, a window
+    auto limit = [&](const std::string& key, const std::string& token) {
+        return concurrency ? slots(key, 2, span, token) : window(key, 2, span);
+    };
+    auto calls = [&](const std::string& command) {
+        const auto stats = redis.text({"INFO", "commandstats"});
+        const auto at = stats.find("cmdstat_" + command + ":calls=");
+        if (at == std::string::npos) return 0LL;
+        return std::stoll(stats.substr(at + command.size() + 15));
+    };
+    // One request on `key`: admitted, 1 left, the set then holds its member alone.
+    auto one = [&](const std::string& key) {
+        redis.must({"CONFIG", "RESETSTAT"});
+        const auto r = decide({limit(key, "a")});
+        CHECK(r.results[0].allowed);
+        CHECK(r.results[0].remaining == 1);
+        CHECK(r.results[0].reset.count() == span / 1000);
+        const auto held = redis.must({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+        REQUIRE(held.elements.size() == 2);
+        CHECK(held.elements[0].text == (concurrency ? "a" : std::to_string(r.now_us) + "-0"));
+        CHECK(held.elements[1].text == std::to_string(concurrency ? r.now_us + span : r.now_us));
+        CHECK(redis.integer({"PEXPIRETIME", key}) == ceil_ms(r.now_us + span));
+    };
+    // A set whose members all ended (not expired yet: a slot released out of order, a
+    // window's members given back).
+    auto ended = [&](const std::string& key) {
+        const std::int64_t t0 = redis_time_us(redis);
+        redis.must({"ZADD", key, std::to_string(t0 - 3 * span), "old1", std::to_string(t0 - 4 * span), "old2"});
+    };
+    // A plan knows nothing of its keys yet: counted at once (a key not there is then DELeted).
+    one("new");
+    CHECK(calls("zcard") == 0);
+    CHECK(calls("zcount") == 1);
+    CHECK(calls("del") == 1);
+    // 40 keys that are not there teach the plan that its keys are mostly gone.
+    std::vector<std::vector<ScriptLimit>> gone;
+    for (int i = 0; i < 40; ++i) gone.push_back({limit("gone" + std::to_string(i), "g" + std::to_string(i))});
+    for (const auto& reply : decide.batch(gone)) CHECK(reply.results[0].remaining == 1);
+    one("first");
+    CHECK(calls("zcard") == 1);
+    CHECK(calls("zcount") == 0);
+    CHECK(calls("del") == 0);
+    CHECK(calls("zadd") == 1);
+    ended("stale");
+    one("stale");
+    CHECK(calls("zcard") == 1);
+    CHECK(calls("zcount") == 1);
+    CHECK(calls("del") == 1);
+    // 40 keys that hold a live member each teach the plan that its keys mostly exist.
+    const std::int64_t t0 = redis_time_us(redis);
+    std::vector<std::vector<ScriptLimit>> busy;
+    for (int i = 0; i < 40; ++i) {
+        const std::string key = "busy" + std::to_string(i);
+        redis.must({"ZADD", key, std::to_string(concurrency ? t0 + span : t0), "other"});
+        busy.push_back({limit(key, "t" + std::to_string(i))});
+    }
+    for (const auto& reply : decide.batch(busy)) CHECK(reply.results[0].remaining == 0);
+    one("second");
+    CHECK(calls("zcard") == 0);
+    CHECK(calls("zcount") == 1);
+    CHECK(calls("del") == 1);
+    ended("stale2");
+    one("stale2");
+    CHECK(calls("zcard") == 0);
+    CHECK(calls("del") == 1);
 }
 
 TEST_CASE("decide script: a key used by both algorithms in one batch is handed over in order", "[lua][redis]") {
