@@ -133,23 +133,27 @@ local function sliding_window_algorithm(read_failed)
 
   -- The texts of small counts ("0", "1", ...), made once each and kept from call to call.
   local count_texts = {}
-  local function count_text(n)
-    local text = count_texts[n]
-    if not text then
-      text = format('%d', n)
-      if n < 4096 then count_texts[n] = text end
-    end
-    return text
-  end
 
   -- Admits one request of `cost` units: a member per unit, each "<now>-<members held
-  -- before it>" (the call's time written once, not formatted per member).
+  -- before it>" (below 4096, the call's time and the count are not formatted per member).
   local function admit(e, cost)
     local adds = e.adds
     if e.now ~= texts_now then place(e.now, e.window) end
     for _ = 1, cost do
-      adds[#adds + 1] = member_prefix .. count_text(e.next)
-      e.count, e.next = e.count + 1, e.next + 1
+      local n = e.next
+      local member
+      if n < 4096 then
+        local text = count_texts[n]
+        if not text then
+          text = format('%d', n)
+          count_texts[n] = text
+        end
+        member = member_prefix .. text
+      else
+        member = format('%d-%d', e.now, n)
+      end
+      adds[#adds + 1] = member
+      e.count, e.next = e.count + 1, n + 1
     end
     e.refused = nil
   end
