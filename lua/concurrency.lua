@@ -29,6 +29,7 @@ local function concurrency_algorithm(read_failed)
   --   count     live slots, with those this call took,
   --   before    live slots the set held when this call counted it,
   --   foreign   the key holds something else than a set (nothing counted),
+  --   missing   the key was not there (counted_set): nothing to take away before a write,
   --   adds      the slots taken in this call and not yet written: token, lease end, token,
   --             lease end, ... (flat: a table per slot cost Redis a thousand instructions),
   --   newest, earliest   the latest and the earliest lease end of the slots this call took
@@ -45,42 +46,14 @@ local function concurrency_algorithm(read_failed)
   local function place(now) texts_now, now_text = now, format('%d', now); above_text = '(' .. now_text end
   local end_value, end_text, expiry_value, expiry_text
 
-  -- `seen` (a lone limit's, kept with its plan: decide.lua): seen.found, how often of late a
-  -- key of this limit held slots when first counted in a call (a moving average, 0 to 1).
-  -- Where keys mostly hold none (a client's key once its requests ended: the last release
-  -- removes the set), a key is first asked whether it exists (ZCARD): one that does not
-  -- needs no DEL before its first slot, so it costs three commands instead of four (ZCARD,
-  -- ZADD, expiry); one that does is then counted as any other (a command more). Where keys
-  -- mostly hold slots (a global cap), they are counted at once, as they are while nothing
-  -- is known yet (a plan's first calls; every call of the script, whose plans are new each
-  -- call: see decide.lua). Both ways count the same.
+  -- The set of `key` as this call knows it (`seen`: counted_set, sliding_window.lua).
   local function entry(key, now, seen)
     local e = sets[key]
     if e then return e end
     if now ~= texts_now then place(now) end
-    local found = seen and (seen.found or 1)
-    if found and found < 0.5 then
-      local held = redis_pcall('ZCARD', key)
-      found = found * 0.96
-      if held == 0 then
-        seen.found = found
-        e = { now = now, count = 0, before = 0, missing = true, adds = {}, newest = 0, earliest = 0 }
-        sets[key] = e
-        return e
-      end
-      seen.found = found + 0.04
-      found = nil
-    end
-    local count = redis_pcall('ZCOUNT', key, above_text, '+inf')
-    if type(count) == 'table' then read_failed(count) end
-    local foreign = type(count) ~= 'number'
-    if foreign then count = 0 end
-    if found then
-      found = found * 0.96
-      if count > 0 then found = found + 0.04 end
-      seen.found = found
-    end
-    e = { now = now, count = count, before = count, foreign = foreign, adds = {}, newest = 0, earliest = 0 }
+    local count, foreign, missing = counted_set(key, above_text, seen, read_failed, redis_pcall)
+    e = { now = now, count = count, before = count, foreign = foreign, missing = missing, adds = {}, newest = 0,
+          earliest = 0 }
     sets[key] = e
     return e
   end

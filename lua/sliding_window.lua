@@ -15,6 +15,45 @@
 -- when its newest member leaves the window. A key of another type (the limit's algorithm
 -- changed on reload) reads as empty and is replaced when written.
 -- `read_failed(error)`: as for token_bucket_algorithm.
+-- A set's members counted once per call, for sliding_window and concurrency (concurrency.lua
+-- comes later in the same script): those scored above `above` (a ZCOUNT bound), and whether
+-- the key is not a set (`foreign`: nothing counted) or not there at all (`missing`: nothing
+-- to trim or delete before it is written). `seen` (a lone limit's, kept with its plan:
+-- decide.lua): seen.found, how often of late a key of this limit existed when first counted
+-- in a call (a moving average, 0 to 1). Where keys are mostly gone (a client's slots all
+-- given back, a client back after its window: its set expired), a key is first asked
+-- whether it exists (ZCARD): one that is not there is then written with ZADD and its expiry
+-- alone, three commands instead of four (no DEL); one that is is counted as any other (a
+-- command more). Where keys mostly exist, and while nothing is known yet (a plan's first
+-- calls; every call of the script, whose plans are new each call: see decide.lua), they are
+-- counted at once. Both ways count the same and leave the same set. Returns count, foreign,
+-- missing. (`pcall`: redis.pcall, which the algorithms keep as an upvalue.)
+local type_of  -- `type`, kept on first use (a global is looked up by name on every use)
+local function counted_set(key, above, seen, read_failed, pcall)
+  if not type_of then type_of = type end
+  local found = seen and (seen.found or 1)
+  if found and found < 0.5 then
+    local held = pcall('ZCARD', key)
+    found = found * 0.96
+    if held == 0 then
+      seen.found = found
+      return 0, false, true
+    end
+    seen.found = found + 0.04
+    found = nil
+  end
+  local count = pcall('ZCOUNT', key, above, '+inf')
+  if type_of(count) == 'table' then read_failed(count) end
+  local foreign = type_of(count) ~= 'number'
+  if foreign then count = 0 end
+  if found then
+    found = found * 0.96
+    if count > 0 then found = found + 0.04 end
+    seen.found = found
+  end
+  return count, foreign, false
+end
+
 local function sliding_window_algorithm(read_failed)
   local sliding_window = {}
 
@@ -32,6 +71,7 @@ local function sliding_window_algorithm(read_failed)
   --   count         members in the window, as this call left it,
   --   held          members the set holds in Redis (after this call's trim, if it wrote),
   --   foreign       the key holds something else than a set (nothing counted),
+  --   missing       the key was not there (counted_set): nothing to take away before a write,
   --   adds          members admitted and not yet written (all scored `now`),
   --   written       whether this call has trimmed the set already,
   --   refused, refusal   the limit of the last refusal and its figures, while nothing changed }
@@ -54,16 +94,7 @@ local function sliding_window_algorithm(read_failed)
     above_text, expire_text = '(' .. trim_text, format('%d', ceil((now + window) / 1000))
   end
 
-  -- The set of `key` as this call knows it, counted with `window`. `seen` (a lone limit's,
-  -- kept with its plan: decide.lua): seen.found, how often of late a key of this limit
-  -- existed when first counted in a call (a moving average, 0 to 1). Where keys are mostly
-  -- gone (a client that comes back after its window: its set expired), a key is first asked
-  -- whether it exists (ZCARD): one that does not needs no DEL before its first member, so it
-  -- costs three commands instead of four (ZCARD, ZADD, expiry); one that does is then
-  -- counted as any other (a command more). Where keys mostly exist, they are counted at
-  -- once, as they are while nothing is known yet (a plan's first calls; every call of the
-  -- script, whose plans are new each call: see decide.lua). Both ways count the same and
-  -- leave the same set.
+  -- The set of `key` as this call knows it, counted with `window` (`seen`: counted_set).
   local write
   local function entry(key, now, window, seen)
     local e = sets[key]
@@ -73,29 +104,9 @@ local function sliding_window_algorithm(read_failed)
       seen = nil  -- (what the key holds is known: this call wrote it)
     end
     if now ~= texts_now or window ~= texts_window then place(now, window) end
-    local found = seen and (seen.found or 1)
-    if found and found < 0.5 then
-      local held = redis_pcall('ZCARD', key)
-      found = found * 0.96
-      if held == 0 then
-        seen.found = found
-        e = { now = now, window = window, count = 0, held = 0, missing = true, adds = {}, next = 0 }
-        sets[key] = e
-        return e
-      end
-      seen.found = found + 0.04
-      found = nil
-    end
-    local count = redis_pcall('ZCOUNT', key, above_text, '+inf')
-    if type(count) == 'table' then read_failed(count) end
-    local foreign = type(count) ~= 'number'
-    if foreign then count = 0 end
-    if found then
-      found = found * 0.96
-      if count > 0 then found = found + 0.04 end
-      seen.found = found
-    end
-    e = { now = now, window = window, count = count, held = count, foreign = foreign, adds = {}, next = count }
+    local count, foreign, missing = counted_set(key, above_text, seen, read_failed, redis_pcall)
+    e = { now = now, window = window, count = count, held = count, foreign = foreign, missing = missing, adds = {},
+          next = count }
     sets[key] = e
     return e
   end
