@@ -59,7 +59,7 @@ local function sliding_window_algorithm(read_failed)
 
   local format = string.format
   -- Globals used per request, as upvalues (see token_bucket.lua).
-  local ceil, tonumber, type, unpack = math.ceil, tonumber, type, unpack
+  local ceil, tonumber, unpack = math.ceil, tonumber, unpack
   local redis_call, redis_pcall = redis.call, redis.pcall
 
   -- What this call knows of its keys. A call decides every request at one `now` and nothing

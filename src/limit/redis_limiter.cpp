@@ -287,26 +287,26 @@ std::string RedisLimiter::next_token() {
 // them in calls of this many.
 constexpr std::size_t max_releases = 512;
 
-void RedisLimiter::release(Slots slots, bool renew) {
+void RedisLimiter::release(Slots slots) {
     if (slots.empty()) return;
-    if (!renew) {
-        redis::RedisConnection* connection =
-            topology_.route(sharded_ ? redis::key_slot(slots.keys.front().first) : 0);
-        if (connection == nullptr) return;  // no master known now: the lease takes the slots back
-        Releases* list = nullptr;
-        for (auto& known : releases_)
-            if (known.connection == connection) list = &known;
-        if (list == nullptr) {
-            list = &releases_.emplace_back();
-            list->connection = connection;
-        }
-        list->args.push_back(std::move(slots.token));
-        list->args.push_back(std::to_string(slots.keys.size()));
-        for (auto& key_lease : slots.keys) list->keys.push_back(std::move(key_lease.first));
-        if (++list->count >= max_releases) return send_releases(*list, false);
-        return schedule_flush();  // (flush sends the releases first)
+    redis::RedisConnection* connection = topology_.route(sharded_ ? redis::key_slot(slots.keys.front().first) : 0);
+    if (connection == nullptr) return;  // no master known now: the lease takes the slots back
+    Releases* list = nullptr;
+    for (auto& known : releases_)
+        if (known.connection == connection) list = &known;
+    if (list == nullptr) {
+        list = &releases_.emplace_back();
+        list->connection = connection;
     }
-    // A renewal: one call per request (only requests running past a third of their lease).
+    list->args.push_back(std::move(slots.token));
+    list->args.push_back(std::to_string(slots.keys.size()));
+    for (auto& key_lease : slots.keys) list->keys.push_back(std::move(key_lease.first));
+    if (list->requests() >= max_releases) return send_releases(*list, false);
+    schedule_flush();  // (flush sends the releases first)
+}
+
+void RedisLimiter::renew(const Slots& slots) {
+    if (slots.empty()) return;
     std::vector<std::string> keys;
     std::vector<std::string> args{"renew", slots.token};
     for (const auto& [key, lease] : slots.keys) {
@@ -327,8 +327,8 @@ void RedisLimiter::send_releases(bool write_now) {
 }
 
 void RedisLimiter::send_releases(Releases& list, bool write_now) {
-    if (list.count == 0) return;
-    const std::size_t count = std::exchange(list.count, 0);
+    if (list.args.empty()) return;
+    const std::size_t count = list.requests();
     // ARGV "releases", on a cluster the number of keys and the keys, then tokens and counts;
     // formatted into the command before evalsha_views returns, so the lists keep their room.
     std::vector<std::string_view> args;

@@ -84,14 +84,16 @@ public:
     using ResetCallback = std::function<void(std::string, std::int64_t)>;
     void reset(const std::vector<std::string>& keys, ResetCallback callback);
 
-    // Gives back (renew: renews) a request's concurrency slots; lua/release.lua. Nothing to
-    // wait for: failures are logged at debug level, and the lease takes back what is lost.
-    // The slots given back in a turn of the loop go as one call per Redis node (on a cluster
-    // per master, their keys in ARGV): at the end of the turn, or before this worker's next
-    // decide call, whichever is first (so a decision asked for after a release sees the slot
-    // free, as when each was sent at once).
-    // (Given back, the slots' keys and token move into the waiting call's lists.)
-    void release(Slots slots, bool renew);
+    // Gives back a request's concurrency slots (renew: renews their leases); lua/release.lua.
+    // Nothing to wait for: failures are logged at debug level, and the lease takes back what
+    // is lost. The slots given back in a turn of the loop go as one call per Redis node (on a
+    // cluster per master, their keys in ARGV): at the end of the turn, or before this
+    // worker's next decide call, whichever is first (so a decision asked for after a release
+    // sees the slot free, as when each was sent at once); their keys and token move into the
+    // waiting call's lists. A renewal is a call of its own (only requests running past a
+    // third of their lease renew).
+    void release(Slots slots);
+    void renew(const Slots& slots);
 
     // Forgets every remembered rejection (on reload: a limit's parameters may change), and
     // the calendar windows worked out for the old configuration's time zones.
@@ -175,13 +177,14 @@ private:
     std::map<std::pair<const time::TimeZone*, time::CalendarUnit>, Calendar> calendars_;
 
     // The releases waiting for their call (release()), per node: the keys, and per request
-    // its token and how many of the keys are its own (lua/release.lua's "releases"). Sent,
-    // and emptied (their lists keep their room), by send_releases().
+    // its token and how many of the keys are its own (lua/release.lua's "releases": two
+    // arguments per request). Sent, and emptied (their lists keep their room), by
+    // send_releases().
     struct Releases {
         redis::RedisConnection* connection = nullptr;
         std::vector<std::string> keys;
         std::vector<std::string> args;
-        std::size_t count = 0;
+        std::size_t requests() const { return args.size() / 2; }
     };
     std::vector<Releases> releases_;
     void send_releases(Releases& list, bool write_now);

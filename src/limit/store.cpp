@@ -75,8 +75,8 @@ public:
         limiter_->reset(keys, std::move(callback));
     }
     void forget(const std::vector<std::string>& keys) override { limiter_->forget(keys); }
-    void release(Slots&& slots) override { limiter_->release(std::move(slots), false); }
-    void renew(const Slots& slots) override { limiter_->release(slots, true); }
+    void release(Slots&& slots) override { limiter_->release(std::move(slots)); }
+    void renew(const Slots& slots) override { limiter_->renew(slots); }
     void reloaded() override { limiter_->clear_rejections(); }
     std::vector<redis::NodeState> nodes() const override { return topology_->nodes(); }
 

@@ -79,7 +79,7 @@ struct Differential {
     std::vector<std::pair<limit::Slots, limit::Slots>> to_release;
     void release_now() {
         for (const auto& [in_redis, in_memory] : to_release) {
-            redis_limiter->release(in_redis, false);
+            redis_limiter->release(in_redis);
             memory_limiter.release(in_memory);
         }
         to_release.clear();

@@ -187,7 +187,7 @@ TEST_CASE("redis limiter: slots given back in one turn go as one call, ahead of 
     // A decision asked for first in the turn, the three slots given back after it: its call
     // goes at the end of the turn, after theirs, and finds the three free.
     f.decide_async(limits);
-    for (int i = 0; i < 3; ++i) f.limiter.release(f.decisions[i].slots, false);
+    for (int i = 0; i < 3; ++i) f.limiter.release(f.decisions[i].slots);
     REQUIRE(run_until(f.io, [&] { return f.decisions.size() == 5; }));
     CHECK(f.decisions[4].outcome == Outcome::allowed);
     CHECK(f.decisions[4].limits[0].remaining == 2);
@@ -197,7 +197,7 @@ TEST_CASE("redis limiter: slots given back in one turn go as one call, ahead of 
     CHECK(check.run({"ZSCORE", key, f.decisions[4].slots.token}).reply.type == redis::RedisReply::Type::string);
 
     SECTION("without a decision after them: at the end of the turn") {
-        f.limiter.release(f.decisions[4].slots, false);
+        f.limiter.release(f.decisions[4].slots);
         REQUIRE(run_until(f.io, [&] { return check.integer({"EXISTS", key}) == 0; }));
         CHECK(command_calls(check, "evalsha") == evalsha_before + 2);
     }
@@ -208,12 +208,12 @@ TEST_CASE("redis limiter: slots given back in one turn go as one call, ahead of 
         for (int i = 5; i < 605; ++i) REQUIRE(f.decisions[i].outcome == Outcome::allowed);
         REQUIRE(check.integer({"ZCARD", key}) == 601);
         const auto before = command_calls(check, "evalsha");
-        for (int i = 4; i < 605; ++i) f.limiter.release(f.decisions[i].slots, false);
+        for (int i = 4; i < 605; ++i) f.limiter.release(f.decisions[i].slots);
         REQUIRE(run_until(f.io, [&] { return check.integer({"EXISTS", key}) == 0; }));
         CHECK(command_calls(check, "evalsha") == before + 2);
     }
     SECTION("a worker that stops sends them first") {
-        f.limiter.release(f.decisions[4].slots, false);
+        f.limiter.release(f.decisions[4].slots);
         bool stopped = false;
         f.limiter.stop([&] { stopped = true; });
         REQUIRE(stopped);
@@ -689,7 +689,7 @@ TEST_CASE("redis limiter: concurrency slots taken in another worker's call are t
     for (const auto& token : tokens) CHECK(check.run({"ZSCORE", key, token}).reply.type == redis::RedisReply::Type::string);
     // The fourth finds the three slots taken; a's second gives its slot back, by its token.
     CHECK(b.decide(limits).outcome == Outcome::limited);
-    a.limiter.release(a.decisions[1].slots, false);
+    a.limiter.release(a.decisions[1].slots);
     REQUIRE(run_until(a.io, [&] { return check.integer({"ZCARD", key}) == 2; }));
     CHECK(check.run({"ZSCORE", key, a.decisions[1].slots.token}).reply.type == redis::RedisReply::Type::nil);
 }
