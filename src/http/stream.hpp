@@ -15,6 +15,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/stream.hpp>
 
+#include "net/read_readiness.hpp"
+
 namespace sluice::http {
 
 class Stream {
@@ -46,6 +48,20 @@ public:
         return plain_->async_read_some(buffers, std::forward<Token>(token));
     }
 
+    // A read whose caller reports its result with read_done(): where it drained a plain
+    // socket with no close behind, the next read waits for the socket without attempting a
+    // receive first (net/read_readiness.hpp), as for the next request on a keep-alive
+    // connection, which comes later: a receive per request that would find nothing.
+    template <class Token>
+    auto async_read_reported(boost::asio::mutable_buffer buffer, Token&& token) {
+        if (tls_) return tls_->async_read_some(buffer, std::forward<Token>(token));
+        return plain_->async_read_some(sluice::net::ReadReadiness(*plain_).buffer(buffer), std::forward<Token>(token));
+    }
+    // After async_read_reported gave `got` bytes without an error, of `asked`.
+    void read_done(std::size_t got, std::size_t asked) {
+        if (!tls_) sluice::net::ReadReadiness(*plain_).read_done(got, asked);
+    }
+
     // Over TLS, a sequence of buffers (head, chunk frame, body piece...) is gathered first:
     // an SSL stream writes only the first buffer of a sequence per call, which would make
     // each piece a record and a system call of its own.
@@ -75,12 +91,14 @@ public:
     // True when the peer has neither closed the connection nor sent anything: a receive that
     // only peeks finds nothing (a pooled connection is checked so before reuse). The next
     // read then waits for the socket to become readable without first attempting a receive
-    // (see stream.cpp): a response never comes back before its request was sent, so that
+    // (net/read_readiness.hpp): a response never comes back before its request was sent, so that
     // attempt would find nothing, a system call per request.
     bool quiet();
     // Whether the next read first attempts a receive (Asio's "speculative" read): false after
-    // quiet() until the socket is next reported readable. For tests.
+    // quiet() or read_done() said so, until the socket is next reported. For tests.
     bool attempts_read_first();
+    // Whether epoll reports the peer's close on its own (after a read_done). For tests.
+    bool watches_peer_close();
 
 private:
     std::optional<tcp::socket> plain_;

@@ -1,5 +1,6 @@
 #include "redis/redis_adapter.hpp"
 
+#include <array>
 #include <exception>
 #include <memory>
 
@@ -8,10 +9,17 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <hiredis/async.h>
 
+#include "net/read_readiness.hpp"
+
+// hiredis 0.14 exports it without declaring it: runs the callbacks of the replies its reader
+// holds, and disconnects on a protocol error (what redisAsyncHandleRead does after reading).
+extern "C" void redisProcessCallbacks(::redisAsyncContext* ac);
+
 namespace sluice::redis {
 namespace {
 
 namespace asio = boost::asio;
+namespace net = sluice::net;
 
 // One per hiredis context. hiredis holds a heap `shared_ptr` to it in ev.data (released in
 // `cleanup`); every pending wait holds another, so a handler that runs after cleanup finds
@@ -72,6 +80,7 @@ private:
 
     void wait(Direction& direction) {
         if (direction.waiting || !context_) return;
+        if (&direction == &read_ && (context_->c.flags & REDIS_CONNECTED)) return receive();
         direction.waiting = true;
         socket_.async_wait(direction.type,
                            [self = shared_from_this(), &direction](const boost::system::error_code& ec) {
@@ -81,6 +90,38 @@ private:
                                // The context may be gone now (cleanup ran inside the handler).
                                if (self->context_ && direction.want) self->wait(direction);
                            });
+    }
+
+    // A connected context's replies are received here and handed to hiredis's reader, rather
+    // than waited for and read by hiredis: a wait re-arms the descriptor with an epoll_ctl
+    // every time (Asio's waits do), a receive does not, and where it drained the socket with
+    // no close behind, the next one waits without a receive first (net/read_readiness.hpp).
+    // So a call's reply costs one receive and no epoll_ctl.
+    void receive() {
+        read_.waiting = true;
+        if (!in_) in_ = std::make_unique<std::array<char, 16 * 1024>>();
+        socket_.async_read_some(net::ReadReadiness(socket_).buffer(asio::buffer(*in_)),
+                                [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+                                    self->read_.waiting = false;
+                                    self->received(ec, n);
+                                });
+    }
+
+    void received(const boost::system::error_code& ec, std::size_t n) {
+        if (ec == asio::error::operation_aborted || !context_) return;
+        if (n > 0) {
+            net::ReadReadiness(socket_).read_done(n, in_->size());
+            // A reader that fails (out of memory) keeps its error, and redisProcessCallbacks
+            // then disconnects, as after hiredis's own read.
+            redisReaderFeed(context_->c.reader, in_->data(), n);
+            redisProcessCallbacks(context_);
+        } else {
+            // The end of the stream or an error: hiredis reads the socket itself, finds the
+            // end, and disconnects the way it does (callbacks told, cleanup).
+            redisAsyncHandleRead(context_);
+        }
+        // The context may be gone now (a callback freed it, or the disconnect).
+        if (context_ && read_.want) wait(read_);
     }
 
     void attempt_write() {
@@ -95,6 +136,7 @@ private:
 
     ::redisAsyncContext* context_;
     asio::posix::stream_descriptor socket_;
+    std::unique_ptr<std::array<char, 16 * 1024>> in_;  // receive()'s buffer, once connected
     bool write_soon_ = false;        // attempt_write is posted
     bool attempting_write_ = false;  // inside attempt_write's redisAsyncHandleWrite
     bool writer_writes_ = false;     // the command being queued is written by its issuer

@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/asio/ssl/context.hpp>
 
@@ -232,4 +233,131 @@ TEST_CASE("quiet is false for a connection with bytes nobody asked for, or close
         p.stream.socket().close();
         CHECK_FALSE(p.stream.quiet());
     }
+}
+
+namespace {
+
+// A read through async_read_reported; its result is reported with read_done as the
+// session does (at once, in the completion) unless `report` is false.
+ReadResult read_reported(Pair& p, bool report = true, const std::function<void()>& after_start = {}) {
+    ReadResult r;
+    static std::array<char, 64> buf{};
+    p.stream.async_read_reported(net::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
+        r.done = true;
+        r.ec = ec;
+        r.bytes.assign(buf.data(), n);
+        if (report && !ec) p.stream.read_done(n, buf.size());
+    });
+    p.io.restart();
+    p.io.poll();
+    r.done_at_once = r.done;
+    if (after_start) after_start();
+    p.io.restart();
+    p.io.run_for(std::chrono::seconds(5));
+    return r;
+}
+
+// Runs the event loop for a moment with no read pending: what the socket has is reported
+// (epoll collects it) and no read takes it.
+void collect_reports(Pair& p) {
+    net::steady_timer timer(p.io, std::chrono::milliseconds(20));
+    timer.async_wait([](boost::system::error_code) {});
+    p.io.restart();
+    p.io.run();
+}
+
+// The first reported read registers the socket for the peer's close.
+void register_close_reports(Pair& p) {
+    net::write(p.peer, net::buffer(std::string("hello")));
+    REQUIRE(read_reported(p).bytes == "hello");
+    REQUIRE(p.stream.watches_peer_close());
+}
+
+}  // namespace
+
+TEST_CASE("read_done: a read that drained the socket lets the next one wait without a receive first") {
+    Pair p;
+    CHECK_FALSE(p.stream.watches_peer_close());
+    register_close_reports(p);
+    // Registering says nothing yet about this read: the next still attempts a receive.
+    CHECK(p.stream.attempts_read_first());
+
+    net::write(p.peer, net::buffer(std::string("two")));
+    CHECK(read_reported(p).bytes == "two");
+    CHECK_FALSE(p.stream.attempts_read_first());
+
+    SECTION("bytes sent later are read when they come") {
+        const auto r = read_reported(p, true, [&] { net::write(p.peer, net::buffer(std::string("three"))); });
+        CHECK_FALSE(r.done_at_once);
+        REQUIRE(r.done);
+        CHECK(r.bytes == "three");
+    }
+    SECTION("bytes sent before the next read starts") {
+        net::write(p.peer, net::buffer(std::string("four")));
+        const auto r = read_reported(p);
+        REQUIRE(r.done);
+        CHECK(r.bytes == "four");
+    }
+    SECTION("the peer's close, later") {
+        p.peer.close();
+        const auto r = read_reported(p);
+        REQUIRE(r.done);
+        CHECK(r.ec == net::error::eof);
+    }
+    SECTION("bytes and the close together, later: the bytes, then the end") {
+        const auto r = read_reported(p, true, [&] {
+            net::write(p.peer, net::buffer(std::string("last")));
+            p.peer.close();
+        });
+        CHECK(r.bytes == "last");
+        const auto end = read_reported(p);
+        REQUIRE(end.done);
+        CHECK(end.ec == net::error::eof);
+    }
+}
+
+TEST_CASE("read_done: bytes with the close behind them, already reported, still end the connection") {
+    Pair p;
+    register_close_reports(p);
+    // The last bytes and the close arrive and are reported while no read is pending; the
+    // read that takes the bytes takes fewer than it asked for, yet the close is still there.
+    net::write(p.peer, net::buffer(std::string("last")));
+    p.peer.close();
+    collect_reports(p);
+    const auto r = read_reported(p);
+    CHECK(r.bytes == "last");
+    CHECK(p.stream.attempts_read_first());
+    const auto end = read_reported(p);
+    REQUIRE(end.done);  // not waiting for a report that will never come
+    CHECK(end.ec == net::error::eof);
+}
+
+TEST_CASE("read_done: a report after the receive keeps the next read's receive") {
+    Pair p;
+    register_close_reports(p);
+    net::write(p.peer, net::buffer(std::string("a")));
+    const auto r = read_reported(p, false);
+    REQUIRE(r.bytes == "a");
+    // More bytes arrive and are reported before the read's result is: they are there.
+    net::write(p.peer, net::buffer(std::string("b")));
+    collect_reports(p);
+    p.stream.read_done(1, 64);
+    CHECK(p.stream.attempts_read_first());
+    const auto next = read_reported(p);
+    REQUIRE(next.done);
+    CHECK(next.bytes == "b");
+}
+
+TEST_CASE("read_done: a read that filled its buffer keeps the next read's receive") {
+    Pair p;
+    register_close_reports(p);
+    const std::string many(100, 'x');
+    net::write(p.peer, net::buffer(many));
+    collect_reports(p);  // reported before the read: no report comes for the rest
+    const auto r = read_reported(p);
+    REQUIRE(r.bytes.size() == 64);
+    CHECK(p.stream.attempts_read_first());
+    const auto rest = read_reported(p);
+    REQUIRE(rest.done);
+    CHECK(rest.bytes == many.substr(64));
 }

@@ -236,6 +236,32 @@ TEST_CASE("redis connection: reconnects after the server restarts", "[redis]") {
     CHECK(ping.results[0].ok());
 }
 
+TEST_CASE("redis connection: a close right behind a reply is seen without another command", "[redis]") {
+    RedisServer server;
+    boost::asio::io_context io;
+    auto options = options_for(server);
+    options.health_interval = std::chrono::milliseconds(0);  // only the close can tell
+    RedisConnection connection(io, options);
+    start_and_wait_ready(io, connection);
+    // Replies that drain the socket: the next receive waits without a receive first.
+    for (int i = 0; i < 3; ++i) {
+        Calls ping;
+        connection.command({"PING"}, ping.callback());
+        REQUIRE(run_until(io, [&] { return ping.done(); }));
+        REQUIRE(ping.results[0].ok());
+    }
+    // QUIT: Redis answers +OK and closes. Both are there before the loop looks (one report),
+    // and the receive that takes the reply takes fewer bytes than it asked for: the close
+    // behind it must not be missed.
+    Calls quit;
+    connection.command({"QUIT"}, quit.callback());
+    connection.flush_output();
+    std::this_thread::sleep_for(100ms);
+    REQUIRE(run_until(io, [&] { return quit.done(); }));
+    CHECK(quit.results[0].ok());
+    REQUIRE(run_until(io, [&] { return connection.ready_count() == 2; }, 3s));  // noticed, reconnected
+}
+
 TEST_CASE("redis connection: the health check drops a server that stopped answering", "[redis]") {
     RedisServer server;
     boost::asio::io_context io;
