@@ -8,6 +8,13 @@
 #
 #   loadtest/instructions.sh                       (every scenario, 4 connections, 15 s each)
 #   SCENARIOS="none token_bucket" CONNS=12 DURATION=15s SLUICE=path loadtest/instructions.sh
+#   COUNT=syscalls SCENARIOS="nginx none token_bucket" CONNS=12 loadtest/instructions.sh
+#
+# COUNT=syscalls counts system calls instead (and needs perf, Debian's linux-perf): the same
+# processes and load without valgrind, `perf stat` on the proxy's tracepoints while wrk runs;
+# prints system calls per request, the receives, sends, epoll_wait and epoll_ctl among them,
+# and context switches. Like instructions, and unlike CPU time, they do not move with the
+# machine's neighbours.
 #
 # Scenarios: none (no limits), token_bucket (one Redis key), concurrency (one Redis
 # concurrency key, never full: a slot taken and given back per request), clients100k (a Redis token bucket
@@ -42,7 +49,13 @@ case $HEADERS in
   *) echo "instructions: HEADERS is empty or browser, not '$HEADERS'" >&2; exit 2 ;;
 esac
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-for tool in valgrind callgrind_annotate redis-server redis-cli wrk curl python3; do
+COUNT=${COUNT:-instructions}
+case $COUNT in
+  instructions) TOOLS="valgrind callgrind_annotate" ;;
+  syscalls) TOOLS="perf" ;;
+  *) echo "instructions: COUNT is instructions or syscalls, not '$COUNT'" >&2; exit 2 ;;
+esac
+for tool in $TOOLS redis-server redis-cli wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "instructions: $tool is missing" >&2; exit 1; }
 done
 [ -x "$NGINX" ] || { echo "instructions: nginx is missing" >&2; exit 1; }
@@ -86,9 +99,31 @@ for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" PING >/dev/null 2>&1 && break;
 # callgrind (counting off), waits until READY_URL answers, warms up for 2 s, counts while wrk
 # keeps CONNS connections busy against LOAD_URL for DURATION, stops it with STOP_SIGNAL;
 # sets `requests` (wrk's count) and `total` (instructions counted).
+# With COUNT=syscalls, COMMAND runs as it is and `perf stat` counts its system calls (by
+# kind) and context switches while wrk runs; `counts` is left in DIR/perf.txt.
+SYSCALL_KINDS="recvfrom recvmsg read readv sendto sendmsg write writev epoll_wait epoll_ctl"
 profile() {
   local dir=$1 what=$2 ready_url=$3 load_url=$4 stop=$5 script=$6
   shift 6
+  if [ "$COUNT" = syscalls ]; then
+    "$@" >"$dir/$what.log" 2>&1 &
+    local pid=$! ready=0 events="raw_syscalls:sys_enter,context-switches" kind
+    PIDS+=("$pid")
+    for kind in $SYSCALL_KINDS; do events="$events,syscalls:sys_enter_$kind"; done
+    for _ in $(seq 100); do curl -sf "$ready_url" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.1; done
+    [ "$ready" = 1 ] || { echo "instructions: $what did not get ready ($scenario)" >&2; tail -5 "$dir/$what.log" >&2; exit 1; }
+    # shellcheck disable=SC2086
+    wrk -t1 -c"$CONNS" -d2s "${WRK_HEADERS[@]}" $script "$load_url" >/dev/null
+    perf stat -x, -e "$events" -p "$pid" -o "$dir/perf.txt" -- sleep "$DURATION" &
+    local perf_pid=$!
+    # shellcheck disable=SC2086
+    wrk -t1 -c"$CONNS" -d"$DURATION" "${WRK_HEADERS[@]}" $script "$load_url" >"$dir/wrk.txt"
+    wait "$perf_pid"
+    kill -"$stop" "$pid"
+    wait "$pid" 2>/dev/null || true
+    requests=$(awk '/requests in/ { print $1 }' "$dir/wrk.txt")
+    return
+  fi
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" "$@" >"$dir/$what.log" 2>&1 &
   local pid=$! ready=0
   PIDS+=("$pid")
@@ -106,8 +141,26 @@ profile() {
   total=$(callgrind_annotate "$dir"/callgrind.out* 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }')
 }
 
-echo "| scenario | connections | requests | instructions per request | allocations per request |"
-echo "|---|---:|---:|---:|---:|"
+# syscall_row LABEL: a table row from DIR/perf.txt and `requests` (COUNT=syscalls)
+syscall_row() {
+  awk -F, -v l="$1" -v c="$CONNS" -v n="$requests" '
+    $3 == "raw_syscalls:sys_enter" { all = $1 }
+    $3 == "context-switches" { cs = $1 }
+    $3 ~ /sys_enter_(recvfrom|recvmsg|read|readv)$/ { rx += $1 }
+    $3 ~ /sys_enter_(sendto|sendmsg|write|writev)$/ { tx += $1 }
+    $3 ~ /sys_enter_epoll_wait$/ { ew = $1 }
+    $3 ~ /sys_enter_epoll_ctl$/ { ec = $1 }
+    END { printf "| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", l, c, n, all / n, rx / n, tx / n, ew / n, ec / n, cs / n }' \
+    "$dir/perf.txt"
+}
+
+if [ "$COUNT" = syscalls ]; then
+  echo "| scenario | connections | requests | system calls per request | receives | sends | epoll_wait | epoll_ctl | context switches |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+else
+  echo "| scenario | connections | requests | instructions per request | allocations per request |"
+  echo "|---|---:|---:|---:|---:|"
+fi
 for scenario in $SCENARIOS; do
   trusted="" limits="" script=""
   store="
@@ -179,6 +232,10 @@ EOF
     profile "$dir" nginx "http://127.0.0.1:$port/" "http://127.0.0.1:$port/" TERM "$script" "$NGINX" -c "$dir/nginx.conf"
     label="nginx (reference)"
     [ "$scenario" = nginx_limit_req ] && label="nginx limit_req, 100,000 clients (reference)"
+    if [ "$COUNT" = syscalls ]; then
+      syscall_row "$label${HEADERS:+, $HEADERS headers}"
+      continue
+    fi
     awk -v c="$CONNS" -v n="$requests" -v t="$total" -v h="${HEADERS:+, $HEADERS headers}" -v l="$label" \
       'BEGIN { printf "| %s%s | %s | %d | %.0f | - |\n", l, h, c, n, t / n }'
     continue
@@ -206,6 +263,10 @@ logging:
 EOF
   profile "$dir" sluice "http://127.0.0.1:$admin/readyz" "http://127.0.0.1:$port/" TERM "$script" \
     "$SLUICE" -c "$dir/sluice.yaml"
+  if [ "$COUNT" = syscalls ]; then
+    syscall_row "$scenario${HEADERS:+, $HEADERS headers}"
+    continue
+  fi
   # Calls of operator new(unsigned long), summed over every call site.
   allocations=$(python3 - "$dir/callgrind.out" <<'PY'
 import re, sys
