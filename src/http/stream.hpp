@@ -9,8 +9,10 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
+#include <boost/asio/associator.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -19,10 +21,56 @@
 
 namespace sluice::http {
 
+// A read's completion that reports its result (net::ReadReadiness::read_done) before the
+// handler runs; everything associated with the handler (executor, allocator, cancellation)
+// stays its own (the associator below).
+template <class Handler>
+struct ReportedRead {
+    Handler handler;
+    boost::asio::ip::tcp::socket* socket;
+    std::size_t asked;
+    void operator()(const boost::system::error_code& ec, std::size_t n) {
+        if (!ec) sluice::net::ReadReadiness(*socket).read_done(n, asked);
+        std::move(handler)(ec, n);
+    }
+};
+
+// The TCP socket under TLS. OpenSSL's layer reads it whenever it wants more bytes, and on a
+// keep-alive connection the read for the next request found nothing: these reads are
+// reported as a plain connection's request reads are, so that one that drained the socket
+// with no close behind lets the next wait without a receive first.
+class ReportedSocket {
+public:
+    using tcp = boost::asio::ip::tcp;
+    using executor_type = tcp::socket::executor_type;
+    using lowest_layer_type = tcp::socket::lowest_layer_type;
+
+    explicit ReportedSocket(tcp::socket socket) : socket_(std::move(socket)) {}
+
+    tcp::socket& socket() { return socket_; }
+    executor_type get_executor() { return socket_.get_executor(); }
+    lowest_layer_type& lowest_layer() { return socket_.lowest_layer(); }
+    const lowest_layer_type& lowest_layer() const { return socket_.lowest_layer(); }
+
+    // (What Asio's TLS layer calls: one buffer, a handler.)
+    template <class Handler>
+    void async_read_some(const boost::asio::mutable_buffer& buffer, Handler&& handler) {
+        socket_.async_read_some(sluice::net::ReadReadiness(socket_).buffer(buffer),
+                                ReportedRead<std::decay_t<Handler>>{std::forward<Handler>(handler), &socket_, buffer.size()});
+    }
+    template <class ConstBuffers, class Token>
+    auto async_write_some(const ConstBuffers& buffers, Token&& token) {
+        return socket_.async_write_some(buffers, std::forward<Token>(token));
+    }
+
+private:
+    tcp::socket socket_;
+};
+
 class Stream {
 public:
     using tcp = boost::asio::ip::tcp;
-    using TlsStream = boost::asio::ssl::stream<tcp::socket>;
+    using TlsStream = boost::asio::ssl::stream<ReportedSocket>;
     using executor_type = tcp::socket::executor_type;
 
     explicit Stream(tcp::socket socket) : plain_(std::move(socket)) {}
@@ -33,11 +81,11 @@ public:
 
     // From now on TLS over the (connected) socket; handshake next.
     void start_tls(boost::asio::ssl::context& context) {
-        tls_ = std::make_unique<TlsStream>(std::move(*plain_), context);
+        tls_ = std::make_unique<TlsStream>(ReportedSocket(std::move(*plain_)), context);
         plain_.reset();
     }
 
-    tcp::socket& socket() { return tls_ ? tls_->next_layer() : *plain_; }
+    tcp::socket& socket() { return tls_ ? tls_->next_layer().socket() : *plain_; }
     bool is_tls() const { return tls_ != nullptr; }
     TlsStream& tls() { return *tls_; }
     executor_type get_executor() { return tls_ ? tls_->get_executor() : plain_->get_executor(); }
@@ -118,3 +166,17 @@ std::array<boost::asio::const_buffer, N> rest_after(std::array<boost::asio::cons
 }
 
 }  // namespace sluice::http
+
+namespace boost::asio {
+template <template <typename, typename> class Associator, typename Handler, typename DefaultCandidate>
+struct associator<Associator, sluice::http::ReportedRead<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+    static typename Associator<Handler, DefaultCandidate>::type get(const sluice::http::ReportedRead<Handler>& h) noexcept {
+        return Associator<Handler, DefaultCandidate>::get(h.handler);
+    }
+    static auto get(const sluice::http::ReportedRead<Handler>& h, const DefaultCandidate& c) noexcept
+        -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c)) {
+        return Associator<Handler, DefaultCandidate>::get(h.handler, c);
+    }
+};
+}  // namespace boost::asio

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "http/stream.hpp"
 
@@ -259,12 +264,13 @@ ReadResult read_reported(Pair& p, bool report = true, const std::function<void()
 
 // Runs the event loop for a moment with no read pending: what the socket has is reported
 // (epoll collects it) and no read takes it.
-void collect_reports(Pair& p) {
-    net::steady_timer timer(p.io, std::chrono::milliseconds(20));
+void collect_reports_of(net::io_context& io) {
+    net::steady_timer timer(io, std::chrono::milliseconds(20));
     timer.async_wait([](boost::system::error_code) {});
-    p.io.restart();
-    p.io.run();
+    io.restart();
+    io.run();
 }
+void collect_reports(Pair& p) { collect_reports_of(p.io); }
 
 // The first reported read registers the socket for the peer's close.
 void register_close_reports(Pair& p) {
@@ -360,4 +366,115 @@ TEST_CASE("read_done: a read that filled its buffer keeps the next read's receiv
     const auto rest = read_reported(p);
     REQUIRE(rest.done);
     CHECK(rest.bytes == many.substr(64));
+}
+
+namespace {
+
+// A server Stream over TLS and a client on the other end, handshaken, with a throwaway
+// self-signed P-256 certificate.
+struct TlsPair {
+    net::io_context io;
+    net::ssl::context server_context{net::ssl::context::tls_server};
+    net::ssl::context client_context{net::ssl::context::tls_client};
+    tcp::acceptor acceptor{io, tcp::endpoint(net::ip::address_v4::loopback(), 0)};
+    std::unique_ptr<Stream> stream;
+    std::unique_ptr<net::ssl::stream<tcp::socket>> client;
+
+    TlsPair() {
+        EVP_PKEY* key = EVP_EC_gen("P-256");
+        X509* cert = X509_new();
+        X509_set_version(cert, 2);
+        ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
+        X509_gmtime_adj(X509_getm_notBefore(cert), 0);
+        X509_gmtime_adj(X509_getm_notAfter(cert), 3600);
+        X509_set_pubkey(cert, key);
+        X509_NAME* name = X509_get_subject_name(cert);
+        X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("localhost"), -1, -1, 0);
+        X509_set_issuer_name(cert, name);
+        X509_sign(cert, key, EVP_sha256());
+        REQUIRE(SSL_CTX_use_certificate(server_context.native_handle(), cert) == 1);
+        REQUIRE(SSL_CTX_use_PrivateKey(server_context.native_handle(), key) == 1);
+        X509_free(cert);
+        EVP_PKEY_free(key);
+        client_context.set_verify_mode(net::ssl::verify_none);
+
+        client = std::make_unique<net::ssl::stream<tcp::socket>>(io, client_context);
+        client->next_layer().connect(acceptor.local_endpoint());
+        stream = std::make_unique<Stream>(acceptor.accept(), server_context);
+        int done = 0;
+        stream->tls().async_handshake(net::ssl::stream_base::server, [&](boost::system::error_code ec) {
+            REQUIRE_FALSE(ec);
+            ++done;
+        });
+        client->async_handshake(net::ssl::stream_base::client, [&](boost::system::error_code ec) {
+            REQUIRE_FALSE(ec);
+            ++done;
+        });
+        io.run_for(std::chrono::seconds(5));
+        REQUIRE(done == 2);
+    }
+
+    void send(const std::string& text) {
+        // A record per write: each is read by one socket receive
+        net::write(*client, net::buffer(text));
+    }
+
+    ReadResult read(const std::function<void()>& after_start = {}) {
+        ReadResult r;
+        std::array<char, 64> buf{};
+        stream->async_read_some(net::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
+            r.done = true;
+            r.ec = ec;
+            r.bytes.assign(buf.data(), n);
+            io.stop();  // the client may still wait for something (its shutdown's answer)
+        });
+        io.restart();
+        io.poll();
+        r.done_at_once = r.done;
+        if (after_start) after_start();
+        io.restart();
+        io.run_for(std::chrono::seconds(5));
+        return r;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("TLS: the socket's reads are reported: the next request's waits without a receive first") {
+    TlsPair p;
+    p.send("one");
+    REQUIRE(p.read().bytes == "one");
+    CHECK(p.stream->watches_peer_close());  // the handshake's reads registered it
+    p.send("two");
+    REQUIRE(p.read().bytes == "two");
+    CHECK_FALSE(p.stream->attempts_read_first());
+
+    SECTION("a record sent later is read when it comes") {
+        const auto r = p.read([&] { p.send("three"); });
+        CHECK_FALSE(r.done_at_once);
+        REQUIRE(r.done);
+        CHECK(r.bytes == "three");
+    }
+    SECTION("the client's close_notify and close") {
+        // close_notify, then (the client's shutdown waits for the server's answer) the close
+        p.client->async_shutdown([&](boost::system::error_code) {});
+        const auto r = p.read([&] {
+            net::steady_timer later(p.io, std::chrono::milliseconds(50));
+            later.async_wait([&](boost::system::error_code) { p.client->next_layer().close(); });
+            p.io.restart();
+            p.io.run_for(std::chrono::milliseconds(100));
+        });
+        REQUIRE(r.done);
+        CHECK(r.ec == net::error::eof);
+    }
+    SECTION("the last record and the close, reported before the read: the record, then the end") {
+        p.send("last");
+        p.client->next_layer().close();  // no close_notify: a cut connection
+        collect_reports_of(p.io);
+        const auto r = p.read();
+        CHECK(r.bytes == "last");
+        const auto end = p.read();
+        REQUIRE(end.done);  // not waiting for a report that will never come
+        CHECK(end.ec);
+    }
 }
