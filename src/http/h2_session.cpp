@@ -264,8 +264,10 @@ private:
         std::array<char, 16384> buffer;
         while (!codec_.finished()) {
             watch_idle();
-            auto [ec, n] = co_await stream_.async_read_some(net::buffer(buffer), nothrow);
+            auto [ec, n] = co_await stream_.async_read_reported(net::buffer(buffer), nothrow);
             if (ec) break;
+            // (h2c: where it drained the socket, the next read waits without a receive first)
+            stream_.read_done(n, buffer.size());
             if (!codec_.receive(std::string_view(buffer.data(), n))) {
                 report_abuse();
                 kick();
