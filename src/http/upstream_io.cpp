@@ -115,8 +115,9 @@ net::awaitable<BodyRead> read_body(BodyReader& reader, beast::flat_buffer& in, S
                                      : std::min<std::size_t>(out.size(), 16 * 1024);
         auto target = raw ? net::mutable_buffer(out.data(), want) : in.prepare(want);
         deadline.arm(stream.socket(), Clock::now() + timeout);
-        auto [ec0, n] = co_await stream.async_read_some(target, nothrow);
+        auto [ec0, n] = co_await stream.async_read_reported(target, nothrow);
         const auto ec = deadline.disarm(ec0);
+        if (!ec) stream.read_done(n, want);  // drained: the next piece comes later
         if (ec == net::error::eof) {
             reader.end_of_input();  // ends a close-delimited body; cuts short any other
             co_return got;
