@@ -158,21 +158,70 @@ struct ReadResult {
     std::string bytes;
 };
 
-ReadResult read_once(Pair& p, const std::function<void()>& after_start = {}) {
+using ReadHandler = std::function<void(boost::system::error_code, std::size_t)>;
+
+// Starts a read into a 64-byte buffer with `start`, runs what is ready at once, then
+// `after_start`, then the loop until the read is done (or 5 s). `then` runs in the
+// completion, after the result is kept.
+ReadResult run_read(net::io_context& io, const std::function<void(net::mutable_buffer, ReadHandler)>& start,
+                    const std::function<void()>& after_start, const ReadHandler& then = {}) {
     ReadResult r;
     std::array<char, 64> buf{};
-    p.stream.async_read_some(net::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
+    start(net::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
         r.done = true;
         r.ec = ec;
         r.bytes.assign(buf.data(), n);
+        if (then) then(ec, n);
     });
-    p.io.restart();
-    p.io.poll();
+    io.restart();
+    io.poll();
     r.done_at_once = r.done;
     if (after_start) after_start();
-    p.io.restart();
-    p.io.run_for(std::chrono::seconds(5));
+    io.restart();
+    io.run_for(std::chrono::seconds(5));
     return r;
+}
+
+ReadResult read_once(Pair& p, const std::function<void()>& after_start = {}) {
+    return run_read(
+        p.io, [&](net::mutable_buffer b, ReadHandler h) { p.stream.async_read_some(b, std::move(h)); }, after_start);
+}
+
+// What a read that starts without a receive first must still get, in order: bytes sent
+// after it started, bytes that came before it started, the peer's close, the last bytes and
+// the close together. `attempts_after`: whether a read after the first attempts a receive.
+void check_next_reads(Pair& p, const std::function<ReadResult(Pair&, const std::function<void()>&)>& read,
+                      bool attempts_after) {
+    SECTION("bytes sent after the read started") {
+        const auto r = read(p, [&] { net::write(p.peer, net::buffer(std::string("abc"))); });
+        CHECK_FALSE(r.done_at_once);
+        REQUIRE(r.done);
+        CHECK_FALSE(r.ec);
+        CHECK(r.bytes == "abc");
+        CHECK(p.stream.attempts_read_first() == attempts_after);
+    }
+    SECTION("bytes that arrived before the read started") {
+        net::write(p.peer, net::buffer(std::string("late")));
+        const auto r = read(p, {});
+        REQUIRE(r.done);
+        CHECK(r.bytes == "late");
+    }
+    SECTION("the peer's close") {
+        p.peer.close();
+        const auto r = read(p, {});
+        REQUIRE(r.done);
+        CHECK(r.ec == net::error::eof);
+    }
+    SECTION("bytes and the close together: the bytes, then the end") {
+        const auto r = read(p, [&] {
+            net::write(p.peer, net::buffer(std::string("last")));
+            p.peer.close();
+        });
+        CHECK(r.bytes == "last");
+        const auto end = read(p, {});
+        REQUIRE(end.done);
+        CHECK(end.ec == net::error::eof);
+    }
 }
 
 }  // namespace
@@ -183,36 +232,8 @@ TEST_CASE("quiet: the next read waits for the socket without a receive first, an
     REQUIRE(p.stream.quiet());
     CHECK_FALSE(p.stream.attempts_read_first());
 
-    SECTION("bytes sent after the read started") {
-        const auto r = read_once(p, [&] { net::write(p.peer, net::buffer(std::string("abc"))); });
-        CHECK_FALSE(r.done_at_once);
-        REQUIRE(r.done);
-        CHECK_FALSE(r.ec);
-        CHECK(r.bytes == "abc");
-        CHECK(p.stream.attempts_read_first());  // the socket was reported readable
-    }
-    SECTION("bytes that arrived between quiet() and the read") {
-        net::write(p.peer, net::buffer(std::string("late")));
-        const auto r = read_once(p);
-        REQUIRE(r.done);
-        CHECK(r.bytes == "late");
-    }
-    SECTION("the peer's close") {
-        p.peer.close();
-        const auto r = read_once(p);
-        REQUIRE(r.done);
-        CHECK(r.ec == net::error::eof);
-    }
-    SECTION("bytes and the close together: the bytes, then the end") {
-        const auto r = read_once(p, [&] {
-            net::write(p.peer, net::buffer(std::string("last")));
-            p.peer.close();
-        });
-        CHECK(r.bytes == "last");
-        const auto end = read_once(p);
-        REQUIRE(end.done);
-        CHECK(end.ec == net::error::eof);
-    }
+    // (quiet() left nothing to say about the next reads: each attempts a receive again)
+    check_next_reads(p, read_once, true);
     SECTION("after a read, the next one attempts a receive again") {
         net::write(p.peer, net::buffer(std::string("one")));
         CHECK(read_once(p).bytes == "one");
@@ -245,21 +266,11 @@ namespace {
 // A read through async_read_reported; its result is reported with read_done as the
 // session does (at once, in the completion) unless `report` is false.
 ReadResult read_reported(Pair& p, bool report = true, const std::function<void()>& after_start = {}) {
-    ReadResult r;
-    static std::array<char, 64> buf{};
-    p.stream.async_read_reported(net::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
-        r.done = true;
-        r.ec = ec;
-        r.bytes.assign(buf.data(), n);
-        if (report && !ec) p.stream.read_done(n, buf.size());
-    });
-    p.io.restart();
-    p.io.poll();
-    r.done_at_once = r.done;
-    if (after_start) after_start();
-    p.io.restart();
-    p.io.run_for(std::chrono::seconds(5));
-    return r;
+    return run_read(
+        p.io, [&](net::mutable_buffer b, ReadHandler h) { p.stream.async_read_reported(b, std::move(h)); }, after_start,
+        [&](boost::system::error_code ec, std::size_t n) {
+            if (report && !ec) p.stream.read_done(n, 64);
+        });
 }
 
 // Runs the event loop for a moment with no read pending: what the socket has is reported
@@ -292,34 +303,9 @@ TEST_CASE("read_done: a read that drained the socket lets the next one wait with
     CHECK(read_reported(p).bytes == "two");
     CHECK_FALSE(p.stream.attempts_read_first());
 
-    SECTION("bytes sent later are read when they come") {
-        const auto r = read_reported(p, true, [&] { net::write(p.peer, net::buffer(std::string("three"))); });
-        CHECK_FALSE(r.done_at_once);
-        REQUIRE(r.done);
-        CHECK(r.bytes == "three");
-    }
-    SECTION("bytes sent before the next read starts") {
-        net::write(p.peer, net::buffer(std::string("four")));
-        const auto r = read_reported(p);
-        REQUIRE(r.done);
-        CHECK(r.bytes == "four");
-    }
-    SECTION("the peer's close, later") {
-        p.peer.close();
-        const auto r = read_reported(p);
-        REQUIRE(r.done);
-        CHECK(r.ec == net::error::eof);
-    }
-    SECTION("bytes and the close together, later: the bytes, then the end") {
-        const auto r = read_reported(p, true, [&] {
-            net::write(p.peer, net::buffer(std::string("last")));
-            p.peer.close();
-        });
-        CHECK(r.bytes == "last");
-        const auto end = read_reported(p);
-        REQUIRE(end.done);
-        CHECK(end.ec == net::error::eof);
-    }
+    // (each drained read reported: the one after it waits again)
+    check_next_reads(p, [](Pair& q, const std::function<void()>& after_start) { return read_reported(q, true, after_start); },
+                     false);
 }
 
 TEST_CASE("read_done: bytes with the close behind them, already reported, still end the connection") {
@@ -420,21 +406,9 @@ struct TlsPair {
     }
 
     ReadResult read(const std::function<void()>& after_start = {}) {
-        ReadResult r;
-        std::array<char, 64> buf{};
-        stream->async_read_some(net::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
-            r.done = true;
-            r.ec = ec;
-            r.bytes.assign(buf.data(), n);
-            io.stop();  // the client may still wait for something (its shutdown's answer)
-        });
-        io.restart();
-        io.poll();
-        r.done_at_once = r.done;
-        if (after_start) after_start();
-        io.restart();
-        io.run_for(std::chrono::seconds(5));
-        return r;
+        return run_read(
+            io, [&](net::mutable_buffer b, ReadHandler h) { stream->async_read_some(b, std::move(h)); }, after_start,
+            [&](boost::system::error_code, std::size_t) { io.stop(); });  // (the client may still wait: its shutdown)
     }
 };
 
