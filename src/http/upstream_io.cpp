@@ -174,12 +174,13 @@ net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, Upstre
             co_return result;
         }
         deadline.arm(conn.stream.socket(), until);
-        auto [ec0, n] = co_await conn.stream.async_read_some(conn.buffer.prepare(8192), nothrow);
+        auto [ec0, n] = co_await conn.stream.async_read_reported(conn.buffer.prepare(8192), nothrow);
         const auto ec = deadline.disarm(ec0);
         if (ec) {
             result.ec = ec;
             co_return result;
         }
+        conn.stream.read_done(n, 8192);
         conn.buffer.commit(n);
     }
 }
