@@ -516,8 +516,9 @@ net::awaitable<Session::Head> Session::read_head(bool first) {
         idle_ = !got_bytes;
         // An idle keep-alive connection keeps no buffer that a large body grew.
         if (!got_bytes && buffer_.capacity() > 16 * 1024) buffer_.shrink_to_fit();
-        constexpr std::size_t asked = 8192;
-        auto [ec, n] = co_await stream_.async_read_reported(buffer_.prepare(asked), nothrow);
+        // (Reported: where it drained the socket, the next read, of the rest of this head, a
+        // body or the next request, waits for the client without a receive first.)
+        auto [ec, n] = co_await stream_.async_read_reported(buffer_.prepare(8192), nothrow);
         idle_ = false;
         if (timed_out_) {
             head.kind = got_bytes ? Head::Kind::timeout : Head::Kind::closed;
@@ -528,9 +529,6 @@ net::awaitable<Session::Head> Session::read_head(bool first) {
             co_return head;  // closed (EOF, reset, or cancelled by a graceful stop)
         }
         buffer_.commit(n);
-        // Drained, nothing behind: the next read (the rest of this head, a body, the next
-        // request) waits for the client without a receive first.
-        stream_.read_done(n, asked);
         if (!got_bytes && n > 0) {
             got_bytes = true;
             if (!first) arm(server().header_timeout);

@@ -266,8 +266,6 @@ private:
             watch_idle();
             auto [ec, n] = co_await stream_.async_read_reported(net::buffer(buffer), nothrow);
             if (ec) break;
-            // (h2c: where it drained the socket, the next read waits without a receive first)
-            stream_.read_done(n, buffer.size());
             if (!codec_.receive(std::string_view(buffer.data(), n))) {
                 report_abuse();
                 kick();

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include <boost/asio/associator.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -35,6 +36,13 @@ struct ReportedRead {
     }
 };
 
+// A read of `socket` into `buffer` whose result is reported before `handler` runs.
+template <class Handler>
+void read_reported(boost::asio::ip::tcp::socket& socket, boost::asio::mutable_buffer buffer, Handler&& handler) {
+    socket.async_read_some(sluice::net::ReadReadiness(socket).buffer(buffer),
+                           ReportedRead<std::decay_t<Handler>>{std::forward<Handler>(handler), &socket, buffer.size()});
+}
+
 // The TCP socket under TLS. OpenSSL's layer reads it whenever it wants more bytes, and on a
 // keep-alive connection the read for the next request found nothing: these reads are
 // reported as a plain connection's request reads are, so that one that drained the socket
@@ -55,8 +63,7 @@ public:
     // (What Asio's TLS layer calls: one buffer, a handler.)
     template <class Handler>
     void async_read_some(const boost::asio::mutable_buffer& buffer, Handler&& handler) {
-        socket_.async_read_some(sluice::net::ReadReadiness(socket_).buffer(buffer),
-                                ReportedRead<std::decay_t<Handler>>{std::forward<Handler>(handler), &socket_, buffer.size()});
+        read_reported(socket_, buffer, std::forward<Handler>(handler));
     }
     template <class ConstBuffers, class Token>
     auto async_write_some(const ConstBuffers& buffers, Token&& token) {
@@ -96,18 +103,19 @@ public:
         return plain_->async_read_some(buffers, std::forward<Token>(token));
     }
 
-    // A read whose caller reports its result with read_done(): where it drained a plain
-    // socket with no close behind, the next read waits for the socket without attempting a
-    // receive first (net/read_readiness.hpp), as for the next request on a keep-alive
-    // connection, which comes later: a receive per request that would find nothing.
+    // A read that reports its result (net/read_readiness.hpp): where it drained the socket
+    // with no close behind, the next read waits for the socket without attempting a receive
+    // first, as for the next request on a keep-alive connection, which comes later: a
+    // receive per request that would find nothing. (Over TLS every read of the socket
+    // underneath is reported: ReportedSocket.)
     template <class Token>
     auto async_read_reported(boost::asio::mutable_buffer buffer, Token&& token) {
         if (tls_) return tls_->async_read_some(buffer, std::forward<Token>(token));
-        return plain_->async_read_some(sluice::net::ReadReadiness(*plain_).buffer(buffer), std::forward<Token>(token));
-    }
-    // After async_read_reported gave `got` bytes without an error, of `asked`.
-    void read_done(std::size_t got, std::size_t asked) {
-        if (!tls_) sluice::net::ReadReadiness(*plain_).read_done(got, asked);
+        return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+            [](auto handler, tcp::socket* socket, boost::asio::mutable_buffer buffer) {
+                read_reported(*socket, buffer, std::move(handler));
+            },
+            token, &*plain_, buffer);
     }
 
     // Over TLS, a sequence of buffers (head, chunk frame, body piece...) is gathered first:
@@ -143,9 +151,9 @@ public:
     // attempt would find nothing, a system call per request.
     bool quiet();
     // Whether the next read first attempts a receive (Asio's "speculative" read): false after
-    // quiet() or read_done() said so, until the socket is next reported. For tests.
+    // quiet() or a reported read said so, until the socket is next reported. For tests.
     bool attempts_read_first();
-    // Whether epoll reports the peer's close on its own (after a read_done). For tests.
+    // Whether epoll reports the peer's close on its own (after a reported read). For tests.
     bool watches_peer_close();
 
 private:

@@ -24,7 +24,6 @@ net::awaitable<void> relay_one_way(Stream& from, Stream& to, std::uint64_t& byte
     std::array<char, 16384> buffer;
     for (;;) {
         auto [ec, n] = co_await from.async_read_reported(net::buffer(buffer), nothrow);
-        if (!ec) from.read_done(n, buffer.size());  // the next message comes later
         boost::system::error_code ignored;
         if (ec) {
             if (ec == net::error::eof) {

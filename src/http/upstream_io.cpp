@@ -117,7 +117,6 @@ net::awaitable<BodyRead> read_body(BodyReader& reader, beast::flat_buffer& in, S
         deadline.arm(stream.socket(), Clock::now() + timeout);
         auto [ec0, n] = co_await stream.async_read_reported(target, nothrow);
         const auto ec = deadline.disarm(ec0);
-        if (!ec) stream.read_done(n, want);  // drained: the next piece comes later
         if (ec == net::error::eof) {
             reader.end_of_input();  // ends a close-delimited body; cuts short any other
             co_return got;
@@ -180,7 +179,6 @@ net::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn, Upstre
             result.ec = ec;
             co_return result;
         }
-        conn.stream.read_done(n, 8192);
         conn.buffer.commit(n);
     }
 }

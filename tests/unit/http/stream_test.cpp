@@ -263,14 +263,17 @@ TEST_CASE("quiet is false for a connection with bytes nobody asked for, or close
 
 namespace {
 
-// A read through async_read_reported; its result is reported with read_done as the
-// session does (at once, in the completion) unless `report` is false.
+// A read through async_read_reported (its result reported in its completion), or with
+// `report` false one that only marks the socket's report word, as it does, and whose result
+// the test reports itself (ReadReadiness::read_done) when it chooses.
 ReadResult read_reported(Pair& p, bool report = true, const std::function<void()>& after_start = {}) {
     return run_read(
-        p.io, [&](net::mutable_buffer b, ReadHandler h) { p.stream.async_read_reported(b, std::move(h)); }, after_start,
-        [&](boost::system::error_code ec, std::size_t n) {
-            if (report && !ec) p.stream.read_done(n, 64);
-        });
+        p.io,
+        [&](net::mutable_buffer b, ReadHandler h) {
+            if (report) return p.stream.async_read_reported(b, std::move(h));
+            p.stream.socket().async_read_some(sluice::net::ReadReadiness(p.stream.socket()).buffer(b), std::move(h));
+        },
+        after_start);
 }
 
 // Runs the event loop for a moment with no read pending: what the socket has is reported
@@ -292,7 +295,7 @@ void register_close_reports(Pair& p) {
 
 }  // namespace
 
-TEST_CASE("read_done: a read that drained the socket lets the next one wait without a receive first") {
+TEST_CASE("reported reads: a read that drained the socket lets the next one wait without a receive first") {
     Pair p;
     CHECK_FALSE(p.stream.watches_peer_close());
     register_close_reports(p);
@@ -308,7 +311,7 @@ TEST_CASE("read_done: a read that drained the socket lets the next one wait with
                      false);
 }
 
-TEST_CASE("read_done: bytes with the close behind them, already reported, still end the connection") {
+TEST_CASE("reported reads: bytes with the close behind them, already reported, still end the connection") {
     Pair p;
     register_close_reports(p);
     // The last bytes and the close arrive and are reported while no read is pending; the
@@ -324,7 +327,7 @@ TEST_CASE("read_done: bytes with the close behind them, already reported, still 
     CHECK(end.ec == net::error::eof);
 }
 
-TEST_CASE("read_done: a report after the receive keeps the next read's receive") {
+TEST_CASE("reported reads: a report after the receive keeps the next read's receive") {
     Pair p;
     register_close_reports(p);
     net::write(p.peer, net::buffer(std::string("a")));
@@ -333,14 +336,14 @@ TEST_CASE("read_done: a report after the receive keeps the next read's receive")
     // More bytes arrive and are reported before the read's result is: they are there.
     net::write(p.peer, net::buffer(std::string("b")));
     collect_reports(p);
-    p.stream.read_done(1, 64);
+    sluice::net::ReadReadiness(p.stream.socket()).read_done(1, 64);
     CHECK(p.stream.attempts_read_first());
     const auto next = read_reported(p);
     REQUIRE(next.done);
     CHECK(next.bytes == "b");
 }
 
-TEST_CASE("read_done: a read that filled its buffer keeps the next read's receive") {
+TEST_CASE("reported reads: a read that filled its buffer keeps the next read's receive") {
     Pair p;
     register_close_reports(p);
     const std::string many(100, 'x');
