@@ -26,7 +26,7 @@ declare -A sources=(
   [time_zone]="src/time/time_zone.cpp src/time/calendar.cpp"
   [query_string]="src/observe/query_string.cpp"
   [access_format]="src/config/access_format.cpp src/observe/access_log.cpp src/observe/json_text.cpp src/observe/log_time.cpp"
-  [h2_codec]="src/http/h2_codec.cpp"
+  [h2_codec]="src/http/h2_codec.cpp src/alloc/library_memory.cpp"
   [key_values]="src/limit/key_values.cpp src/net/cidr.cpp"
   [json]="src/auth/json.cpp"
   [plan_map]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp src/auth/jwt.cpp src/auth/json.cpp"
@@ -40,7 +40,7 @@ declare -A libs=(
   [plan_map]="-lyaml-cpp -lspdlog -lfmt -lssl -lcrypto"
   [pem]="-lssl -lcrypto"
   [access_format]="-lspdlog -lfmt"
-  [h2_codec]="-lnghttp2"
+  [h2_codec]="-lnghttp2 -lcrypto"
   [jwt]="-lssl -lcrypto"
 )
 declare -A cflags=(

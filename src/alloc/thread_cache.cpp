@@ -5,20 +5,25 @@
 // coroutine frames of 1-4 KB, handler memory, strings), and with dozens of connections per
 // worker glibc's own per-thread cache (7 blocks per size, up to 1 KB) overflows, so most
 // of them took malloc's slow paths: ~15 % of the instructions of a request. Here a freed
-// block up to 8 KB goes onto a free list of its size class on the freeing thread, and the
+// block up to 32 KB goes onto a free list of its size class on the freeing thread, and the
 // next allocation of that class on that thread takes it back: a few instructions, no lock.
+// (OpenSSL's and nghttp2's memory comes here too, src/alloc/library_memory.hpp: a TLS
+// connection's 17 KB record buffers are taken and given back on every request.)
 //
-// - Size classes are multiples of 16 bytes. A block is malloc'ed at its class size; a sized
-//   delete gives the class of the size asked for, an unsized one finds it from
-//   malloc_usable_size (>= the class size), so any block on the list of class k has room
-//   for k * 16 bytes.
+// - Size classes are multiples of 16 bytes up to 8 KB, of 1 KB from there to 32 KB. A block
+//   is malloc'ed at its class size; a sized delete gives the class of the size asked for,
+//   an unsized one finds it from malloc_usable_size (the largest class that fits in it),
+//   so any block on the list of a class has room for that class's size.
 // - A block freed on another thread than the one that allocated it simply joins the
 //   freeing thread's cache: blocks are plain malloc memory.
-// - Bounded: at most 256 blocks per class and 2 MB per thread; past that, free().
+// - Bounded: at most 256 blocks per class and 2 MB per thread of blocks up to 8 KB, and
+//   1 MB of larger ones (so that a thread holding many idle TLS buffers still caches its
+//   small blocks); past that, free().
 // - A thread's cache is given back to malloc when the thread ends; after that (late
 //   destructors) that thread goes straight to malloc/free.
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -27,10 +32,34 @@
 namespace {
 
 constexpr std::size_t granule = 16;
-constexpr std::size_t max_block = 8192;
-constexpr std::size_t classes = max_block / granule + 1;
+constexpr std::size_t small_max = 8192;  // classes of `granule` up to here
+constexpr std::size_t large_granule = 1024;
+constexpr std::size_t max_block = 32768;
+constexpr std::size_t small_classes = small_max / granule + 1;  // class c: c * 16 bytes
+constexpr std::size_t classes = small_classes + (max_block - small_max) / large_granule;
 constexpr std::uint32_t max_per_class = 256;
-constexpr std::size_t max_bytes = 2 << 20;
+constexpr std::size_t max_small_bytes = 2 << 20;
+constexpr std::size_t max_large_bytes = 1 << 20;
+
+// The class whose blocks serve `size` bytes (size <= max_block).
+constexpr std::size_t class_for(std::size_t size) {
+    return size <= small_max ? (size + granule - 1) / granule
+                             : small_classes - 1 + (size - small_max + large_granule - 1) / large_granule;
+}
+// Bytes a block of class `c` has room for.
+constexpr std::size_t class_size(std::size_t c) {
+    return c < small_classes ? c * granule : small_max + (c - (small_classes - 1)) * large_granule;
+}
+// The largest class a block of `usable` bytes serves (classes when it is larger than any).
+constexpr std::size_t class_within(std::size_t usable) {
+    return usable < small_max + large_granule ? std::min(usable / granule, small_classes - 1)
+                                              : small_classes - 1 + (usable - small_max) / large_granule;
+}
+static_assert(class_for(small_max) == small_classes - 1 && class_size(small_classes - 1) == small_max);
+static_assert(class_for(small_max + 1) == small_classes && class_size(small_classes) == small_max + large_granule);
+static_assert(class_for(max_block) == classes - 1 && class_size(classes - 1) == max_block);
+static_assert(class_within(max_block + large_granule - 1) == classes - 1 && class_within(max_block + large_granule) == classes);
+static_assert(class_within(small_max + large_granule - 1) == small_classes - 1);
 
 struct FreeBlock {
     FreeBlock* next;
@@ -40,7 +69,7 @@ struct FreeBlock {
 struct Cache {
     FreeBlock* head[classes];
     std::uint32_t count[classes];
-    std::size_t bytes;
+    std::size_t bytes[2];  // held in blocks up to small_max, and in larger ones
     bool registered;  // the Release below is armed for this thread
     bool released;    // the thread is ending: no more caching
 };
@@ -55,7 +84,7 @@ void release_all() {
         }
         cache.count[c] = 0;
     }
-    cache.bytes = 0;
+    cache.bytes[0] = cache.bytes[1] = 0;
 }
 
 struct Release {
@@ -70,14 +99,14 @@ thread_local Release release;
 void* allocate(std::size_t size) {
     if (size == 0) size = 1;
     if (size <= max_block) {
-        const std::size_t c = (size + granule - 1) / granule;
+        const std::size_t c = class_for(size);
         if (auto* block = cache.head[c]) {
             cache.head[c] = block->next;
             --cache.count[c];
-            cache.bytes -= c * granule;
+            cache.bytes[c >= small_classes] -= class_size(c);
             return block;
         }
-        size = c * granule;
+        size = class_size(c);
     }
     for (;;) {
         if (void* p = std::malloc(size)) return p;
@@ -87,9 +116,11 @@ void* allocate(std::size_t size) {
     }
 }
 
-// Takes back a block of size class `c` (c * 16 bytes fit in it); c >= classes: not cached.
+// Takes back a block of size class `c` (class_size(c) bytes fit in it); c >= classes: not cached.
 void take_back(void* p, std::size_t c) noexcept {
-    if (c < classes && !cache.released && cache.count[c] < max_per_class && cache.bytes + c * granule <= max_bytes) {
+    const bool large = c >= small_classes;
+    if (c < classes && !cache.released && cache.count[c] < max_per_class &&
+        cache.bytes[large] + class_size(c) <= (large ? max_large_bytes : max_small_bytes)) {
         if (!cache.registered) {
             cache.registered = true;
             (void)&release;  // constructs this thread's Release: it empties the cache at thread end
@@ -98,14 +129,14 @@ void take_back(void* p, std::size_t c) noexcept {
         block->next = cache.head[c];
         cache.head[c] = block;
         ++cache.count[c];
-        cache.bytes += c * granule;
+        cache.bytes[large] += class_size(c);
         return;
     }
     std::free(p);
 }
 
 void deallocate(void* p) noexcept {
-    if (p) take_back(p, malloc_usable_size(p) / granule);
+    if (p) take_back(p, class_within(malloc_usable_size(p)));
 }
 
 // C++14 sized delete: `size` is what new was asked for, so its class is the one allocate
@@ -113,7 +144,7 @@ void deallocate(void* p) noexcept {
 void deallocate_sized(void* p, std::size_t size) noexcept {
     if (!p) return;
     if (size == 0) size = 1;
-    take_back(p, size <= max_block ? (size + granule - 1) / granule : classes);
+    take_back(p, size <= max_block ? class_for(size) : classes);
 }
 
 void* allocate_or_throw(std::size_t size) {

@@ -5,6 +5,8 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include "alloc/library_memory.hpp"
+
 namespace sluice::http {
 
 std::string_view h2_abuse_name(H2Abuse abuse) {
@@ -194,7 +196,7 @@ H2Codec::H2Codec(Handler& handler, const H2Settings& settings) : handler_(handle
     nghttp2_option_set_stream_reset_rate_limit(option, 2ull * settings_.max_resets_per_second + 1,
                                                2ull * settings_.max_resets_per_second + 1);
     nghttp2_option_set_max_continuations(option, settings_.max_continuations + 1);
-    nghttp2_session_server_new2(&session_, callbacks, this, option);
+    nghttp2_session_server_new3(&session_, callbacks, this, option, alloc::nghttp2_memory());
     nghttp2_option_del(option);
     nghttp2_session_callbacks_del(callbacks);
 

@@ -75,11 +75,11 @@ TEST_CASE("thread cache: a sized delete returns the block to the class of its si
         void* one = ::operator new(1);
         zero_is_one = one == zero;
         ::operator delete(one, 1);
-        // Beyond the largest class blocks go back to malloc, sized or not.
+        // Beyond the largest class (32 KB) blocks go back to malloc, sized or not.
         const auto before = in_use();
-        void* big = ::operator new(20000);
+        void* big = ::operator new(40000);
         big_taken = in_use() > before;
-        ::operator delete(big, 20000);
+        ::operator delete(big, 40000);
         big_back = in_use() == before;
     }).join();
     CHECK(same_class);
@@ -91,7 +91,7 @@ TEST_CASE("thread cache: a sized delete returns the block to the class of its si
 
 TEST_CASE("thread cache: every block has room for what was asked, at every size", "[alloc]") {
     std::vector<std::pair<unsigned char*, std::size_t>> blocks;
-    for (std::size_t size : {0, 1, 15, 16, 17, 1000, 1024, 1025, 4095, 8192, 8193, 100000}) {
+    for (std::size_t size : {0, 1, 15, 16, 17, 1000, 1024, 1025, 4095, 8192, 8193, 9216, 9217, 17000, 32768, 32769, 100000}) {
         for (int round = 0; round < 6; ++round) {
             auto* p = static_cast<unsigned char*>(::operator new(size));
             CHECK(malloc_usable_size(p) >= size);
@@ -108,7 +108,7 @@ TEST_CASE("thread cache: every block has room for what was asked, at every size"
         if (sized) ::operator delete(p, size); else ::operator delete(p);
         sized = !sized;
     }
-    for (std::size_t size : {0, 1, 15, 16, 17, 1000, 1024, 1025, 4095, 8192, 8193}) {
+    for (std::size_t size : {0, 1, 15, 16, 17, 1000, 1024, 1025, 4095, 8192, 8193, 9216, 9217, 17000, 32768}) {
         for (int round = 0; round < 6; ++round) {
             auto* p = static_cast<unsigned char*>(::operator new(size));
             CHECK(malloc_usable_size(p) >= size);
@@ -153,4 +153,32 @@ TEST_CASE("thread cache: bounded per thread", "[alloc]") {
         CHECK(in_use() < held - (8u << 20));
     }).join();
     CHECK(in_use() < before + (1u << 20));
+}
+
+TEST_CASE("thread cache: blocks over 8 KB have a budget of their own", "[alloc]") {
+    // A TLS record buffer (17 KB) is taken back and handed out again; many of them (idle TLS
+    // connections' buffers) fill at most 1 MB, and small blocks are still cached beside them.
+    bool reused = false, small_reused = false, bounded = false;
+    std::thread([&] {
+        void* a = ::operator new(17000);
+        ::operator delete(a);  // unsized: the class from malloc_usable_size
+        void* b = ::operator new(16900);  // the same 1 KB class (16385..17408)
+        reused = b == a;
+        ::operator delete(b, 16900);
+
+        std::vector<void*> big;
+        for (int i = 0; i < 200; ++i) big.push_back(::operator new(17000));  // 3.4 MB
+        const auto held = in_use();
+        for (void* p : big) ::operator delete(p, 17000);
+        bounded = in_use() < held - (2u << 20);  // at most 1 MB of them stayed
+        void* small = ::operator new(200);
+        const auto address = reinterpret_cast<std::uintptr_t>(small);
+        ::operator delete(small, 200);
+        small = ::operator new(200);
+        small_reused = reinterpret_cast<std::uintptr_t>(small) == address;
+        ::operator delete(small, 200);
+    }).join();
+    CHECK(reused);
+    CHECK(bounded);
+    CHECK(small_reused);
 }
