@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -75,7 +78,7 @@ bool is_grpc(const H2Request& request) {
 // One stream: its request's state and what the connection tells it (body bytes, the end of
 // the body, room for more response, the stream's end).
 struct H2Stream {
-    H2Stream(std::int32_t stream_id, const net::any_io_executor& executor) : id(stream_id), wake(executor), timer(executor) {}
+    explicit H2Stream(std::int32_t stream_id) : id(stream_id) {}
     std::int32_t id;
     H2Request request;
     std::string body;  // request body received, not yet forwarded
@@ -83,45 +86,112 @@ struct H2Stream {
     bool body_end = false;
     bool discard = false;  // answered before its body ended: what still comes is read and dropped
     bool closed = false;  // the stream is gone (reset by the client, or the connection ended)
-    net::steady_timer wake;   // cancelled when something above changes
-    net::steady_timer timer;  // deadlines of its upstream operations
+    // Cancelled when something above changes; made when the stream first waits (most
+    // streams never do: a timer made costs a lookup of Asio's timer service, under its lock).
+    std::optional<net::steady_timer> wake;
+    // Its upstream operation under way (StreamDeadlines): the socket, and when it times out.
     tcp::socket* upstream_socket = nullptr;
+    Clock::time_point upstream_deadline = Clock::time_point::max();
     bool timed_out = false;
-    std::uint64_t deadline_generation = 0;
+    bool armed = false;  // in StreamDeadlines' list
 
-    void notify() { wake.cancel(); }
+    void notify() {
+        if (wake) wake->cancel();
+    }
+    net::steady_timer& wake_timer(const net::any_io_executor& executor) {
+        if (!wake) wake.emplace(executor);
+        return *wake;
+    }
     // Waits for notify(), at most `limit`; false when the limit passed.
-    net::awaitable<bool> wait(config::Duration limit) {
-        wake.expires_after(limit);
-        auto [ec] = co_await wake.async_wait(nothrow);
+    net::awaitable<bool> wait(const net::any_io_executor& executor, config::Duration limit) {
+        auto& timer = wake_timer(executor);
+        timer.expires_after(limit);
+        auto [ec] = co_await timer.async_wait(nothrow);
         co_return ec == net::error::operation_aborted;
     }
 };
 
-// The stream's upstream deadlines: a timer of its own (streams of one connection run at once).
-class StreamDeadline final : public IoDeadline {
+// The upstream deadlines of a connection's streams, on one timer: it waits for the earliest,
+// and is started again only when a deadline comes before the one it waits for (a deadline
+// set later, as each next read's is, waits for the timer to come round: it then waits again
+// for what is left). A timer per stream, set and cancelled for every upstream read, cost
+// two timer-queue operations under the reactor's lock and a handler per read.
+class StreamDeadlines {
 public:
-    explicit StreamDeadline(std::shared_ptr<H2Stream> s) : s_(std::move(s)) {}
-    void arm(tcp::socket& socket, Clock::time_point until) override {
-        s_->timed_out = false;
-        s_->upstream_socket = &socket;
-        s_->timer.expires_at(until);
-        s_->timer.async_wait([s = s_, generation = ++s_->deadline_generation](boost::system::error_code ec) {
-            if (ec || generation != s->deadline_generation || !s->upstream_socket) return;
-            s->timed_out = true;
-            boost::system::error_code ignored;
-            s->upstream_socket->cancel(ignored);
+    explicit StreamDeadlines(const net::any_io_executor& executor) : timer_(executor) {}
+
+    void arm(H2Stream& s, tcp::socket& socket, Clock::time_point until) {
+        s.timed_out = false;
+        s.upstream_socket = &socket;
+        s.upstream_deadline = until;
+        if (!s.armed) {
+            s.armed = true;
+            armed_.push_back(&s);
+        }
+        if (!waiting_ || until < expiry_) start(until);
+    }
+    void disarm(H2Stream& s) {
+        s.upstream_socket = nullptr;
+        s.upstream_deadline = Clock::time_point::max();
+        if (!s.armed) return;
+        s.armed = false;
+        auto it = std::find(armed_.begin(), armed_.end(), &s);
+        *it = armed_.back();
+        armed_.pop_back();
+    }
+
+private:
+    void start(Clock::time_point until) {
+        waiting_ = true;
+        expiry_ = until;
+        timer_.expires_at(until);  // (a wait for a later time ends as aborted)
+        timer_.async_wait([this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
+            if (ec || alive.expired()) return;
+            fire();
         });
     }
+    void fire() {
+        waiting_ = false;
+        const auto now = Clock::now();
+        auto next = Clock::time_point::max();
+        for (H2Stream* s : armed_) {
+            if (s->upstream_deadline > now) {
+                next = std::min(next, s->upstream_deadline);
+                continue;
+            }
+            if (!s->upstream_socket || s->upstream_deadline == Clock::time_point::max()) continue;
+            s->timed_out = true;
+            s->upstream_deadline = Clock::time_point::max();
+            boost::system::error_code ignored;
+            s->upstream_socket->cancel(ignored);
+        }
+        if (next != Clock::time_point::max()) start(next);
+    }
+
+    net::steady_timer timer_;
+    std::vector<H2Stream*> armed_;  // streams with an upstream operation under way
+    bool waiting_ = false;
+    Clock::time_point expiry_{};  // what the timer waits for, while waiting_
+    std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // its handler holds it weakly
+};
+
+// A stream's upstream deadline, for the upstream operations (upstream_io.hpp); it takes the
+// stream off the list when it ends however it ends.
+class StreamDeadline final : public IoDeadline {
+public:
+    StreamDeadline(StreamDeadlines& deadlines, std::shared_ptr<H2Stream> s) : deadlines_(deadlines), s_(std::move(s)) {}
+    ~StreamDeadline() override { deadlines_.disarm(*s_); }
+    StreamDeadline(const StreamDeadline&) = delete;
+    StreamDeadline& operator=(const StreamDeadline&) = delete;
+    void arm(tcp::socket& socket, Clock::time_point until) override { deadlines_.arm(*s_, socket, until); }
     boost::system::error_code disarm(boost::system::error_code ec) override {
-        ++s_->deadline_generation;
-        s_->timer.cancel();
-        s_->upstream_socket = nullptr;
+        deadlines_.disarm(*s_);
         if (s_->timed_out && ec == net::error::operation_aborted) return beast::error::timeout;
         return ec;
     }
 
 private:
+    StreamDeadlines& deadlines_;
     std::shared_ptr<H2Stream> s_;
 };
 
@@ -130,7 +200,8 @@ public:
     H2Connection(server::Worker& worker, Stream& stream, std::string_view peer_ip, const H2Settings& settings)
         : worker_(worker), stream_(stream), peer_ip_(peer_ip), peer_address_(sluice::net::IpAddress::parse(peer_ip)),
           codec_(*this, settings), kick_(stream.get_executor()),
-          reader_done_(stream.get_executor()), idle_(stream.get_executor()), head_timer_(stream.get_executor()) {}
+          reader_done_(stream.get_executor()), idle_(stream.get_executor()), head_timer_(stream.get_executor()),
+          deadlines_(stream.get_executor()) {}
 
     net::awaitable<void> run(std::string_view early) {
         auto self = shared_from_this();
@@ -163,11 +234,11 @@ public:
 
     // H2Codec::Handler
     void on_request(std::int32_t id, H2Request request) override {
-        auto s = std::make_shared<H2Stream>(id, stream_.get_executor());
+        auto s = std::make_shared<H2Stream>(id);
         s->request = std::move(request);
         s->body_end = s->request.end_stream;
         streams_[id] = s;
-        idle_.cancel();
+        // (The idle timer, if it waits, finds a stream under way when it fires.)
         net::co_spawn(stream_.get_executor(), [self = shared_from_this(), s]() { return self->serve(s); },
                       [](std::exception_ptr e) {
                           if (!e) return;
@@ -219,13 +290,26 @@ private:
 
     // An idle connection (no stream under way) is closed after idle_timeout, counted from
     // the last frame read or the last stream's end, whichever came later.
+    // Only the deadline moves (before every read): the timer is started again only when it
+    // does not wait or waits for a later time, and when it fires before the deadline it
+    // waits again for what is left.
     void watch_idle() {
         if (!streams_.empty() || stopping_ || !reading_) return;
+        idle_deadline_ = Clock::now() + worker_.snapshot()->config->server.idle_timeout;
+        if (!idle_waiting_ || idle_deadline_ < idle_expiry_) wait_idle(idle_deadline_);
+    }
+    void wait_idle(Clock::time_point until) {
         auto self = weak_from_this().lock();
         if (!self) return;
-        idle_.expires_after(worker_.snapshot()->config->server.idle_timeout);
+        idle_waiting_ = true;
+        idle_expiry_ = until;
+        idle_.expires_at(until);  // (a wait for a later time ends as aborted)
         idle_.async_wait([self](boost::system::error_code ec) {
-            if (ec || !self->streams_.empty()) return;
+            if (ec) return;
+            self->idle_waiting_ = false;
+            // A stream under way: watch_idle starts it again when the last one ends.
+            if (!self->streams_.empty() || self->stopping_ || !self->reading_) return;
+            if (Clock::now() < self->idle_deadline_) return self->wait_idle(self->idle_deadline_);
             self->stop();
         });
     }
@@ -391,9 +475,10 @@ private:
             const auto hold_started = Clock::now();
             const auto until = hold_started + x.wait;
             x.snap.metrics->requests_waiting.fetch_add(1, std::memory_order_relaxed);
+            auto& wake = s.wake_timer(stream_.get_executor());
             while (!s.closed && Clock::now() < until) {
-                s.wake.expires_at(until);
-                co_await s.wake.async_wait(nothrow);
+                wake.expires_at(until);
+                co_await wake.async_wait(nothrow);
             }
             x.snap.metrics->requests_waiting.fetch_sub(1, std::memory_order_relaxed);
             x.snap.metrics->wait_time.observe(std::chrono::duration<double>(Clock::now() - hold_started).count());
@@ -424,7 +509,7 @@ private:
         auto& rec = x.rec;
         const auto& req = x.request;
         const bool is_head = req.method() == bhttp::verb::head;
-        StreamDeadline deadline(sp);
+        StreamDeadline deadline(deadlines_, sp);
         std::string head;
         const RequestOnward onward = request_onward(req, parsed.body, parsed.length, upstream_cfg.name,
                                                     {peer_ip_, x.peer_trusted, 20, stream_.is_tls()}, rec.request_id, head);
@@ -463,7 +548,7 @@ private:
                 s.body.erase(0, n);
                 const bool body_done = s.body_end && s.body.empty();
                 if (!first && n == 0 && !body_done) {
-                    if (!co_await s.wait(cfg.server.idle_timeout) && !s.closed) {
+                    if (!co_await s.wait(stream_.get_executor(), cfg.server.idle_timeout) && !s.closed) {
                         conn.reset();
                         co_return answer(s, x, local_problem(408, "request body not received in time"));
                     }
@@ -566,7 +651,7 @@ private:
                 // A client that does not read (its window stays shut) holds at most
                 // response_buffer_bytes here, and no more is read from the upstream.
                 while (codec_.buffered(s.id) >= response_buffer_bytes && !s.closed)
-                    if (!co_await s.wait(cfg.server.idle_timeout)) break;
+                    if (!co_await s.wait(stream_.get_executor(), cfg.server.idle_timeout)) break;
                 if (s.closed) co_return;
                 if (codec_.buffered(s.id) >= response_buffer_bytes) {
                     codec_.reset(s.id, 8 /* CANCEL */);
@@ -603,7 +688,11 @@ private:
     net::steady_timer kick_;         // the writer waits on it
     net::steady_timer reader_done_;  // run() waits on it for the reader
     net::steady_timer idle_;
+    Clock::time_point idle_deadline_{};  // watch_idle: when the connection, idle, is closed
+    Clock::time_point idle_expiry_{};    // what idle_ waits for, while idle_waiting_
+    bool idle_waiting_ = false;
     net::steady_timer head_timer_;   // the open request head's header_timeout (watch_head)
+    StreamDeadlines deadlines_;      // the streams' upstream operations'
     std::uint64_t head_block_ = 0;   // the block it times, 0: none
     bool reading_ = false;
     bool stopping_ = false;

@@ -91,6 +91,31 @@ class H2Client:
         self.events.extend(events)
         return events
 
+    def send(self, method, path):
+        """Sends a request without a body; its stream id (answers: wait_streams)."""
+        sid = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(sid, [(":method", method), (":scheme", "http"), (":authority", "app.test"),
+                                     (":path", path)], end_stream=True)
+        self.flush()
+        return sid
+
+    def wait_streams(self, sids):
+        """{stream id: (status, time.monotonic() when it ended)} once every one of `sids` ended."""
+        status, ended = {}, {}
+        while len(ended) < len(sids):
+            events = self.pump()
+            if events is None:
+                raise AssertionError("connection closed")
+            for e in events:
+                if isinstance(e, h2.events.ResponseReceived):
+                    status[e.stream_id] = int(dict(e.headers)[":status"])
+                elif isinstance(e, h2.events.DataReceived):
+                    self.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                    self.flush()
+                elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) and e.stream_id in sids:
+                    ended[e.stream_id] = (status.get(e.stream_id), time.monotonic())
+        return ended
+
     def request(self, method, path, headers=(), body=None):
         """(status, {headers}, body) of one request; body sent in pieces as the windows allow."""
         sid = self.conn.get_next_available_stream_id()
@@ -523,6 +548,45 @@ class Http2Test(SluiceTestCase):
         self.upstream.behaviour = by_path({"/slow": delayed(2.0, respond(200, b"late"))}, default=echo())
         status, _, body = self.client().request("GET", "/slow")
         self.assertEqual((status, body), (200, b"late"))
+
+    def test_activity_keeps_a_connection_open_past_idle_timeout(self):
+        # The idle deadline moves with every frame read: requests every 0.4 s for 2.4 s keep a
+        # connection with a 1 s idle_timeout open; after the last one it ends about 1 s later.
+        self.start(server={"idle_timeout": "1s"})
+        c = self.client()
+        for i in range(7):
+            self.assertEqual(c.request("GET", f"/busy/{i}")[0], 200, f"request {i}")
+            time.sleep(0.4)
+        last = time.monotonic() - 0.4
+        goaway = self.wait_goaway(c)
+        self.assertIsNotNone(goaway)
+        self.assertEqual(goaway.error_code, 0)  # NO_ERROR
+        self.assertGreaterEqual(time.monotonic() - last, 0.8)
+
+    def test_streams_of_one_connection_time_out_upstream_each_on_its_own_deadline(self):
+        # upstream timeout 1 s. On one connection: /slow (the upstream answers after 3 s) is
+        # 504 after about 1 s, while /fast streams sent beside it and after it are answered;
+        # a /slow sent 0.6 s later times out about 1 s after its own start, not the first's.
+        self.start(upstream=by_path({"/slow": delayed(3.0, respond(200, b"late"))}, default=echo()),
+                   extra={"upstreams": {"app": {"timeout": "1s"}}})
+        c = self.client()
+        started = time.monotonic()
+        first = c.send("GET", "/slow")
+        fast = c.send("GET", "/fast/1")
+        time.sleep(0.6)
+        second = c.send("GET", "/slow")
+        second_sent = time.monotonic()
+        later_fast = c.send("GET", "/fast/2")
+        ended = c.wait_streams([first, fast, second, later_fast])
+        self.assertEqual(ended[fast][0], 200)
+        self.assertEqual(ended[later_fast][0], 200)
+        self.assertEqual(ended[first][0], 504)
+        self.assertEqual(ended[second][0], 504)
+        self.assertGreaterEqual(ended[first][1] - started, 0.9)
+        self.assertLess(ended[first][1] - started, 2.5)
+        self.assertGreaterEqual(ended[second][1] - second_sent, 0.9, "timed out by the first stream's deadline")
+        self.assertLess(ended[second][1] - second_sent, 2.5)
+        self.assertEqual(c.request("GET", "/fast/3")[0], 200)  # the connection goes on
 
     def test_a_reload_keeps_the_connection_and_its_next_streams_use_the_new_limits(self):
         self.start([limited_route("api", None)])
