@@ -41,10 +41,10 @@ constexpr std::uint32_t max_per_class = 256;
 constexpr std::size_t max_small_bytes = 2 << 20;
 constexpr std::size_t max_large_bytes = 1 << 20;
 
-// The class whose blocks serve `size` bytes (size <= max_block).
-constexpr std::size_t class_for(std::size_t size) {
-    return size <= small_max ? (size + granule - 1) / granule
-                             : small_classes - 1 + (size - small_max + large_granule - 1) / large_granule;
+// The class of the blocks that serve `size` bytes, up to small_max, and past it (up to max_block).
+constexpr std::size_t small_class_for(std::size_t size) { return (size + granule - 1) / granule; }
+constexpr std::size_t large_class_for(std::size_t size) {
+    return small_classes - 1 + (size - small_max + large_granule - 1) / large_granule;
 }
 // Bytes a block of class `c` has room for.
 constexpr std::size_t class_size(std::size_t c) {
@@ -55,9 +55,9 @@ constexpr std::size_t class_within(std::size_t usable) {
     return usable < small_max + large_granule ? std::min(usable / granule, small_classes - 1)
                                               : small_classes - 1 + (usable - small_max) / large_granule;
 }
-static_assert(class_for(small_max) == small_classes - 1 && class_size(small_classes - 1) == small_max);
-static_assert(class_for(small_max + 1) == small_classes && class_size(small_classes) == small_max + large_granule);
-static_assert(class_for(max_block) == classes - 1 && class_size(classes - 1) == max_block);
+static_assert(small_class_for(small_max) == small_classes - 1 && class_size(small_classes - 1) == small_max);
+static_assert(large_class_for(small_max + 1) == small_classes && class_size(small_classes) == small_max + large_granule);
+static_assert(large_class_for(max_block) == classes - 1 && class_size(classes - 1) == max_block);
 static_assert(class_within(max_block + large_granule - 1) == classes - 1 && class_within(max_block + large_granule) == classes);
 static_assert(class_within(small_max + large_granule - 1) == small_classes - 1);
 
@@ -69,7 +69,8 @@ struct FreeBlock {
 struct Cache {
     FreeBlock* head[classes];
     std::uint32_t count[classes];
-    std::size_t bytes[2];  // held in blocks up to small_max, and in larger ones
+    std::size_t small_bytes;  // held in blocks of up to small_max
+    std::size_t large_bytes;  // held in larger ones
     bool registered;  // the Release below is armed for this thread
     bool released;    // the thread is ending: no more caching
 };
@@ -84,7 +85,7 @@ void release_all() {
         }
         cache.count[c] = 0;
     }
-    cache.bytes[0] = cache.bytes[1] = 0;
+    cache.small_bytes = cache.large_bytes = 0;
 }
 
 struct Release {
@@ -96,16 +97,27 @@ struct Release {
 
 thread_local Release release;
 
+// A block of class `c` from the cache, nullptr when it holds none.
+template <bool Large>
+[[gnu::always_inline]] inline FreeBlock* take(std::size_t c) {
+    auto* block = cache.head[c];
+    if (block) {
+        cache.head[c] = block->next;
+        --cache.count[c];
+        (Large ? cache.large_bytes : cache.small_bytes) -= class_size(c);
+    }
+    return block;
+}
+
 void* allocate(std::size_t size) {
     if (size == 0) size = 1;
-    if (size <= max_block) {
-        const std::size_t c = class_for(size);
-        if (auto* block = cache.head[c]) {
-            cache.head[c] = block->next;
-            --cache.count[c];
-            cache.bytes[c >= small_classes] -= class_size(c);
-            return block;
-        }
+    if (size <= small_max) {
+        const std::size_t c = small_class_for(size);
+        if (auto* block = take<false>(c)) return block;
+        size = class_size(c);
+    } else if (size <= max_block) {
+        const std::size_t c = large_class_for(size);
+        if (auto* block = take<true>(c)) return block;
         size = class_size(c);
     }
     for (;;) {
@@ -116,11 +128,13 @@ void* allocate(std::size_t size) {
     }
 }
 
-// Takes back a block of size class `c` (class_size(c) bytes fit in it); c >= classes: not cached.
-void take_back(void* p, std::size_t c) noexcept {
-    const bool large = c >= small_classes;
-    if (c < classes && !cache.released && cache.count[c] < max_per_class &&
-        cache.bytes[large] + class_size(c) <= (large ? max_large_bytes : max_small_bytes)) {
+// Takes back a block of class `c` (class_size(c) bytes fit in it), of the classes up to
+// small_max or of the larger ones (each kind with its own budget).
+template <bool Large>
+[[gnu::always_inline]] inline void take_back(void* p, std::size_t c) noexcept {
+    const std::size_t bytes = class_size(c);
+    std::size_t& held = Large ? cache.large_bytes : cache.small_bytes;
+    if (!cache.released && cache.count[c] < max_per_class && held + bytes <= (Large ? max_large_bytes : max_small_bytes)) {
         if (!cache.registered) {
             cache.registered = true;
             (void)&release;  // constructs this thread's Release: it empties the cache at thread end
@@ -129,14 +143,18 @@ void take_back(void* p, std::size_t c) noexcept {
         block->next = cache.head[c];
         cache.head[c] = block;
         ++cache.count[c];
-        cache.bytes[large] += class_size(c);
+        held += bytes;
         return;
     }
     std::free(p);
 }
 
 void deallocate(void* p) noexcept {
-    if (p) take_back(p, class_within(malloc_usable_size(p)));
+    if (!p) return;
+    const std::size_t c = class_within(malloc_usable_size(p));
+    if (c < small_classes) take_back<false>(p, c);
+    else if (c < classes) take_back<true>(p, c);
+    else std::free(p);
 }
 
 // C++14 sized delete: `size` is what new was asked for, so its class is the one allocate
@@ -144,7 +162,9 @@ void deallocate(void* p) noexcept {
 void deallocate_sized(void* p, std::size_t size) noexcept {
     if (!p) return;
     if (size == 0) size = 1;
-    take_back(p, size <= max_block ? class_for(size) : classes);
+    if (size <= small_max) take_back<false>(p, small_class_for(size));
+    else if (size <= max_block) take_back<true>(p, large_class_for(size));
+    else std::free(p);
 }
 
 void* allocate_or_throw(std::size_t size) {
