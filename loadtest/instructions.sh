@@ -23,7 +23,10 @@
 # proxy with one worker and run.sh's forwarding, under callgrind the same way; not in the
 # default list), nginx_limit_req (the same nginx with its own per-node limiter keyed on the
 # client, as run.sh's clients100k_limit_req: the reference for clients100k_memory, issue 24's
-# goal 5). HEADERS=browser: every request carries the fields a browser sends (12 with
+# goal 5), https and h2 (no limits, over TLS: kept-alive HTTPS connections from wrk, and
+# HTTP/2 from h2load with one stream at a time per connection; a P-256 certificate made by
+# scripts/dev_tls.sh), nginx_https and nginx_h2 (the same nginx with `listen ... ssl` and
+# `ssl http2`, the same certificate: their references). HEADERS=browser: every request carries the fields a browser sends (12 with
 # Host: User-Agent, Accept, Accept-Language, Accept-Encoding, Referer, Cookie, Sec-Fetch-*,
 # ...; about 560 bytes of head) instead of wrk's Host alone. Needs valgrind, nginx, redis-server, wrk
 # (loadtest/run.sh installs the last three). The profiles stay in OUT (default a temporary
@@ -58,6 +61,9 @@ esac
 for tool in $TOOLS redis-server redis-cli wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "instructions: $tool is missing" >&2; exit 1; }
 done
+case " $SCENARIOS " in
+  *" h2 "*|*" nginx_h2 "*) command -v h2load >/dev/null || { echo "instructions: h2load is missing (nghttp2-client)" >&2; exit 1; } ;;
+esac
 [ -x "$NGINX" ] || { echo "instructions: nginx is missing" >&2; exit 1; }
 [ -x "$SLUICE" ] || { echo "instructions: no sluice binary at $SLUICE (make build)" >&2; exit 1; }
 
@@ -102,6 +108,21 @@ for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" PING >/dev/null 2>&1 && break;
 # With COUNT=syscalls, COMMAND runs as it is and `perf stat` counts its system calls (by
 # kind) and context switches while wrk runs; `counts` is left in DIR/perf.txt.
 SYSCALL_KINDS="recvfrom recvmsg read readv sendto sendmsg write writev epoll_wait epoll_ctl"
+# load DURATION URL SCRIPT: CONNS connections busy for DURATION (wrk; h2load with one stream
+# per connection where H2LOAD is set), its report on stdout; `served FILE` reads the requests
+# it counted from that report.
+load() {
+  if [ -n "${H2LOAD:-}" ]; then
+    h2load -t1 -c"$CONNS" -m1 -D"${1%s}" "$2"
+  else
+    # shellcheck disable=SC2086
+    wrk -t1 -c"$CONNS" -d"$1" "${WRK_HEADERS[@]}" $3 "$2"
+  fi
+}
+served() {
+  if [ -n "${H2LOAD:-}" ]; then awk '/^requests:/ { print $8 }' "$1"
+  else awk '/requests in/ { print $1 }' "$1"; fi
+}
 profile() {
   local dir=$1 what=$2 ready_url=$3 load_url=$4 stop=$5 script=$6
   shift 6
@@ -110,34 +131,30 @@ profile() {
     local pid=$! ready=0 events="raw_syscalls:sys_enter,context-switches" kind
     PIDS+=("$pid")
     for kind in $SYSCALL_KINDS; do events="$events,syscalls:sys_enter_$kind"; done
-    for _ in $(seq 100); do curl -sf "$ready_url" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.1; done
+    for _ in $(seq 100); do curl -sfk "$ready_url" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.1; done
     [ "$ready" = 1 ] || { echo "instructions: $what did not get ready ($scenario)" >&2; tail -5 "$dir/$what.log" >&2; exit 1; }
-    # shellcheck disable=SC2086
-    wrk -t1 -c"$CONNS" -d2s "${WRK_HEADERS[@]}" $script "$load_url" >/dev/null
+    load 2s "$load_url" "$script" >/dev/null
     perf stat -x, -e "$events" -p "$pid" -o "$dir/perf.txt" -- sleep "$DURATION" &
     local perf_pid=$!
-    # shellcheck disable=SC2086
-    wrk -t1 -c"$CONNS" -d"$DURATION" "${WRK_HEADERS[@]}" $script "$load_url" >"$dir/wrk.txt"
+    load "$DURATION" "$load_url" "$script" >"$dir/wrk.txt"
     wait "$perf_pid"
     kill -"$stop" "$pid"
     wait "$pid" 2>/dev/null || true
-    requests=$(awk '/requests in/ { print $1 }' "$dir/wrk.txt")
+    requests=$(served "$dir/wrk.txt")
     return
   fi
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" "$@" >"$dir/$what.log" 2>&1 &
   local pid=$! ready=0
   PIDS+=("$pid")
-  for _ in $(seq 200); do curl -sf "$ready_url" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.2; done
+  for _ in $(seq 200); do curl -sfk "$ready_url" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.2; done
   [ "$ready" = 1 ] || { echo "instructions: $what did not get ready ($scenario)" >&2; tail -5 "$dir/$what.log" >&2; exit 1; }
-  # shellcheck disable=SC2086
-  wrk -t1 -c"$CONNS" -d2s "${WRK_HEADERS[@]}" $script "$load_url" >/dev/null
+  load 2s "$load_url" "$script" >/dev/null
   callgrind_control -i on "$pid" >/dev/null 2>&1
-  # shellcheck disable=SC2086
-  wrk -t1 -c"$CONNS" -d"$DURATION" "${WRK_HEADERS[@]}" $script "$load_url" >"$dir/wrk.txt"
+  load "$DURATION" "$load_url" "$script" >"$dir/wrk.txt"
   callgrind_control -i off "$pid" >/dev/null 2>&1
   kill -"$stop" "$pid"
   wait "$pid" 2>/dev/null || true
-  requests=$(awk '/requests in/ { print $1 }' "$dir/wrk.txt")
+  requests=$(served "$dir/wrk.txt")
   total=$(callgrind_annotate "$dir"/callgrind.out* 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }')
 }
 
@@ -161,8 +178,9 @@ else
   echo "| scenario | connections | requests | instructions per request | allocations per request |"
   echo "|---|---:|---:|---:|---:|"
 fi
+TLS_DIR=""
 for scenario in $SCENARIOS; do
-  trusted="" limits="" script=""
+  trusted="" limits="" script="" tls="" scheme=http H2LOAD=""
   store="
   type: redis
   redis:
@@ -183,15 +201,29 @@ for scenario in $SCENARIOS; do
     clients100k) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" ;;
     clients100k_memory) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" store="
   type: memory" ;;
+    https|nginx_https) tls=1 ;;
+    h2|nginx_h2) tls=1 H2LOAD=1 ;;
     *) echo "instructions: unknown scenario $scenario" >&2; exit 1 ;;
   esac
+  if [ -n "$tls" ]; then
+    scheme=https
+    if [ -z "$TLS_DIR" ]; then
+      TLS_DIR=$OUT/tls
+      bash "$ROOT/scripts/dev_tls.sh" "$TLS_DIR" >/dev/null
+    fi
+  fi
   redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
   port=$(free_port) admin=$(free_port) dir="$OUT/$scenario"
   mkdir -p "$dir"
-  if [ "$scenario" = nginx ] || [ "$scenario" = nginx_limit_req ]; then
+  if [[ $scenario == nginx* ]]; then
     # The reference: nginx as a reverse proxy (one worker, no master process), forwarding as
     # in loadtest/run.sh. It allocates from its own pools: no allocations column.
-    zone="" limit=""
+    zone="" limit="" listen=""
+    [ "$scenario" = nginx_https ] && listen=" ssl"
+    [ "$scenario" = nginx_h2 ] && listen=" ssl http2"
+    [ -n "$tls" ] && listen="$listen;
+    ssl_certificate $TLS_DIR/localhost.pem;
+    ssl_certificate_key $TLS_DIR/localhost.key"
     if [ "$scenario" = nginx_limit_req ]; then
       # As run.sh's clients100k_limit_req: 1 per minute, a burst of 1000000 (nothing refused)
       zone="limit_req_zone \$http_x_forwarded_for zone=clients:64m rate=1r/m;"
@@ -214,7 +246,7 @@ http {
   upstream app { server 127.0.0.1:$UP_PORT; keepalive 64; keepalive_requests 1000000; keepalive_timeout 300s; }
   $zone
   server {
-    listen 127.0.0.1:$port;
+    listen 127.0.0.1:$port$listen;
     location / {
       $limit
       proxy_pass http://app;
@@ -229,9 +261,11 @@ http {
 EOF
     # (TERM: with the limit_req zone, a graceful QUIT under valgrind did not end; counting has
     # stopped by then either way)
-    profile "$dir" nginx "http://127.0.0.1:$port/" "http://127.0.0.1:$port/" TERM "$script" "$NGINX" -c "$dir/nginx.conf"
+    profile "$dir" nginx "$scheme://127.0.0.1:$port/" "$scheme://127.0.0.1:$port/" TERM "$script" "$NGINX" -c "$dir/nginx.conf"
     label="nginx (reference)"
     [ "$scenario" = nginx_limit_req ] && label="nginx limit_req, 100,000 clients (reference)"
+    [ "$scenario" = nginx_https ] && label="nginx over HTTPS (reference)"
+    [ "$scenario" = nginx_h2 ] && label="nginx over HTTP/2 (reference)"
     if [ "$COUNT" = syscalls ]; then
       syscall_row "$label${HEADERS:+, $HEADERS headers}"
       continue
@@ -240,9 +274,11 @@ EOF
       'BEGIN { printf "| %s%s | %s | %d | %.0f | - |\n", l, h, c, n, t / n }'
     continue
   fi
+  listen="\"127.0.0.1:$port\""
+  [ -n "$tls" ] && listen="{address: \"127.0.0.1:$port\", tls: {cert: $TLS_DIR/localhost.pem, key: $TLS_DIR/localhost.key}}"
   cat >"$dir/sluice.yaml" <<EOF
 server:
-  listen: ["127.0.0.1:$port"]
+  listen: [$listen]
   workers: 1
 admin:
   listen: "127.0.0.1:$admin"
@@ -261,7 +297,7 @@ logging:
   access_log: "off"
   summary_interval: 0
 EOF
-  profile "$dir" sluice "http://127.0.0.1:$admin/readyz" "http://127.0.0.1:$port/" TERM "$script" \
+  profile "$dir" sluice "http://127.0.0.1:$admin/readyz" "$scheme://127.0.0.1:$port/" TERM "$script" \
     "$SLUICE" -c "$dir/sluice.yaml"
   if [ "$COUNT" = syscalls ]; then
     syscall_row "$scenario${HEADERS:+, $HEADERS headers}"
