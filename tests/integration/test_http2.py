@@ -549,6 +549,26 @@ class Http2Test(SluiceTestCase):
         status, _, body = self.client().request("GET", "/slow")
         self.assertEqual((status, body), (200, b"late"))
 
+    def test_no_rfc7540_priorities_are_kept_and_priority_frames_are_still_read(self):
+        # The server's SETTINGS say SETTINGS_NO_RFC7540_PRIORITIES = 1 (RFC 9218): nghttp2
+        # keeps no priority tree (nor closed streams for it). A client that still sends
+        # PRIORITY frames and prioritised HEADERS is served as any other.
+        self.start()
+        c = self.client()
+        settings = {}
+        while 0x9 not in settings:
+            events = c.pump()
+            self.assertIsNotNone(events, "closed before its SETTINGS")
+            for e in events:
+                if isinstance(e, h2.events.RemoteSettingsChanged):
+                    settings.update({int(k): v.new_value for k, v in e.changed_settings.items()})
+        self.assertEqual(settings[0x9], 1)
+        c.conn.prioritize(1, weight=200, depends_on=0, exclusive=False)
+        c.conn.prioritize(3, weight=16, depends_on=1, exclusive=True)
+        c.flush()
+        self.assertEqual(c.request("GET", "/first")[0], 200)
+        self.assertEqual(c.request("GET", "/second", headers=[("priority", "u=1")])[0], 200)
+
     def test_activity_keeps_a_connection_open_past_idle_timeout(self):
         # The idle deadline moves with every frame read: requests every 0.4 s for 2.4 s keep a
         # connection with a 1 s idle_timeout open; after the last one it ends about 1 s later.
