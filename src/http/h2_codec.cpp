@@ -278,9 +278,9 @@ bool H2Codec::finished() const {
 bool H2Codec::respond(std::int32_t stream, unsigned status, const H2Fields& fields, bool has_body) {
     const std::string code = std::to_string(status);
     static const std::string status_name = ":status";
-    std::vector<nghttp2_nv> nva;
-    nva.reserve(fields.size() + 1);
-    auto add = [&nva](const std::string& name, const std::string& value) {
+    thread_local std::vector<nghttp2_nv> nva;  // (nghttp2 copies the fields before it returns)
+    nva.clear();
+    auto add = [](const std::string& name, const std::string& value) {
         nva.push_back({reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
                        reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
                        NGHTTP2_NV_FLAG_NONE});

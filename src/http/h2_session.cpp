@@ -639,7 +639,11 @@ private:
                 co_return;
             }
         }
-        codec_.respond(s.id, status, response_onward_h2(response, framing, x.rate_headers), with_body);
+        {
+            thread_local H2Fields fields;  // (nghttp2 copies them before respond returns)
+            response_onward_h2(response, framing, x.rate_headers, fields);
+            codec_.respond(s.id, status, fields, with_body);
+        }
         rec.status = status;
         kick();
         if (with_body) {

@@ -221,8 +221,8 @@ ResponseOnward response_onward(const UpstreamResponse& response, const Framing& 
     return out;
 }
 
-H2Fields response_onward_h2(UpstreamResponse& response, const Framing& framing,
-                            const limit::HeaderList& rate_headers) {
+void response_onward_h2(UpstreamResponse& response, const Framing& framing, const limit::HeaderList& rate_headers,
+                        H2Fields& out) {
     const unsigned status = response.status;
     auto& res = response.fields;
     strip_hop_by_hop(res);
@@ -236,14 +236,14 @@ H2Fields response_onward_h2(UpstreamResponse& response, const Framing& framing,
     if (framing.body == Framing::Body::length)
         replace_field(res, bhttp::field::content_length, std::to_string(framing.length));
     for (const auto& [name, value] : rate_headers) replace_field(res, name, value);
-    H2Fields out;
-    out.reserve(16);
+    out.resize(res.size());
+    std::size_t i = 0;
     for (const auto& f : res) {
-        std::string name(sv(f.name_string()));
+        auto& [name, value] = out[i++];
+        name.assign(sv(f.name_string()));
         for (auto& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
-        out.emplace_back(std::move(name), std::string(sv(f.value())));
+        value.assign(sv(f.value()));
     }
-    return out;
 }
 
 H2Fields h2_fields(const limit::HeaderList& headers) {

@@ -58,9 +58,10 @@ ResponseOnward response_onward(const UpstreamResponse& res, const Framing& frami
 
 // The same for an HTTP/2 client: the fields of its HEADERS frame (after :status), names in
 // lower case, no connection-specific field (RFC 9113 8.2.2), Content-Length where the body's
-// length is known.
-H2Fields response_onward_h2(UpstreamResponse& res, const Framing& framing,
-                            const limit::HeaderList& rate_headers);
+// length is known. Into `out`, whose strings are reused where they have room (a worker keeps
+// one list for every response it hands to nghttp2, which copies them).
+void response_onward_h2(UpstreamResponse& res, const Framing& framing, const limit::HeaderList& rate_headers,
+                        H2Fields& out);
 
 // Header fields as an HTTP/2 peer gets them: names in lower case.
 H2Fields h2_fields(const limit::HeaderList& headers);
