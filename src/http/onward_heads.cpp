@@ -3,12 +3,31 @@
 #include "http/field_text.hpp"
 
 #include <charconv>
+#include <string>
+#include <vector>
 
 #include <boost/beast/core/string.hpp>
 #include <boost/container/small_vector.hpp>
 
 namespace sluice::http {
 namespace {
+
+namespace bhttp_names = boost::beast::http;
+
+// The name of a field Beast knows, in lower case (as HTTP/2 sends names), made once.
+std::string_view lower_case_name(bhttp_names::field id) {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> all(static_cast<std::size_t>(bhttp_names::field::xref) + 1);
+        for (std::size_t i = 1; i < all.size(); ++i) {
+            const auto name = bhttp_names::to_string(static_cast<bhttp_names::field>(i));
+            all[i].assign(name.data(), name.size());
+            for (auto& c : all[i]) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        }
+        return all;
+    }();
+    const auto index = static_cast<std::size_t>(id);  // (field::unknown, 0: empty)
+    return index < names.size() ? std::string_view(names[index]) : std::string_view();
+}
 
 namespace bhttp = boost::beast::http;
 
@@ -240,8 +259,12 @@ void response_onward_h2(UpstreamResponse& response, const Framing& framing, cons
     std::size_t i = 0;
     for (const auto& f : res) {
         auto& [name, value] = out[i++];
-        name.assign(sv(f.name_string()));
-        for (auto& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        if (const auto known = lower_case_name(f.name()); !known.empty()) {
+            name.assign(known);  // a field Beast knows: its name made once
+        } else {
+            name.assign(sv(f.name_string()));
+            for (auto& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        }
         value.assign(sv(f.value()));
     }
 }

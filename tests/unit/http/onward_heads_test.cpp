@@ -375,3 +375,35 @@ TEST_CASE("a request's fields go upstream in the order they came, repeated ones 
     CHECK(out.head ==
           "GET / HTTP/1.1\r\nX-A: 1\r\nHost: h\r\nx-a: 2\r\nAccept: */*\r\nX-A: 3\r\n" + forwarded + "X-Request-Id: id-1\r\n\r\n");
 }
+
+TEST_CASE("an upstream response's fields as an HTTP/2 client gets them") {
+    // Names in lower case (a field Beast knows, from its own spelling; any other, from the
+    // bytes received), no connection-specific field, Content-Length where the length is
+    // known, the rate-limit fields; the list is reused from one response to the next.
+    auto h2 = [](std::string raw, const limit::HeaderList& rate, http::H2Fields& out) {
+        http::UpstreamResponse res;
+        REQUIRE(http::parse_response_head(raw, res).empty());
+        const auto framing = http::check_response_framing(res.fields, res.version, res.status, false);
+        REQUIRE(framing.ok());
+        http::response_onward_h2(res, framing, rate, out);
+    };
+    limit::HeaderList rate;
+    rate.emplace_back("RateLimit", "\"api\";r=4;t=1");
+    http::H2Fields out;
+    h2("HTTP/1.1 200 OK\r\nCONTENT-TYPE: text/plain\r\nConnection: keep-alive, X-Hop\r\nX-Hop: a\r\n"
+       "Keep-Alive: timeout=5\r\nX-Custom-Name: Mixed Value\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n"
+       "Transfer-Encoding: chunked\r\n\r\n",
+       rate, out);
+    const http::H2Fields want{{"content-type", "text/plain"},
+                              {"x-custom-name", "Mixed Value"},
+                              {"set-cookie", "a=1"},
+                              {"set-cookie", "b=2"},
+                              {"via", "1.1 sluice"},
+                              {"ratelimit", "\"api\";r=4;t=1"}};
+    CHECK(out == want);
+    // A smaller response next: nothing of the first is left.
+    h2("HTTP/1.1 204 No Content\r\nETag: \"x\"\r\n\r\n", {}, out);
+    CHECK(out == http::H2Fields{{"etag", "\"x\""}, {"via", "1.1 sluice"}});
+    h2("HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n", {}, out);
+    CHECK(out == http::H2Fields{{"via", "1.0 sluice"}, {"content-length", "3"}});  // (set again: last)
+}
