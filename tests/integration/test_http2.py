@@ -91,30 +91,31 @@ class H2Client:
         self.events.extend(events)
         return events
 
-    def send(self, method, path):
+    def send(self, method, path, headers=()):
         """Sends a request without a body; its stream id (answers: wait_streams)."""
         sid = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(sid, [(":method", method), (":scheme", "http"), (":authority", "app.test"),
-                                     (":path", path)], end_stream=True)
+        fields = [(":method", method), (":scheme", "http"), (":authority", "app.test"), (":path", path)]
+        self.conn.send_headers(sid, fields + list(headers), end_stream=True)
         self.flush()
         return sid
 
     def wait_streams(self, sids):
-        """{stream id: (status, time.monotonic() when it ended)} once every one of `sids` ended."""
-        status, ended = {}, {}
+        """Reads until each of `sids` has ended: ({stream id: {headers}}, {stream id:
+        time.monotonic() when it ended})."""
+        heads, ended = {}, {}
         while len(ended) < len(sids):
             events = self.pump()
             if events is None:
                 raise AssertionError("connection closed")
             for e in events:
                 if isinstance(e, h2.events.ResponseReceived):
-                    status[e.stream_id] = int(dict(e.headers)[":status"])
+                    heads[e.stream_id] = dict(e.headers)
                 elif isinstance(e, h2.events.DataReceived):
                     self.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
                     self.flush()
                 elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) and e.stream_id in sids:
-                    ended[e.stream_id] = (status.get(e.stream_id), time.monotonic())
-        return ended
+                    ended[e.stream_id] = time.monotonic()
+        return heads, ended
 
     def request(self, method, path, headers=(), body=None):
         """(status, {headers}, body) of one request; body sent in pieces as the windows allow."""
@@ -150,26 +151,8 @@ class H2Client:
     def at_once(self, paths, headers=()):
         """Sends a GET for each path before reading anything (all streams open at once), then
         reads until each has ended: [(status, {headers})] in the order of `paths`."""
-        sids = []
-        for path in paths:
-            sid = self.conn.get_next_available_stream_id()
-            fields = [(":method", "GET"), (":scheme", "http"), (":authority", "app.test"), (":path", path)]
-            self.conn.send_headers(sid, fields + list(headers), end_stream=True)
-            sids.append(sid)
-        self.flush()
-        heads, ended = {}, set()
-        while len(ended) < len(sids):
-            events = self.pump()
-            if events is None:
-                raise AssertionError("connection closed")
-            for e in events:
-                if isinstance(e, h2.events.ResponseReceived):
-                    heads[e.stream_id] = dict(e.headers)
-                elif isinstance(e, h2.events.DataReceived):
-                    self.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
-                    self.flush()
-                elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
-                    ended.add(e.stream_id)
+        sids = [self.send("GET", path, headers) for path in paths]
+        heads, _ = self.wait_streams(sids)
         out = []
         for sid in sids:
             head = heads.get(sid, {})
@@ -597,15 +580,16 @@ class Http2Test(SluiceTestCase):
         second = c.send("GET", "/slow")
         second_sent = time.monotonic()
         later_fast = c.send("GET", "/fast/2")
-        ended = c.wait_streams([first, fast, second, later_fast])
-        self.assertEqual(ended[fast][0], 200)
-        self.assertEqual(ended[later_fast][0], 200)
-        self.assertEqual(ended[first][0], 504)
-        self.assertEqual(ended[second][0], 504)
-        self.assertGreaterEqual(ended[first][1] - started, 0.9)
-        self.assertLess(ended[first][1] - started, 2.5)
-        self.assertGreaterEqual(ended[second][1] - second_sent, 0.9, "timed out by the first stream's deadline")
-        self.assertLess(ended[second][1] - second_sent, 2.5)
+        heads, ended = c.wait_streams([first, fast, second, later_fast])
+        status = {sid: int(head[":status"]) for sid, head in heads.items()}
+        self.assertEqual(status[fast], 200)
+        self.assertEqual(status[later_fast], 200)
+        self.assertEqual(status[first], 504)
+        self.assertEqual(status[second], 504)
+        self.assertGreaterEqual(ended[first] - started, 0.9)
+        self.assertLess(ended[first] - started, 2.5)
+        self.assertGreaterEqual(ended[second] - second_sent, 0.9, "timed out by the first stream's deadline")
+        self.assertLess(ended[second] - second_sent, 2.5)
         self.assertEqual(c.request("GET", "/fast/3")[0], 200)  # the connection goes on
 
     def test_a_reload_keeps_the_connection_and_its_next_streams_use_the_new_limits(self):
