@@ -275,6 +275,8 @@ bool H2Codec::finished() const {
     return !nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_);
 }
 
+bool H2Codec::wants_write() const { return nghttp2_session_want_write(session_) != 0; }
+
 bool H2Codec::respond(std::int32_t stream, unsigned status, const H2Fields& fields, bool has_body) {
     const std::string code = std::to_string(status);
     static const std::string status_name = ":status";

@@ -86,6 +86,8 @@ public:
     bool gather_output(std::string& into, std::size_t max);
     // Neither side has anything more to say (after GOAWAY, or a fatal error).
     bool finished() const;
+    // Frames are ready to write (gather_output would find some).
+    bool wants_write() const;
 
     // A response head; `fields` lower-case, no connection-specific ones. With `has_body`
     // the body follows through send_body (and the stream ends with its last piece).

@@ -286,7 +286,13 @@ public:
     }
 
 private:
-    void kick() { kick_.cancel(); }
+    // Wakes the writer when it waits (a timer cancelled: not for nothing, it takes the
+    // reactor's lock and a handler).
+    void kick() {
+        if (!writer_waiting_) return;
+        writer_waiting_ = false;
+        kick_.cancel();
+    }
 
     // An idle connection (no stream under way) is closed after idle_timeout, counted from
     // the last frame read or the last stream's end, whichever came later.
@@ -356,7 +362,8 @@ private:
                 break;
             }
             watch_head();
-            kick();
+            // (A request's frames mostly ask for nothing back: its stream answers later.)
+            if (codec_.wants_write()) kick();
         }
         idle_.cancel();
         head_timer_.cancel();
@@ -383,7 +390,9 @@ private:
             }
             if (codec_.finished() || !reading_) co_return;
             kick_.expires_at(Clock::time_point::max());
+            writer_waiting_ = true;
             co_await kick_.async_wait(nothrow);
+            writer_waiting_ = false;
         }
     }
 
@@ -690,6 +699,7 @@ private:
     H2Codec codec_;
     std::map<std::int32_t, std::shared_ptr<H2Stream>> streams_;
     net::steady_timer kick_;         // the writer waits on it
+    bool writer_waiting_ = false;    // ... now
     net::steady_timer reader_done_;  // run() waits on it for the reader
     net::steady_timer idle_;
     Clock::time_point idle_deadline_{};  // watch_idle: when the connection, idle, is closed

@@ -29,6 +29,7 @@ import grpc  # noqa: E402
 import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
+import h2.settings  # noqa: E402
 from test_smuggling import rss_kib  # noqa: E402
 
 
@@ -551,6 +552,31 @@ class Http2Test(SluiceTestCase):
         c.flush()
         self.assertEqual(c.request("GET", "/first")[0], 200)
         self.assertEqual(c.request("GET", "/second", headers=[("priority", "u=1")])[0], 200)
+
+    def test_a_ping_on_a_quiet_connection_is_answered_at_once(self):
+        # Frames that ask for an answer of the connection itself (PING, SETTINGS) wake its
+        # writer; a request's frames alone do not (its stream answers). Nothing else is under
+        # way here to write the ACK along with.
+        self.start()
+        c = self.client()
+        self.assertEqual(c.request("GET", "/warm")[0], 200)
+        for n in range(3):
+            c.conn.ping(b"sluice-%d" % n)
+            c.flush()
+            acked = None
+            while acked is None:
+                events = c.pump()
+                self.assertIsNotNone(events, "closed before the PING's ACK")
+                acked = next((e for e in events if isinstance(e, h2.events.PingAckReceived)), None)
+            self.assertEqual(acked.ping_data, b"sluice-%d" % n)
+        c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 100000})
+        c.flush()
+        acked = None
+        while acked is None:
+            events = c.pump()
+            self.assertIsNotNone(events, "closed before the SETTINGS' ACK")
+            acked = next((e for e in events if isinstance(e, h2.events.SettingsAcknowledged)), None)
+        self.assertEqual(c.request("GET", "/after")[0], 200)
 
     def test_activity_keeps_a_connection_open_past_idle_timeout(self):
         # The idle deadline moves with every frame read: requests every 0.4 s for 2.4 s keep a
