@@ -12,14 +12,14 @@
 namespace sluice::http {
 namespace {
 
-namespace bhttp_names = boost::beast::http;
+namespace bhttp = boost::beast::http;
 
 // The name of a field Beast knows, in lower case (as HTTP/2 sends names), made once.
-std::string_view lower_case_name(bhttp_names::field id) {
+std::string_view lower_case_name(bhttp::field id) {
     static const std::vector<std::string> names = [] {
-        std::vector<std::string> all(static_cast<std::size_t>(bhttp_names::field::xref) + 1);
+        std::vector<std::string> all(static_cast<std::size_t>(bhttp::field::xref) + 1);
         for (std::size_t i = 1; i < all.size(); ++i) {
-            const auto name = bhttp_names::to_string(static_cast<bhttp_names::field>(i));
+            const auto name = bhttp::to_string(static_cast<bhttp::field>(i));
             all[i].assign(name.data(), name.size());
             for (auto& c : all[i]) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
         }
@@ -28,8 +28,6 @@ std::string_view lower_case_name(bhttp_names::field id) {
     const auto index = static_cast<std::size_t>(id);  // (field::unknown, 0: empty)
     return index < names.size() ? std::string_view(names[index]) : std::string_view();
 }
-
-namespace bhttp = boost::beast::http;
 
 
 template <class L>
