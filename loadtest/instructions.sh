@@ -26,10 +26,11 @@
 # goal 5), https and h2 (no limits, over TLS: kept-alive HTTPS connections from wrk, and
 # HTTP/2 from h2load with one stream at a time per connection; a P-256 certificate made by
 # scripts/dev_tls.sh), nginx_https and nginx_h2 (the same nginx with `listen ... ssl` and
-# `ssl http2`, the same certificate: their references). HEADERS=browser: every request carries the fields a browser sends (12 with
-# Host: User-Agent, Accept, Accept-Language, Accept-Encoding, Referer, Cookie, Sec-Fetch-*,
-# ...; about 560 bytes of head) instead of wrk's Host alone. Needs valgrind, nginx, redis-server, wrk
-# (loadtest/run.sh installs the last three). The profiles stay in OUT (default a temporary
+# `ssl http2`, the same certificate: their references). HEADERS=browser: every request
+# carries the fields a browser sends (12 with Host: User-Agent, Accept, Accept-Language,
+# Accept-Encoding, Referer, Cookie, Sec-Fetch-*, ...; about 560 bytes of head) instead of
+# wrk's Host alone. Needs valgrind, nginx, redis-server, wrk (loadtest/run.sh installs the
+# last three). The profiles stay in OUT (default a temporary
 # directory, printed) for callgrind_annotate.
 set -euo pipefail
 

@@ -118,6 +118,17 @@ class H2Client:
                     ended[e.stream_id] = time.monotonic()
         return heads, ended
 
+    def wait_for(self, kind, what):
+        """The next event of type `kind` the server's frames give (`what` names it should
+        the connection close first)."""
+        while True:
+            events = self.pump()
+            if events is None:
+                raise AssertionError(f"connection closed before {what}")
+            found = next((e for e in events if isinstance(e, kind)), None)
+            if found is not None:
+                return found
+
     def request(self, method, path, headers=(), body=None):
         """(status, {headers}, body) of one request; body sent in pieces as the windows allow."""
         sid = self.conn.get_next_available_stream_id()
@@ -563,19 +574,11 @@ class Http2Test(SluiceTestCase):
         for n in range(3):
             c.conn.ping(b"sluice-%d" % n)
             c.flush()
-            acked = None
-            while acked is None:
-                events = c.pump()
-                self.assertIsNotNone(events, "closed before the PING's ACK")
-                acked = next((e for e in events if isinstance(e, h2.events.PingAckReceived)), None)
+            acked = c.wait_for(h2.events.PingAckReceived, "the PING's ACK")
             self.assertEqual(acked.ping_data, b"sluice-%d" % n)
         c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 100000})
         c.flush()
-        acked = None
-        while acked is None:
-            events = c.pump()
-            self.assertIsNotNone(events, "closed before the SETTINGS' ACK")
-            acked = next((e for e in events if isinstance(e, h2.events.SettingsAcknowledged)), None)
+        c.wait_for(h2.events.SettingsAcknowledged, "the SETTINGS' ACK")
         self.assertEqual(c.request("GET", "/after")[0], 200)
 
     def test_activity_keeps_a_connection_open_past_idle_timeout(self):
