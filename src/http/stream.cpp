@@ -20,6 +20,16 @@ bool Stream::quiet() {
     return true;
 }
 
+bool Stream::holds_unread_tls() {
+    if (!tls_) return false;
+    SSL* ssl = tls_->native_handle();
+    // SSL_has_pending: records read and not yet processed too (SSL_pending counts only
+    // decrypted bytes); the read BIO: bytes Asio's layer passed in that OpenSSL has not read.
+    if (SSL_has_pending(ssl) != 0) return true;
+    BIO* input = SSL_get_rbio(ssl);
+    return input != nullptr && BIO_ctrl_pending(input) > 0;
+}
+
 bool Stream::attempts_read_first() { return sluice::net::ReadReadiness(socket()).attempts_read_first(); }
 
 bool Stream::watches_peer_close() { return sluice::net::ReadReadiness(socket()).watches_peer_close(); }

@@ -150,6 +150,11 @@ public:
     // (net/read_readiness.hpp): a response never comes back before its request was sent, so that
     // attempt would find nothing, a system call per request.
     bool quiet();
+    // Over TLS: bytes read from the socket that were not handed out yet, decrypted or not,
+    // wherever they wait (OpenSSL's buffers, the pair of BIOs Asio's layer feeds it
+    // through). A pooled connection with any is not reused: they would be read as the next
+    // request's response, and quiet() only sees the socket. False over plain TCP.
+    bool holds_unread_tls();
     // Whether the next read first attempts a receive (Asio's "speculative" read): false after
     // quiet() or a reported read said so, until the socket is next reported. For tests.
     bool attempts_read_first();

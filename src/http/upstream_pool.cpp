@@ -40,8 +40,8 @@ UpstreamPool::~UpstreamPool() = default;
 
 void UpstreamPool::put(std::unique_ptr<UpstreamConnection> conn, std::size_t max_idle) {
     if (max_idle == 0 || shut_ || conn->buffer.size() != 0) return;
-    // Over TLS, bytes past the response may wait decrypted inside OpenSSL instead.
-    if (conn->stream.is_tls() && SSL_pending(conn->stream.tls().native_handle()) > 0) return;
+    // Over TLS, bytes past the response may wait inside OpenSSL or Asio's layer instead.
+    if (conn->stream.holds_unread_tls()) return;
     ++conn->uses;
     // A small buffer is kept for the next response; one a large head made grow is not.
     if (conn->buffer.capacity() > max_kept_buffer) conn->buffer.shrink_to_fit();

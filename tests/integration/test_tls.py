@@ -527,6 +527,29 @@ class TlsUpstreamTest(PkiMixin, SluiceTestCase):
         subject = dict(x[0] for x in up2.peer_certs[-1]["subject"])
         self.assertEqual(subject["commonName"], "sluice-client")
 
+    def test_bytes_past_a_response_over_tls_are_not_taken_as_the_next_response(self):
+        # As over plain TCP (test_keepalive): a broken upstream sends more than its
+        # Content-Length, in the response's own TLS record or in a record of its own after
+        # it. Over TLS those bytes may be read from the socket already and wait inside
+        # OpenSSL's buffers (read ahead), where a peek at the socket cannot see them: the
+        # connection is not reused all the same.
+        def overlong(req, conn):
+            if req.target.startswith("/apart/"):
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc")
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nJUNK")
+            else:
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcJUNK")
+
+        up = self.https_upstream(self.a, behaviour=overlong)
+        _, port = self.proxy(up, {"ca": self.pki.root, "server_name": "a.test"})
+        with RawClient(port) as c:
+            for i in range(3):
+                for kind in ("together", "apart"):
+                    resp = c.request("GET", f"/{kind}/{i}")
+                    self.assertEqual((resp.status, resp.body), (200, b"abc"), f"/{kind}/{i}")
+        self.assertEqual(len(up.requests), 6)
+        self.assertEqual(up.connections, 6)
+
     def test_an_upstream_that_speaks_plain_http_is_502(self):
         plain = self.start_upstream(respond(200, body=b"plain"))
         s, port = self.proxy(plain, {"ca": self.pki.root})
