@@ -474,7 +474,7 @@ private:
                 const auto decide_started = Clock::now();
                 limit::Decision decision;
                 if (auto known = worker_.decide_now(limits, values)) decision = std::move(*known);
-                else decision = co_await worker_.ask_store(limits, values);
+                else co_await worker_.ask_store(limits, values, decision);
                 x.snap.metrics->store_latency.observe(ms_since(decide_started) / 1000.0);
                 if (auto refusal = read_decision(x, decision, worker_)) co_return done(*refusal);
             }

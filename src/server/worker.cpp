@@ -58,7 +58,9 @@ void Worker::remove_session(http::ClientSession* s) {
 
 net::awaitable<limit::Decision> Worker::decide(const limit::RouteLimits& route, const limit::RequestKeyValues& request) {
     if (auto now = store_->decide_now(route, request)) co_return std::move(*now);
-    co_return co_await ask_store(route, request);
+    limit::Decision decision;
+    co_await ask_store(route, request, decision);
+    co_return decision;
 }
 
 std::optional<limit::Decision> Worker::decide_now(const limit::RouteLimits& route,
@@ -66,12 +68,18 @@ std::optional<limit::Decision> Worker::decide_now(const limit::RouteLimits& rout
     return store_->decide_now(route, request);
 }
 
-net::awaitable<limit::Decision> Worker::ask_store(const limit::RouteLimits& route,
-                                                  const limit::RequestKeyValues& request) {
-    // The coroutine's handler goes to the store as it is (limit::DecisionCallback keeps it
-    // inline): nothing is allocated for it.
-    return net::async_initiate<decltype(net::use_awaitable), void(limit::Decision)>(
-        [&route, &request, this](auto handler) { store_->decide(route, request, std::move(handler)); },
+net::awaitable<void> Worker::ask_store(const limit::RouteLimits& route, const limit::RequestKeyValues& request,
+                                       limit::Decision& out) {
+    // The coroutine's handler goes to the store as it is, with where the decision goes
+    // (limit::DecisionCallback keeps both inline): nothing is allocated for it, and the
+    // decision is moved once, into `out`, not through the coroutines' results.
+    return net::async_initiate<decltype(net::use_awaitable), void()>(
+        [&route, &request, &out, this](auto handler) {
+            store_->decide(route, request, [handler = std::move(handler), out = &out](limit::Decision&& d) mutable {
+                *out = std::move(d);
+                std::move(handler)();
+            });
+        },
         net::use_awaitable);
 }
 

@@ -85,10 +85,11 @@ public:
                                                    const limit::RequestKeyValues& request);
     // decide() in two steps, for the request path (no coroutine frame of its own): the
     // decision when the store makes it at once (the memory store), else nullopt, and then
-    // ask_store(), awaited at once (route and request are read when it starts).
+    // ask_store(), awaited at once (route and request are read when it starts), which puts
+    // the decision into `out` (moved once, not through the coroutines' results).
     std::optional<limit::Decision> decide_now(const limit::RouteLimits& route, const limit::RequestKeyValues& request);
-    boost::asio::awaitable<limit::Decision> ask_store(const limit::RouteLimits& route,
-                                                      const limit::RequestKeyValues& request);
+    boost::asio::awaitable<void> ask_store(const limit::RouteLimits& route, const limit::RequestKeyValues& request,
+                                           limit::Decision& out);
     // The same without waiting: a response's charge to the limits that count its status
     // (http::finish). `done` runs once, on this worker's thread, perhaps inside
     // this call (the memory store); `route` and `request` are only read during the call.
