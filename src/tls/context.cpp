@@ -36,6 +36,11 @@ void common_settings(SSL_CTX* ctx, config::TlsVersion min_version) {
     SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
     // An idle keep-alive connection gives its read and write buffers back (about 34 KB).
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    // OpenSSL takes what the socket gave at once (Asio's layer hands it over through a pair
+    // of BIOs) rather than a record's header and then its body, read by read: fewer trips
+    // through the BIOs. Bytes it holds that way are what SSL_has_pending sees (not
+    // SSL_pending): Stream::holds_unread_tls.
+    SSL_CTX_set_read_ahead(ctx, 1);
     if (SSL_CTX_set_cipher_list(ctx, tls12_ciphers) != 1)
         throw std::runtime_error("TLS cipher list refused: " + openssl_error());
 }
