@@ -224,7 +224,8 @@ for scenario in $SCENARIOS; do
     [ "$scenario" = nginx_h2 ] && listen=" ssl http2"
     [ -n "$tls" ] && listen="$listen;
     ssl_certificate $TLS_DIR/localhost.pem;
-    ssl_certificate_key $TLS_DIR/localhost.key"
+    ssl_certificate_key $TLS_DIR/localhost.key;
+    ssl_protocols TLSv1.2 TLSv1.3"
     if [ "$scenario" = nginx_limit_req ]; then
       # As run.sh's clients100k_limit_req: 1 per minute, a burst of 1000000 (nothing refused)
       zone="limit_req_zone \$http_x_forwarded_for zone=clients:64m rate=1r/m;"
