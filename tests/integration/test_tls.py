@@ -530,9 +530,10 @@ class TlsUpstreamTest(PkiMixin, SluiceTestCase):
     def test_bytes_past_a_response_over_tls_are_not_taken_as_the_next_response(self):
         # As over plain TCP (test_keepalive): a broken upstream sends more than its
         # Content-Length, in the response's own TLS record or in a record of its own after
-        # it. Over TLS those bytes may be read from the socket already and wait inside
-        # OpenSSL's buffers (read ahead), where a peek at the socket cannot see them: the
-        # connection is not reused all the same.
+        # it. Over TLS those bytes may be read from the socket already and wait in Asio's
+        # BIO pair or OpenSSL's buffers (read ahead), where a peek at the socket cannot see
+        # them: the connection is not reused all the same. (Before Stream::holds_unread_tls
+        # the record sent apart answered the next request.)
         def overlong(req, conn):
             if req.target.startswith("/apart/"):
                 conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc")
