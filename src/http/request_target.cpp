@@ -185,6 +185,14 @@ std::string validate_host(std::string_view value, std::string_view& problem) {
 
 RequestTarget parse_request_target(std::string_view method, std::string_view target) {
     RequestTarget t;
+    // CONNECT in any form of target (authority-form, as RFC 9110 has it, or origin- and
+    // absolute-form): sluice opens no tunnels, and an upstream's 2xx to a CONNECT is a
+    // tunnel however it is framed (RFC 9112 6.3), never a response to pool the connection
+    // after.
+    if (method == "CONNECT") {
+        t.problem = "CONNECT is not supported";
+        return t;
+    }
     if (target == "*") {
         if (method != "OPTIONS") t.problem = "asterisk-form target is for OPTIONS only";
         t.path = "*";
@@ -198,7 +206,7 @@ RequestTarget parse_request_target(std::string_view method, std::string_view tar
         else if (iequals_prefix(target, "https://"))
             rest = target.substr(8);
         else {
-            t.problem = method == "CONNECT" ? "CONNECT is not supported" : "invalid request target";
+            t.problem = "invalid request target";
             return t;
         }
         const auto end = rest.find_first_of("/?");

@@ -73,6 +73,8 @@ TEST_CASE("a table of request heads and the status that refuses them") {
         {"GET /a/../../b HTTP/1.1\r\nHost: a\r\n\r\n", 400},               // above the root
         {"GET /%zz HTTP/1.1\r\nHost: a\r\n\r\n", 400},
         {"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+        {"CONNECT /x HTTP/1.1\r\nHost: a\r\n\r\n", 400},              // every form of target
+        {"CONNECT http://a/x HTTP/1.1\r\nHost: a\r\n\r\n", 400},
         {"GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400},                         // asterisk: OPTIONS only
         {"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", 0},
         {"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400},

@@ -151,7 +151,11 @@ TEST_CASE("parse_request_target") {
             INFO(bad);
             CHECK_FALSE(parse_request_target("GET", bad).ok());
         }
-        CHECK(parse_request_target("CONNECT", "a.test:443").problem == "CONNECT is not supported");
+        // CONNECT in any form: an upstream's 2xx to it is a tunnel, never a pooled response.
+        for (const char* target : {"a.test:443", "/x", "http://a.test/x", "*"}) {
+            INFO(target);
+            CHECK(parse_request_target("CONNECT", target).problem == "CONNECT is not supported");
+        }
     }
     SECTION("asterisk-form for OPTIONS") {
         auto t = parse_request_target("OPTIONS", "*");
