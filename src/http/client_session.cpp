@@ -506,7 +506,10 @@ net::awaitable<Session::Head> Session::read_head(bool first) {
             head.problem = problem;
             co_return head;
         }
-        if (data.size() - scan.leading_crlf > max_header_bytes) {
+        // (Empty lines before the request line count too: skipped only once a line follows,
+        // a stream of them would otherwise grow the buffer, and be scanned again after each
+        // read, until header_timeout.)
+        if (data.size() > max_header_bytes) {
             disarm();
             head.kind = Head::Kind::too_large;
             co_return head;

@@ -201,6 +201,18 @@ class LimitsTest(SluiceTestCase):
         self.assert_problem(r, 431)
         self.assert_nothing_reached(self.up)
 
+    def test_empty_lines_before_the_request_line_count_against_max_header_bytes(self):
+        # RFC 9112 2.2: empty lines before a request line are tolerated; a stream of them
+        # is not a head that grows without bound (nor one scanned again after every read).
+        c = self.client(self.port)
+        c.send(b"\r\n" * 3 + b"GET /few HTTP/1.1\r\nHost: test.local\r\n\r\n")
+        self.assertEqual(c.read_response(timeout=3).status, 200)
+        c = self.client(self.port)
+        c.send(b"\r\n" * MAX_HEADER)
+        r = c.read_response(timeout=3)
+        self.assert_problem(r, 431)
+        self.assertEqual([q.target for q in self.up.requests], ["/few"])
+
     def test_many_headers_over_max_get_431(self):
         c = self.client(self.port)
         r = c.request("GET", "/h", [(f"X-H{i}", "v" * 50) for i in range(MAX_HEADER // 50)])
