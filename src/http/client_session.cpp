@@ -732,7 +732,8 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     bool continue_sent = false;
 
     // A pooled connection the server closed just as we used it fails before any byte
-    // of response: a request without a body is then sent once more on a new connection.
+    // of response: a request without a body is then sent once more on a new connection,
+    // if its method is idempotent (may_resend).
     for (int attempt = 0;; ++attempt) {
         Upstream failure;
         upstream_started = Clock::now();
@@ -745,7 +746,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
             co_await charge_response(x, failed.status);
             co_return co_await reply(cfg.server, std::move(failed), keep_alive, rec);
         }
-        const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
+        const bool retryable = conn->uses > 0 && !has_body && attempt == 0 && may_resend(req.method());
         rec.upstream = conn->key;
 
         if (expect_continue && !continue_sent) {

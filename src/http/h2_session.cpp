@@ -539,7 +539,7 @@ private:
                 co_await charge_response(x, failed.status);
                 co_return answer(s, x, failed);
             }
-            const bool retryable = conn->uses > 0 && !has_body && attempt == 0;
+            const bool retryable = conn->uses > 0 && !has_body && attempt == 0 && may_resend(req.method());
             rec.upstream = conn->key;
 
             // The head, then the body as its DATA frames arrive, framed by us; the client's

@@ -4,6 +4,7 @@
 #include <openssl/x509.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/error.hpp>
@@ -42,7 +43,20 @@ BodyReader response_body_reader(const Framing& framing) {
 
 bool is_connection_lost(const boost::system::error_code& ec) {
     return ec == net::error::eof || ec == bhttp::error::end_of_stream || ec == net::error::connection_reset ||
-           ec == net::error::broken_pipe || ec == bhttp::error::partial_message;
+           ec == net::error::broken_pipe || ec == bhttp::error::partial_message ||
+           ec == net::ssl::error::stream_truncated;
+}
+
+bool may_resend(bhttp::verb method) {
+    switch (method) {
+    case bhttp::verb::get:
+    case bhttp::verb::head:
+    case bhttp::verb::options:
+    case bhttp::verb::trace:
+    case bhttp::verb::put:
+    case bhttp::verb::delete_: return true;
+    default: return false;
+    }
 }
 
 net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(server::Worker& worker,

@@ -14,6 +14,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/verb.hpp>
 
 #include "config/config.hpp"
 #include "http/body_reader.hpp"
@@ -79,7 +80,14 @@ boost::asio::awaitable<UpstreamHead> read_upstream_head(UpstreamConnection& conn
 // the limits sluice reads upstream chunk lines and trailers under.
 BodyReader response_body_reader(const Framing& framing);
 
-// The connection went away under us (a pooled one the server closed, a reset).
+// The connection went away under us (a pooled one the server closed, a reset; over TLS
+// closed without close_notify).
 bool is_connection_lost(const boost::system::error_code& ec);
+
+// Whether a request whose pooled connection was lost before any answer may be sent once
+// more on another (RFC 9110 9.2.2): an idempotent method only (GET, HEAD, OPTIONS, TRACE,
+// PUT, DELETE), as nginx's proxy_next_upstream. A POST or PATCH the upstream read may have
+// acted already: its client gets the 502.
+bool may_resend(boost::beast::http::verb method);
 
 }  // namespace sluice::http

@@ -212,6 +212,32 @@ class UpstreamReuseTest(SluiceTestCase):
         self.assertEqual(len(self.up.requests), 3)
         self.assertEqual(self.up.connections, 3)
 
+    def test_only_an_idempotent_request_is_sent_again_after_its_pooled_connection_broke(self):
+        # The upstream reads each request after a connection's first, then resets the
+        # connection: it may have acted on it. A GET is sent once more on a new connection
+        # (RFC 9110 9.2.2: idempotent); a POST or PATCH without a body is not (502), as nginx.
+        def first_then_reset(req, conn):
+            if req.index_on_conn == 0:
+                conn.send_response(200, [], b"first")
+            else:
+                conn.reset()
+
+        port = self.start(workers=1, behaviour=first_then_reset)
+        for method in ("POST", "PATCH"):
+            c = self.client(port)
+            self.assertEqual(c.request("GET", f"/warm/{method}", timeout=3).status, 200)
+            r = c.request(method, f"/orders/{method}", [("Content-Length", "0")], timeout=3)
+            self.assertEqual(r.status, 502, method)
+            c.close()
+        c = self.client(port)
+        self.assertEqual(c.request("GET", "/warm/GET", timeout=3).status, 200)
+        r = c.request("GET", "/again", timeout=3)
+        self.assertEqual((r.status, r.body), (200, b"first"))
+        time.sleep(0.2)  # a resent copy would arrive within this
+        sent = [(q.method, q.target) for q in self.up.requests if not q.target.startswith("/warm/")]
+        self.assertEqual(sent, [("POST", "/orders/POST"), ("PATCH", "/orders/PATCH"), ("GET", "/again"),
+                                ("GET", "/again")])
+
     def test_a_request_the_upstream_began_to_answer_is_never_sent_again(self):
         # On a pooled connection, a request without a body that fails before any byte of
         # response is sent once more on a new connection. Once the upstream has answered

@@ -551,6 +551,26 @@ class TlsUpstreamTest(PkiMixin, SluiceTestCase):
         self.assertEqual(len(up.requests), 6)
         self.assertEqual(up.connections, 6)
 
+    def test_a_pooled_connection_closed_without_close_notify_is_retried_as_over_tcp(self):
+        # The upstream reads a connection's second request and closes it, without TLS's
+        # close_notify (a keep-alive timeout racing the request; many servers close so).
+        # As over plain TCP, the GET is sent again on a new connection: the client gets 200,
+        # not a 502 "stream truncated".
+        def first_then_close(req, conn):
+            if req.index_on_conn == 0:
+                conn.send_response(200, [], b"first")
+            else:
+                conn.close()
+
+        up = self.https_upstream(self.a, behaviour=first_then_close)
+        _, port = self.proxy(up, {"ca": self.pki.root, "server_name": "a.test"})
+        with RawClient(port) as c:
+            self.assertEqual(c.request("GET", "/one").status, 200)
+            r = c.request("GET", "/two")
+            self.assertEqual((r.status, r.body), (200, b"first"))
+        self.assertEqual([q.target for q in up.requests], ["/one", "/two", "/two"])
+        self.assertEqual(up.connections, 2)
+
     def test_an_upstream_that_speaks_plain_http_is_502(self):
         plain = self.start_upstream(respond(200, body=b"plain"))
         s, port = self.proxy(plain, {"ca": self.pki.root})
