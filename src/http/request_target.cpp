@@ -188,8 +188,9 @@ RequestTarget parse_request_target(std::string_view method, std::string_view tar
     // CONNECT in any form of target (authority-form, as RFC 9110 has it, or origin- and
     // absolute-form): sluice opens no tunnels, and an upstream's 2xx to a CONNECT is a
     // tunnel however it is framed (RFC 9112 6.3), never a response to pool the connection
-    // after.
-    if (method == "CONNECT") {
+    // after. In any case too: methods are case-sensitive, but an upstream may read
+    // "connect" as CONNECT.
+    if (method.size() == 7 && iequals_prefix(method, "connect")) {
         t.problem = "CONNECT is not supported";
         return t;
     }

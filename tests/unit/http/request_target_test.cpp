@@ -155,7 +155,9 @@ TEST_CASE("parse_request_target") {
         for (const char* target : {"a.test:443", "/x", "http://a.test/x", "*"}) {
             INFO(target);
             CHECK(parse_request_target("CONNECT", target).problem == "CONNECT is not supported");
+            CHECK(parse_request_target("connect", target).problem == "CONNECT is not supported");
         }
+        CHECK(parse_request_target("CONNECTS", "/x").ok());  // another method
     }
     SECTION("asterisk-form for OPTIONS") {
         auto t = parse_request_target("OPTIONS", "*");
