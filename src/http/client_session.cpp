@@ -730,6 +730,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     UpstreamResponse response;  // the upstream's latest head
     Clock::time_point upstream_started;
     bool continue_sent = false;
+    boost::system::error_code body_refused;  // the upstream stopped taking the request body
 
     // A pooled connection the server closed just as we used it fails before any byte
     // of response: a request without a body is then sent once more on a new connection,
@@ -784,6 +785,13 @@ net::awaitable<bool> Session::forward(Exchange& x) {
             }
             if (upstream_error || body_done) break;
         }
+        // The upstream stopped taking the body (it closed, or reset the connection): it may
+        // have answered first, a 413 say, as a server that rejects an upload by its head
+        // does. Its answer is read from what arrived before the close, and relayed; the
+        // connection to the client closes after it (its body was not all read). Without an
+        // answer, the write's failure is what the client hears of.
+        if (upstream_error && upstream_error != beast::error::timeout && upstream_error != net::error::operation_aborted)
+            body_refused = std::exchange(upstream_error, {});
 
         // Response head; informational (1xx) responses are relayed and the final one awaited.
         // The upstream timeout runs from the request sent to the final head received.
@@ -830,6 +838,10 @@ net::awaitable<bool> Session::forward(Exchange& x) {
             }
         }
         unwatch_client();
+        if (body_refused && (upstream_error || !invalid.empty() || response.status < 200)) {
+            upstream_error = body_refused;  // no final answer came before the close
+            invalid = {};
+        }
         if (client_gone_) {
             rec.upstream_ms = ms_since(upstream_started);
             rec.status = 499;  // nginx's "client closed request"
@@ -884,7 +896,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     if (x.unsettled) co_await settle_head(x, response.fields);
     head_.clear();
     const ResponseOnward back =
-        response_onward(response, framing, client_version, keep_alive && !worker_.stopping(), rate_headers, head_);
+        response_onward(response, framing, client_version, keep_alive && !body_refused && !worker_.stopping(), rate_headers, head_);
     const bool keep = back.keep_alive;
     rec.status = status;
     if (x.charge_worker) co_await charge_response(x, status);
@@ -933,7 +945,8 @@ net::awaitable<bool> Session::forward(Exchange& x) {
 
     // Pooled only when the response ended exactly where its framing said, with nothing
     // read past it (UpstreamPool::put checks the buffer), and the server keeps it open.
-    if (upstream_keeps && framing.body != Body::until_close) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
+    if (upstream_keeps && !body_refused && framing.body != Body::until_close)
+        worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
     co_return keep;
 }
 

@@ -133,10 +133,28 @@ struct H2Callbacks {
         return 0;
     }
 
+    static int on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+        auto& c = codec(user_data);
+        if (c.reset_after_.empty() || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
+        if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+        auto it = std::find(c.reset_after_.begin(), c.reset_after_.end(), frame->hd.stream_id);
+        if (it == c.reset_after_.end()) return 0;
+        *it = c.reset_after_.back();
+        c.reset_after_.pop_back();
+        // (A client that ended its body meanwhile closed the stream: nothing to reset.)
+        if (nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0)
+            nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+        return 0;
+    }
+
     static int on_stream_close(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* user_data) {
         auto& c = codec(user_data);
         c.incoming_.erase(stream_id);
         c.outgoing_.erase(stream_id);
+        if (auto it = std::find(c.reset_after_.begin(), c.reset_after_.end(), stream_id); it != c.reset_after_.end()) {
+            *it = c.reset_after_.back();
+            c.reset_after_.pop_back();
+        }
         c.handler_.on_closed(stream_id, error_code);
         return 0;
     }
@@ -185,6 +203,7 @@ H2Codec::H2Codec(Handler& handler, const H2Settings& settings) : handler_(handle
     nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, H2Callbacks::on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, H2Callbacks::on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, H2Callbacks::on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, H2Callbacks::on_frame_send);
 
     nghttp2_option* option = nullptr;
     nghttp2_option_new(&option);
@@ -317,6 +336,16 @@ std::size_t H2Codec::buffered(std::int32_t stream) const {
 
 void H2Codec::reset(std::int32_t stream, std::uint32_t error) {
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream, error);
+}
+
+void H2Codec::reset_after_response(std::int32_t stream) {
+    const int local = nghttp2_session_get_stream_local_close(session_, stream);
+    if (local < 0) return;  // closed already
+    if (local == 1) {
+        nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream, NGHTTP2_NO_ERROR);
+        return;
+    }
+    if (std::find(reset_after_.begin(), reset_after_.end(), stream) == reset_after_.end()) reset_after_.push_back(stream);
 }
 
 void H2Codec::consumed(std::int32_t stream, std::size_t n) {

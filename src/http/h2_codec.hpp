@@ -97,8 +97,14 @@ public:
     void send_body(std::int32_t stream, std::string_view data, bool last, H2Fields trailers = {});
     // Response bytes of `stream` buffered, not yet framed.
     std::size_t buffered(std::int32_t stream) const;
-    // Ends the stream with RST_STREAM `error`.
+    // Ends the stream with RST_STREAM `error`, before anything of it still queued (a
+    // response's HEADERS and DATA are dropped).
     void reset(std::int32_t stream, std::uint32_t error);
+    // Ends the stream with RST_STREAM NO_ERROR once its response has gone out whole (at once
+    // if it has): a server that answered before the request's body ended tells the client
+    // to stop sending it (RFC 9113 8.1). nghttp2 sends a RST_STREAM submitted earlier ahead
+    // of the response, which the client then never sees.
+    void reset_after_response(std::int32_t stream);
     // Request body bytes the session has dealt with: the client may send as many more.
     void consumed(std::int32_t stream, std::size_t n);
     // Graceful stop: GOAWAY naming the last stream taken; streams under way finish.
@@ -136,6 +142,7 @@ private:
     nghttp2_session* session_ = nullptr;
     std::map<std::int32_t, Incoming> incoming_;
     std::map<std::int32_t, Outgoing> outgoing_;
+    std::vector<std::int32_t> reset_after_;  // reset_after_response, until their responses end
     H2Abuse abuse_ = H2Abuse::none;
     // Counting windows (one second) for resets and control frames.
     std::chrono::steady_clock::time_point window_start_{};

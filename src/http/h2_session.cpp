@@ -419,17 +419,19 @@ private:
             if (with_body) codec_.send_body(s.id, body, true);
             x.rec.bytes_sent = with_body ? body.size() : 0;
         }
-        // The client need not send the rest of a body nobody reads (RFC 9113 8.1: RST_STREAM
-        // NO_ERROR after the response). gRPC clients take that reset for an error, so their
-        // bodies are read to their end and dropped instead.
-        if (!s.body_end) {
-            codec_.consumed(s.id, s.body.size());
-            s.body.clear();
-            if (is_grpc(s.request))
-                s.discard = true;
-            else
-                codec_.reset(s.id, 0 /* NO_ERROR */);
-        }
+        end_unread_body(s);
+        kick();
+    }
+
+    // After the response: the client need not send the rest of a body nobody reads (RFC
+    // 9113 8.1: RST_STREAM NO_ERROR after the response). gRPC clients take that reset for an
+    // error, so their bodies are read to their end and dropped instead.
+    void end_unread_body(H2Stream& s) {
+        if (s.body_end) return;
+        codec_.consumed(s.id, s.body.size());
+        s.body.clear();
+        s.discard = true;  // (what comes before the reset too)
+        if (!is_grpc(s.request)) codec_.reset_after_response(s.id);
         kick();
     }
 
@@ -527,6 +529,7 @@ private:
 
         std::unique_ptr<UpstreamConnection> conn;
         UpstreamResponse response;  // the upstream's latest head
+        boost::system::error_code body_refused;  // the upstream stopped taking the request body
         const auto upstream_started = Clock::now();
         for (int attempt = 0;; ++attempt) {
             Upstream failure;
@@ -582,6 +585,11 @@ private:
                 rec.status = 499;
                 co_return;
             }
+            // The upstream stopped taking the body (closed, reset): an answer it sent first (a
+            // 413, say) is read and relayed, as over HTTP/1.1; the rest of the body is then
+            // not wanted (RST_STREAM NO_ERROR, below).
+            if (upstream_error && upstream_error != beast::error::timeout && upstream_error != net::error::operation_aborted)
+                body_refused = std::exchange(upstream_error, {});
             std::string_view invalid;
             bool answered = false;
             const auto head_deadline = Clock::now() + upstream_cfg.timeout;
@@ -603,6 +611,10 @@ private:
                     invalid = "upstream sent too many informational responses";
                     break;
                 }
+            }
+            if (body_refused && (upstream_error || !invalid.empty() || response.status < 200)) {
+                upstream_error = body_refused;  // no final answer came before the close
+                invalid = {};
             }
             if (s.closed) {
                 rec.upstream_ms = ms_since(upstream_started);
@@ -688,6 +700,10 @@ private:
                 rec.bytes_sent += got.n;
                 kick();
             }
+        }
+        if (body_refused) {
+            if (!s.closed) end_unread_body(s);
+            co_return;  // (the connection is not reused)
         }
         if (upstream_keeps && framing.body != Body::until_close) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
     }

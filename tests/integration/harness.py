@@ -800,6 +800,46 @@ class UpstreamConnection:
             self.sock.close()
 
 
+class EarlyAnswerUpstream:
+    """Answers every request as soon as its head has arrived, without reading its body, and
+    closes: with body bytes unread, the close resets the connection (as Go's net/http does
+    past 256 KB of unread body, or a server that rejects an upload by its Content-Length).
+    `heads`: the request heads it got, in order."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.heads = []
+        self._stopping = threading.Event()
+        self._listener = socket.socket()
+        self._listener.bind((LOOPBACK, 0))
+        self._listener.listen(8)
+        self.address = f"{LOOPBACK}:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, name="early-answer", daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stopping.is_set():
+            ready, _, _ = select.select([self._listener], [], [], 0.1)
+            if not ready:
+                continue
+            sock, _ = self._listener.accept()
+            with sock:
+                sock.settimeout(5)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    got = sock.recv(65536)
+                    if not got:
+                        break
+                    data += got
+                self.heads.append(data.split(b"\r\n\r\n")[0])
+                sock.sendall(self.answer)
+
+    def close(self):
+        self._stopping.set()
+        self._thread.join(5)
+        self._listener.close()
+
+
 class Upstream:
     """A threaded HTTP/1.1 server on a free loopback port that records every request.
 

@@ -1,9 +1,10 @@
 """Bodies: large bodies both ways (Content-Length and chunked), HEAD, 204, 304,
 1xx relaying, Expect: 100-continue."""
 
+import threading
 import unittest
 
-from harness import (SluiceTestCase, big_response, build_request, by_path, chunked_body,
+from harness import (EarlyAnswerUpstream, SluiceTestCase, big_response, build_request, by_path, chunked_body,
                      close_delimited, echo, echo_body, free_port, informational,
                      pattern_bytes, proxy_config, respond, sha256_hex)
 
@@ -191,6 +192,40 @@ class BodiesTest(SluiceTestCase):
         self.assertEqual(r.status, 200)
         self.assertEqual(r.json()["body_sha256"], sha256_hex(body))
         self.assertFalse(self.up.last().has_header("expect"))
+
+    # a final response before the request body is all sent ----------------------------
+    def test_a_final_response_the_upstream_sends_before_taking_the_body_reaches_the_client(self):
+        up = EarlyAnswerUpstream(b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: text/plain\r\n"
+                                 b"Content-Length: 15\r\n\r\nupload too big!")
+        self.addCleanup(up.close)
+        port = free_port()
+        self.start_sluice(proxy_config(port, {"early": up.address}))
+        for framing in ("Content-Length", "chunked"):
+            with self.subTest(framing=framing):
+                body = pattern_bytes(8 * MiB, seed=7)
+                if framing == "chunked":
+                    head = build_request("POST", "/upload", [("Transfer-Encoding", "chunked")])
+                    body = chunked_body(body, sizes=(65536,))
+                else:
+                    head = build_request("POST", "/upload", [("Content-Length", str(len(body)))])
+                c = self.client(port, timeout=BIG_TIMEOUT)
+                c.send(head)
+
+                def send_body():
+                    try:
+                        c.send(body)
+                    except OSError:
+                        pass  # the proxy closed once the response was out: the rest is not wanted
+                sender = threading.Thread(target=send_body, daemon=True)
+                sender.start()
+                r = c.read_response(method="POST", timeout=BIG_TIMEOUT)
+                self.assertEqual(r.status, 413, r.body)
+                self.assertEqual(r.body, b"upload too big!")
+                self.assertIn("close", r.header("connection", "").lower(),
+                              "the request body was not all read: the connection cannot carry another request")
+                c.wait_closed(5)
+                sender.join(5)
+        self.assertEqual(len(up.heads), 2)
 
     def test_expect_100_continue_without_route_gets_404_not_100(self):
         port = free_port()

@@ -20,7 +20,7 @@ import time
 import unittest
 
 from admin_api import Metrics, wait_admin
-from harness import (LOOPBACK, RawClient, SluiceTestCase, by_path, close_without_answer, delayed, echo, echo_body, free_port,
+from harness import (LOOPBACK, EarlyAnswerUpstream, RawClient, SluiceTestCase, by_path, close_without_answer, delayed, echo, echo_body, free_port,
                      http_response_bytes, leaky_bucket, limited_route, pattern_bytes, proxy_config, redis_store, respond, sha256_hex,
                      token_bucket, wait_until)
 
@@ -331,6 +331,34 @@ class Http2Test(SluiceTestCase):
         # Many streams on one connection, one after the other.
         for i in range(20):
             self.assertEqual(c.request("GET", f"/n{i}")[0], 200)
+
+    def test_a_final_response_the_upstream_sends_before_taking_the_body_reaches_the_stream(self):
+        self.upstream = EarlyAnswerUpstream(b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: text/plain\r\n"
+                                            b"Content-Length: 15\r\n\r\nupload too big!")
+        self.addCleanup(self.upstream.close)
+        self.port = self.start_instance()
+        c = self.client()
+        for headers in ([], [("content-length", str(4 << 20))]):
+            with self.subTest(headers=headers):
+                status, head, got = c.request("POST", "/upload", headers=headers, body=pattern_bytes(4 << 20))
+                self.assertEqual(status, 413, got)
+                self.assertEqual(got, b"upload too big!")
+        # The connection carries on.
+        self.assertEqual(c.request("GET", "/after")[0], 413)
+        self.assertEqual(len(self.upstream.heads), 3)
+
+    def test_an_answer_of_sluices_own_before_the_body_ends_reaches_the_stream_before_its_reset(self):
+        # 413 over max_body_bytes while the body is still coming: the answer, then RST_STREAM
+        # NO_ERROR (a reset sent first made the client drop the answer unseen).
+        self.start(upstream=echo_body(), server={"max_body_bytes": 100_000})
+        c = self.client()
+        for headers in ([], [("content-length", str(1 << 20))]):
+            with self.subTest(headers=headers):
+                status, head, got = c.request("POST", "/upload", headers=headers, body=pattern_bytes(1 << 20))
+                self.assertEqual(status, 413, got)
+                self.assertIn(b"max_body_bytes", got)
+                self.assertEqual(head.get("content-type"), "application/problem+json")
+        self.assertEqual(c.request("GET", "/after")[0], 200)
 
     def test_rapid_reset_ends_the_connection(self):
         self.start(server={"http2": {"max_resets_per_second": 20}}, admin=True)

@@ -261,6 +261,50 @@ TEST_CASE("h2 codec: a request body arrives in pieces and its window opens only 
     CHECK(r.ended[id]);
 }
 
+TEST_CASE("h2 codec: a response before the request body's end goes out whole, then RST_STREAM NO_ERROR", "[h2]") {
+    Recorder r;
+    H2Codec codec(r, {});
+    Client client;
+    const auto id = client.request({{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/"}},
+                                   std::string(100000, 'x'), true);
+    REQUIRE(codec.receive(client.bytes()));
+    REQUIRE_FALSE(r.ended[id]);
+    SECTION("with a body") {
+        REQUIRE(codec.respond(id, 413, {{"content-length", "4"}}, true));
+        codec.send_body(id, "big!", true);
+        codec.reset_after_response(id);
+        const auto out = drain(codec);
+        std::vector<int> kinds;
+        for (const auto& f : frames(out))
+            if (f.stream == id) kinds.push_back(f.type);
+        CHECK(kinds == std::vector<int>{NGHTTP2_HEADERS, NGHTTP2_DATA, NGHTTP2_RST_STREAM});
+        client.read(out);
+        CHECK(client.heads[id][":status"] == "413");
+        CHECK(client.bodies[id] == "big!");
+        REQUIRE(client.resets.count(id));
+        CHECK(client.resets[id] == NGHTTP2_NO_ERROR);
+    }
+    SECTION("without a body, the response already out") {
+        REQUIRE(codec.respond(id, 204, {}, false));
+        const auto head = drain(codec);
+        codec.reset_after_response(id);
+        const auto rest = drain(codec);
+        REQUIRE(frames(rest).size() == 1);
+        CHECK(frames(rest)[0].type == NGHTTP2_RST_STREAM);
+        client.read(head + rest);
+        CHECK(client.heads[id][":status"] == "204");
+        CHECK(client.resets[id] == NGHTTP2_NO_ERROR);
+    }
+    SECTION("reset() itself goes ahead of a response still queued") {
+        REQUIRE(codec.respond(id, 413, {{"content-length", "4"}}, true));
+        codec.send_body(id, "big!", true);
+        codec.reset(id, NGHTTP2_NO_ERROR);
+        client.read(drain(codec));
+        CHECK_FALSE(client.heads.count(id));
+        CHECK(client.resets.count(id));
+    }
+}
+
 TEST_CASE("h2 codec: trailers-only response (a gRPC status) is one HEADERS frame", "[h2]") {
     Recorder r;
     H2Codec codec(r, {});
