@@ -738,8 +738,8 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     for (int attempt = 0;; ++attempt) {
         Upstream failure;
         upstream_started = Clock::now();
-        conn = co_await connect_upstream(worker_, stream_.get_executor(), snap, route.upstream_index, attempt > 0,
-                                         !has_body && may_resend(req.method()), failure, upstream_deadline_);
+        conn = co_await connect_upstream(worker_, stream_.get_executor(), snap, route.upstream_index, attempt > 0, failure,
+                                         upstream_deadline_);
         if (!conn) {
             rec.upstream_ms = ms_since(upstream_started);
             LocalReply failed = failure == Upstream::timed_out ? local_problem(504, "upstream connect timed out")

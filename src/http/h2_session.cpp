@@ -534,7 +534,7 @@ private:
         for (int attempt = 0;; ++attempt) {
             Upstream failure;
             conn = co_await connect_upstream(worker_, stream_.get_executor(), snap, x.route->upstream_index, attempt > 0,
-                                             !has_body && may_resend(req.method()), failure, deadline);
+                                             failure, deadline);
             if (!conn) {
                 rec.upstream_ms = ms_since(upstream_started);
                 const LocalReply failed = failure == Upstream::timed_out ? local_problem(504, "upstream connect timed out")

@@ -62,8 +62,7 @@ bool may_resend(bhttp::verb method) {
 net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(server::Worker& worker,
                                                                      const net::any_io_executor& executor,
                                                                      const server::Snapshot& snap, std::size_t upstream,
-                                                                     bool fresh, bool resendable, Upstream& failure,
-                                                                     IoDeadline& deadline) {
+                                                                     bool fresh, Upstream& failure, IoDeadline& deadline) {
     const auto& servers = snap.servers[upstream];
     const auto& upstream_cfg = snap.config->upstreams[upstream];
     auto first = worker.next_server(upstream, servers.size());
@@ -73,7 +72,7 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(server::Wor
     for (std::size_t i = 0; i < servers.size(); ++i) {
         const auto& server = servers[(first + i) % servers.size()];
         if (!fresh) {
-            if (auto conn = worker.upstream_pool().take(server.key, resendable)) co_return conn;
+            if (auto conn = worker.upstream_pool().take(server.key)) co_return conn;
         }
         auto conn = std::make_unique<UpstreamConnection>(executor);
         conn->key = server.key;

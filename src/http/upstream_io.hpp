@@ -46,13 +46,11 @@ public:
 enum class Upstream { ok, refused, timed_out };
 
 // A connection to a server of `upstream`: a pooled one unless `fresh`, else a new one,
-// (`resendable`: the request goes once more on a new connection should a pooled one turn out
-// closed, UpstreamPool::take),
 // trying the servers round-robin (one that refuses or does not answer in connect_timeout
 // is skipped, as nginx's proxy_next_upstream error timeout). Null and `failure` when none.
 boost::asio::awaitable<std::unique_ptr<UpstreamConnection>> connect_upstream(
     server::Worker& worker, const boost::asio::any_io_executor& executor, const server::Snapshot& snap,
-    std::size_t upstream, bool fresh, bool resendable, Upstream& failure, IoDeadline& deadline);
+    std::size_t upstream, bool fresh, Upstream& failure, IoDeadline& deadline);
 
 // What read_body got: n decoded body bytes, or none because the body ended or failed
 // (the reader's state says which) or the read failed (ec; beast::error::timeout when

@@ -16,7 +16,7 @@ constexpr std::size_t max_kept_buffer = 16 * 1024;
 
 }  // namespace
 
-std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, bool resendable) {
+std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key) {
     auto it = idle_.find(key);
     if (it == idle_.end()) return nullptr;
     auto& list = it->second.list;
@@ -25,10 +25,7 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& key, b
         auto conn = std::move(list.back());  // most recently used first: warmest, least likely closed
         list.pop_back();
         const auto idle = now - conn->idle_since;
-        if (idle < max_idle_time) {
-            if (resendable && !conn->stream.attempts_read_first()) return conn;
-            if (conn->stream.quiet()) return conn;
-        }
+        if (idle < max_idle_time && conn->stream.quiet()) return conn;
         boost::system::error_code ec;
         conn->stream.socket().close(ec);
     }

@@ -23,18 +23,11 @@ public:
     ~UpstreamPool();
 
     // An idle connection to `key` that still looks usable (not idle too long, not closed by
-    // the peer, and nothing unsolicited on it), or nullptr. Bytes a server sent past its
-    // last response, say the body of a response to HEAD that came in a later packet, would
-    // otherwise be read as the answer to the next client's request. A connection is looked
-    // at with a receive that only peeks (one system call), unless the request is
-    // `resendable` (sent once more on a new connection should this one turn out closed:
-    // no body, an idempotent method) and the worker's reactor already knows: its last read
-    // drained the socket and no report of anything (bytes, a close) was collected since
-    // (Stream::attempts_read_first). What arrived after the worker last polled epoll is then
-    // not seen before the request is sent, the window every HTTP/1.1 proxy's reuse has, a
-    // loop turn wider; a close in it costs the resend, bytes in it end as an out-of-step
-    // response (or are read as this request's response, as after a peek).
-    std::unique_ptr<UpstreamConnection> take(const std::string& key, bool resendable);
+    // the peer, and nothing unsolicited on it), or nullptr. Every connection is looked at
+    // (one system call): bytes a server sent past its last response, say the body of a
+    // response to HEAD that came in a later packet, would otherwise be read as the answer
+    // to the next client's request.
+    std::unique_ptr<UpstreamConnection> take(const std::string& key);
 
     // Takes back `conn` after a complete response it framed itself (the server keeps the
     // connection open). Bytes read past that response mean the server is out of step: the

@@ -1,15 +1,12 @@
 // UpstreamPool with real loopback connections: what it keeps, what it closes and when.
 #include <catch2/catch.hpp>
 
-#include <array>
 #include <chrono>
 #include <memory>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 
@@ -45,31 +42,6 @@ struct Loopback {
         return ec == boost::asio::error::eof;
     }
 
-    // Peer `i` sends `bytes` and the proxy side reads them as a response's last read is
-    // read (reported: net::ReadReadiness), with every report collected before the read.
-    void answer_and_read(UpstreamConnection& conn, std::size_t i, const std::string& bytes) {
-        boost::asio::write(peers[i], boost::asio::buffer(bytes));
-        collect_reports();
-        std::array<char, 64> buf{};
-        std::string got;
-        conn.stream.async_read_reported(boost::asio::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
-            REQUIRE_FALSE(ec);
-            got.assign(buf.data(), n);
-        });
-        io.restart();
-        io.run_for(5s);
-        REQUIRE(got == bytes);
-    }
-
-    // Runs the event loop for a moment: what the sockets have is reported (epoll collects
-    // it) and no read takes it.
-    void collect_reports() {
-        boost::asio::steady_timer timer(io, 20ms);
-        timer.async_wait([](boost::system::error_code) {});
-        io.restart();
-        io.run();
-    }
-
     // As closed_by_proxy, for a connection closed with unread bytes (the kernel resets it).
     bool reset_by_proxy(std::size_t i) {
         char byte;
@@ -97,7 +69,7 @@ TEST_CASE("upstream pool: surplus beyond max_idle waits for reuse, then goes old
     SECTION("taken again before the surplus idle time: all of them, newest first") {
         std::vector<std::unique_ptr<UpstreamConnection>> taken;
         for (int i = 3; i >= 0; --i) {
-            taken.push_back(pool.take(key, false));
+            taken.push_back(pool.take(key));
             REQUIRE(taken.back());
             CHECK(taken.back().get() == conns[i]);
         }
@@ -109,11 +81,11 @@ TEST_CASE("upstream pool: surplus beyond max_idle waits for reuse, then goes old
         CHECK(pool.idle_count() == 2);
         CHECK(net.closed_by_proxy(0));
         CHECK(net.closed_by_proxy(1));
-        auto newest = pool.take(key, false);
-        auto next = pool.take(key, false);
+        auto newest = pool.take(key);
+        auto next = pool.take(key);
         CHECK(newest.get() == conns[3]);
         CHECK(next.get() == conns[2]);
-        CHECK_FALSE(pool.take(key, false));
+        CHECK_FALSE(pool.take(key));
     }
 }
 
@@ -127,49 +99,11 @@ TEST_CASE("upstream pool: a connection with unsolicited bytes on it is closed, n
     // The newest one's server sends bytes after its response (a body to a HEAD, say).
     boost::asio::write(net.peers[1], boost::asio::buffer("stray", 5));
     std::this_thread::sleep_for(20ms);
-    auto taken = pool.take(key, false);
+    auto taken = pool.take(key);
     REQUIRE(taken);
     CHECK(taken->stream.socket().local_endpoint() == net.peers[0].remote_endpoint());
     CHECK(net.reset_by_proxy(1));
-    CHECK_FALSE(pool.take(key, false));
-}
-
-TEST_CASE("upstream pool: a resendable request takes a drained connection as the reactor knows it, unless a report came since") {
-    Loopback net;
-    UpstreamPool pool(net.io.get_executor(), 10min);
-    auto conn = net.connect();
-    const auto key = conn->key;
-    net.answer_and_read(*conn, 0, "first");  // registers the socket for the peer's close
-    net.answer_and_read(*conn, 0, "second");  // drained, no close behind: nothing to receive
-    REQUIRE_FALSE(conn->stream.attempts_read_first());
-    UpstreamConnection* const pooled = conn.get();
-    pool.put(std::move(conn), 4);
-
-    SECTION("nothing since: handed out, and its next read gets the next answer") {
-        net.collect_reports();
-        auto taken = pool.take(key, true);
-        REQUIRE(taken.get() == pooled);
-        CHECK_FALSE(taken->stream.attempts_read_first());
-        net.answer_and_read(*taken, 0, "third");
-    }
-    SECTION("bytes the server sent since, reported: closed, not handed out") {
-        boost::asio::write(net.peers[0], boost::asio::buffer("stray", 5));
-        net.collect_reports();
-        CHECK_FALSE(pool.take(key, true));
-        CHECK(net.reset_by_proxy(0));
-    }
-    SECTION("the server's close since, reported: closed, not handed out") {
-        net.peers[0].shutdown(tcp::socket::shutdown_send);
-        net.collect_reports();
-        CHECK_FALSE(pool.take(key, true));
-        CHECK(net.closed_by_proxy(0));
-    }
-    SECTION("a request that cannot be sent again: looked at, bytes not yet reported are seen") {
-        boost::asio::write(net.peers[0], boost::asio::buffer("stray", 5));
-        std::this_thread::sleep_for(20ms);  // arrived; the loop has not run
-        CHECK_FALSE(pool.take(key, false));
-        CHECK(net.reset_by_proxy(0));
-    }
+    CHECK_FALSE(pool.take(key));
 }
 
 TEST_CASE("upstream pool: shut closes everything, keeps nothing more and leaves no timer") {
