@@ -823,7 +823,9 @@ net::awaitable<bool> Session::forward(Exchange& x) {
                 invalid = "upstream sent too many informational responses";
                 break;
             }
-            if (client_version >= 11) {
+            // A 100 Continue is not relayed: the upstream never sees Expect (stripped), and a
+            // client that sent it had sluice's own 100 before its body went.
+            if (client_version >= 11 && status != 100) {
                 auto& info = response.fields;
                 strip_hop_by_hop(info);
                 strip_framing(info);

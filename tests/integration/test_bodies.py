@@ -180,6 +180,23 @@ class BodiesTest(SluiceTestCase):
         self.assertEqual(got.body, body)
         self.assertFalse(got.has_header("expect"), got.headers)
 
+    def test_an_upstreams_100_continue_is_not_relayed_other_interim_responses_are(self):
+        self.up.behaviour = informational([(100, []), (103, [("Link", "</a.css>; rel=preload")])],
+                                          then=respond(200, b"final"))
+        body = b"0123456789"
+        c = self.client(self.port)
+        c.send(build_request("POST", "/expect", [("Expect", "100-continue"), ("Content-Length", str(len(body)))]))
+        ours = c.read_response(method="POST", informational="return", timeout=3)
+        self.assertEqual(ours.status, 100)
+        c.send(body)
+        r = c.read_response(method="POST")
+        self.assertEqual(r.status, 200)
+        self.assertEqual([i.status for i in r.informational], [103], "one 100 Continue, sluice's own")
+        # Without Expect: the upstream's 100 is not relayed either.
+        r = c.request("POST", "/plain", body=body)
+        self.assertEqual(r.status, 200)
+        self.assertEqual([i.status for i in r.informational], [103])
+
     def test_expect_100_continue_with_chunked_body(self):
         body = pattern_bytes(300000, seed=41)
         c = self.client(self.port)
