@@ -946,8 +946,9 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     }
 
     // Pooled only when the response ended exactly where its framing said, with nothing
-    // read past it (UpstreamPool::put checks the buffer), and the server keeps it open.
-    if (upstream_keeps && !body_refused && framing.body != Body::until_close)
+    // read past it (UpstreamPool::put checks the buffer), and the server keeps it open; not
+    // after a bodiless response whose fields announced a body (Framing::announced_body).
+    if (upstream_keeps && !body_refused && !framing.announced_body && framing.body != Body::until_close)
         worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
     co_return keep;
 }

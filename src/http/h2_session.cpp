@@ -705,7 +705,8 @@ private:
             if (!s.closed) end_unread_body(s);
             co_return;  // (the connection is not reused)
         }
-        if (upstream_keeps && framing.body != Body::until_close) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
+        if (upstream_keeps && !framing.announced_body && framing.body != Body::until_close)
+            worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
     }
 
     server::Worker& worker_;

@@ -208,7 +208,10 @@ Framing response_framing(const L& fields, unsigned version, unsigned status, boo
     if (n.chunked && !n.chunked_last) return refuse(502, "upstream sent a Transfer-Encoding that does not end in chunked");
     if (n.empty_transfer_encodings) return refuse(502, "upstream sent an empty Transfer-Encoding");
     Framing f;
-    if (head_request || status < 200 || status == 204 || status == 304) return f;
+    if (head_request || status < 200 || status == 204 || status == 304) {
+        f.announced_body = n.transfer_encodings > 0 || (n.content_lengths > 0 && n.length > 0);
+        return f;
+    }
     if (n.transfer_encodings) {
         if (version < 11) return refuse(502, "upstream sent Transfer-Encoding in an HTTP/1.0 response");
         // As nginx: a coding sluice would pass on undecoded is refused rather than relayed.

@@ -32,6 +32,11 @@ struct Framing {
     std::uint64_t length = 0;    // Body::length
     unsigned status = 0;         // 0: fine; else the status to answer (400, 501, 502)
     std::string_view problem;    // why, when status != 0
+    // A response without a body by the rules (to HEAD, 204, 304) whose fields announce one
+    // (Transfer-Encoding, a Content-Length above 0: as they may, for HEAD and 304). A server
+    // that sends that body anyway sends it after its response, maybe in a later packet (the
+    // peek before reuse cannot see what has not arrived): such a connection is not reused.
+    bool announced_body = false;
     bool ok() const { return status == 0; }
 };
 

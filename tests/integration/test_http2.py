@@ -347,6 +347,29 @@ class Http2Test(SluiceTestCase):
         self.assertEqual(c.request("GET", "/after")[0], 413)
         self.assertEqual(len(self.upstream.heads), 3)
 
+    def test_a_body_sent_after_an_answer_to_head_reaches_no_other_stream(self):
+        # As over HTTP/1.1 (test_keepalive): the upstream answers HEAD, then sends a whole
+        # response as a body in a later write; the connection is not reused for another
+        # client's stream.
+        fake = b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\nSet-Cookie: session=attacker\r\n\r\nFAKE-FOR-VICTIM"
+
+        def head_then_body(req, conn):
+            if req.method == "HEAD":
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(fake))
+                time.sleep(0.002)
+                conn.send(fake)
+            else:
+                body = req.target.encode()
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+        self.start(upstream=head_then_body, server={"workers": 1})
+        attacker, victim = self.client(), self.client()
+        for i in range(10):
+            self.assertEqual(attacker.request("HEAD", f"/upload/{i}")[0], 200)
+            status, head, got = victim.request("GET", f"/account/{i}")
+            self.assertEqual((status, got), (200, f"/account/{i}".encode()), head)
+            self.assertNotIn("set-cookie", head)
+
     def test_an_answer_of_sluices_own_before_the_body_ends_reaches_the_stream_before_its_reset(self):
         # 413 over max_body_bytes while the body is still coming: the answer, then RST_STREAM
         # NO_ERROR (a reset sent first made the client drop the answer unseen).

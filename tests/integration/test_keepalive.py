@@ -286,6 +286,47 @@ class UpstreamReuseTest(SluiceTestCase):
         self.assertEqual(len(self.up.requests), 3)
         self.assertEqual(self.up.connections, 3)
 
+    def test_a_body_sent_after_an_answer_to_head_reaches_nobody(self):
+        # An upstream that answers HEAD as it should (its Content-Length, no body), then
+        # sends a body anyway, in a write of its own: a whole response, say. It leaves after
+        # the answer, in a later packet (here held back by Nagle until the answer is
+        # acknowledged, which on a reused connection comes with the next request): the peek
+        # before reuse cannot see it, and on a reused connection it would be read as the
+        # answer to another client's request. Such a connection is not reused.
+        fake = b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\nSet-Cookie: session=attacker\r\n\r\nFAKE-FOR-VICTIM"
+
+        def head_then_body(req, conn):
+            if req.method == "HEAD":
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(fake))
+                time.sleep(0.002)
+                conn.send(fake)
+            else:
+                body = req.target.encode()
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+        port = self.start(workers=1, behaviour=head_then_body)
+        attacker, victim = self.client(port), self.client(port)
+        for i in range(10):
+            r = attacker.request("HEAD", f"/upload/{i}", timeout=3)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body, b"")
+            r = victim.request("GET", f"/account/{i}", timeout=3)
+            self.assertEqual((r.status, r.body), (200, f"/account/{i}".encode()), r.headers)
+            self.assertFalse(r.has_header("set-cookie"))
+        # Answers to HEAD that announce no body leave the connection to be reused.
+        def plain_head(req, conn):
+            body = req.target.encode()
+            if req.method == "HEAD":
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            else:
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.up.behaviour = plain_head
+        before = self.up.connections
+        for i in range(3):
+            self.assertEqual(attacker.request("HEAD", f"/h/{i}", timeout=3).status, 200)
+            self.assertEqual(victim.request("GET", f"/g/{i}", timeout=3).body, f"/g/{i}".encode())
+        self.assertLessEqual(self.up.connections - before, 1)
+
 
 if __name__ == "__main__":
     unittest.main()

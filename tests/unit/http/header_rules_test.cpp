@@ -82,16 +82,22 @@ TEST_CASE("check_response_framing") {
         unsigned refused;  // 0: accepted
         Body body = Body::none;
         std::uint64_t length = 0;
+        bool announced = false;  // Framing::announced_body: not reused
     };
     const std::vector<Case> cases = {
         {{{"Content-Length", "5"}}, 200, false, 0, Body::length, 5},
         {{{"Content-Length", "0"}}, 200, false, 0, Body::length, 0},
         {{{"Transfer-Encoding", "chunked"}}, 200, false, 0, Body::chunked},
         {{}, 200, false, 0, Body::until_close},
-        {{{"Content-Length", "5"}}, 200, true, 0, Body::none},  // HEAD: the length of the GET
-        {{{"Transfer-Encoding", "chunked"}}, 200, true, 0, Body::none},
-        {{{"Content-Length", "5"}}, 304, false, 0, Body::none},
+        {{{"Content-Length", "5"}}, 200, true, 0, Body::none, 0, true},  // HEAD: the length of the GET
+        {{{"Content-Length", "0"}}, 200, true, 0, Body::none, 0, false},
+        {{}, 200, true, 0, Body::none, 0, false},
+        {{{"Transfer-Encoding", "chunked"}}, 200, true, 0, Body::none, 0, true},
+        {{{"Content-Length", "5"}}, 304, false, 0, Body::none, 0, true},
+        {{}, 304, false, 0, Body::none, 0, false},
         {{}, 204, false, 0, Body::none},
+        {{{"Content-Length", "0"}}, 204, false, 0, Body::none, 0, false},
+        {{{"Content-Length", "7"}}, 204, false, 0, Body::none, 0, true},
         {{}, 100, false, 0, Body::none},
         {{{"Content-Length", "5"}, {"Content-Length", "5"}}, 200, false, 502},
         {{{"Content-Length", "5"}, {"Content-Length", "5"}}, 200, true, 502},
@@ -108,6 +114,7 @@ TEST_CASE("check_response_framing") {
         if (f.ok()) {
             CHECK(f.body == cases[i].body);
             CHECK(f.length == cases[i].length);
+            CHECK(f.announced_body == cases[i].announced);
         }
     }
     CHECK(check_response_framing(make({{"Transfer-Encoding", "chunked"}}), 10, 200, false).status == 502);
