@@ -26,6 +26,7 @@
 #include "config/spelling_suggestion.hpp"
 #include "config/value_syntax.hpp"
 #include "auth/jwt.hpp"
+#include "http/request_target.hpp"
 #include "tls/pem.hpp"
 
 namespace sluice::config {
@@ -1226,6 +1227,11 @@ void ConfigReader::read_methods(const Field& field, std::vector<std::string>& me
             continue;
         }
         std::string method = to_upper(*written);
+        if (!http::is_request_method(method)) {
+            // (sluice answers 400 to any other: such a method would never match)
+            diagnostics_.error(item.at, "invalid method " + quoted(*written) + ": letters, '-' and '_' only, at most 32");
+            continue;
+        }
         if (std::find(methods.begin(), methods.end(), method) == methods.end()) methods.push_back(std::move(method));
     }
 }

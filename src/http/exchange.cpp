@@ -255,8 +255,8 @@ bool original_request(bool peer_trusted, const Request& req, std::string& method
     const auto original_method = field("x-original-method", "x-forwarded-method");
     const auto original_uri = field("x-original-uri", "x-forwarded-uri");
     if (original_method) {
-        if (!config::is_http_token(*original_method)) {
-            problem = "X-Original-Method (or X-Forwarded-Method) is not one method";
+        if (!is_request_method(*original_method)) {
+            problem = "X-Original-Method (or X-Forwarded-Method) is not one method of upper-case letters, '-' and '_'";
             return false;
         }
         method = std::string(*original_method);

@@ -194,6 +194,10 @@ RequestTarget parse_request_target(std::string_view method, std::string_view tar
         t.problem = "CONNECT is not supported";
         return t;
     }
+    if (!is_request_method(method)) {
+        t.problem = "a method is 1 to 32 upper-case letters, '-' and '_'";
+        return t;
+    }
     if (target == "*") {
         if (method != "OPTIONS") t.problem = "asterisk-form target is for OPTIONS only";
         t.path = "*";

@@ -19,8 +19,20 @@ struct RequestTarget {
     std::string origin_form() const { return has_query ? path + '?' + query : path; }
 };
 
+// A method sluice forwards: upper-case letters, '-' and '_' (as nginx accepts), 1 to 32 of
+// them. Methods are case-sensitive (RFC 9110 9.1), yet many servers upper-case what they get:
+// `post` would miss a route that matches POST, and a `method` key would count it apart from
+// POST, while the upstream reads it as POST.
+inline bool is_request_method(std::string_view method) {
+    if (method.empty() || method.size() > 32) return false;
+    for (const char c : method)
+        if ((c < 'A' || c > 'Z') && c != '-' && c != '_') return false;
+    return true;
+}
+
 // Reads an origin-form (`/path?query`), absolute-form (`http://host/path`, `https://`, any
-// case) or asterisk-form (`*`, OPTIONS only) target. Authority-form (CONNECT) is refused.
+// case) or asterisk-form (`*`, OPTIONS only) target for `method`. Authority-form (CONNECT) is
+// refused, and a method that is not is_request_method.
 RequestTarget parse_request_target(std::string_view method, std::string_view target);
 
 // Normalises an origin-form path, as nginx does before matching locations: escapes of

@@ -485,6 +485,10 @@ class Http2Test(SluiceTestCase):
             c = self.client(validate=False)
             status, _, _ = c.request("POST", "/s", headers=bad, body=b"abc")
             self.assertEqual(status[0], "reset", bad)
+        # A method not in upper case is refused (400): an upstream may read `post` as POST.
+        c = self.client(validate=False)
+        status, _, _ = c.request("post", "/m", body=b"abc")
+        self.assertEqual(status, 400)
         # Host naming another host than :authority is refused (400).
         c = self.client(validate=False)
         status, _, _ = c.request("GET", "/h", headers=[("host", "evil.test")])

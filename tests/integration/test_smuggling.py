@@ -408,6 +408,27 @@ class PathAndHostTest(SluiceTestCase):
                 self.assertEqual(self.status_of(target, headers).status, 400)
         self.assertEqual(self.up.requests, [])
 
+    def test_a_method_not_in_upper_case_is_refused_not_routed_around_its_limit(self):
+        # A route for POST /login with its limit, and one for the rest without: `post` would
+        # miss the first, and an upstream that upper-cases methods would read it as POST.
+        port = free_port()
+        login = {"name": "login", "match": {"path": "/login", "methods": ["POST"]}, "upstream": "app",
+                 "limits": [{"name": "tries", "algorithm": "token_bucket", "rate": 1, "per": "1h", "burst": 1,
+                             "key": ["client_ip"]}]}
+        rest = {"name": "rest", "match": {"path_prefix": "/"}, "upstream": "app"}
+        self.start_sluice(proxy_config(port, {"app": self.up.address}, [login, rest]))
+        c = self.client(port)
+        self.assertEqual(c.request("POST", "/login", body=b"a").status, 200)
+        self.assertEqual(c.request("POST", "/login", body=b"a").status, 429)
+        for method in (b"post", b"Post", b"POST1", b"P.ST"):
+            with self.subTest(method=method):
+                c = self.client(port)
+                c.send(method + b" /login HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\na")
+                r = c.read_response()
+                self.assertEqual(r.status, 400)
+                self.assertIn(b"upper-case", r.body)
+        self.assertEqual(len(self.up.requests), 1)
+
     def test_absolute_form_authority_becomes_host(self):
         r = self.status_of(b"http://B.Test:8080?q=1", b"Host: other\r\n")
         self.assertEqual(r.status, 200)

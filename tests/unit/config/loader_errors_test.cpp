@@ -240,6 +240,8 @@ TEST_CASE("loader errors: routes and matches", "[config][loader]") {
          {"8:32: 'methods' must be a list, got 'GET'"}},
         {route_head + "  - name: s\n    match: {path: /x, methods: [GET, \"P T\"]}\n    upstream: app\n",
          {"8:38: invalid method 'P T'"}},
+        {route_head + "  - name: s\n    match: {path: /x, methods: [GET, GET2, get]}\n    upstream: app\n",
+         {"8:38: invalid method 'GET2': letters, '-' and '_' only, at most 32"}},
         {route_head + "  - name: s\n    match: {path: /x, host: \"exa mple.com\"}\n    upstream: app\n",
          {"8:29: 'host' must be a host name such as example.com or *.example.com, got 'exa mple.com'"}},
         {route_head + "  - name: s\n    match: [/x]\n    upstream: app\n", {"8:12: 'match' must be a map, got a list"}},

@@ -158,6 +158,16 @@ TEST_CASE("parse_request_target") {
             CHECK(parse_request_target("connect", target).problem == "CONNECT is not supported");
         }
         CHECK(parse_request_target("CONNECTS", "/x").ok());  // another method
+        // Methods of upper-case letters, '-' and '_' only (as nginx): an upstream may read
+        // `post` as POST where routes and `method` keys would not.
+        for (const char* method : {"post", "Get", "GET1", "G.T", "GET/", "", "ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG"}) {
+            INFO(method);
+            CHECK_FALSE(parse_request_target(method, "/x").ok());
+        }
+        for (const char* method : {"GET", "PROPFIND", "M-SEARCH", "VERSION-CONTROL", "X_Y", "ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEF"}) {
+            INFO(method);
+            CHECK(parse_request_target(method, "/x").ok());
+        }
     }
     SECTION("asterisk-form for OPTIONS") {
         auto t = parse_request_target("OPTIONS", "*");
