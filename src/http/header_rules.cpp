@@ -81,6 +81,7 @@ bool HopByHop::operator()(bhttp::field id, std::string_view name) const {
     case bhttp::field::upgrade:
     case bhttp::field::proxy_authenticate:
     case bhttp::field::proxy_authorization:
+    case bhttp::field::http2_settings:  // (the h2c upgrade's, which sluice does not offer)
         return true;
     default:
         if (names_close_ && iequals_ascii(name, "close")) return true;
@@ -327,6 +328,7 @@ void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
     }
     xff += info.peer_ip;
     replace_field(fields, x_forwarded_for, xff);
+    if (!info.peer_trusted) erase_all(fields, bhttp::field::forwarded);
 
     bool has_proto = false;
     if (info.peer_trusted) for_each_value(fields, x_forwarded_proto, [&](std::string_view) { has_proto = true; });

@@ -103,7 +103,8 @@ struct ForwardingInfo {
     bool tls = false;           // the client connection is TLS: X-Forwarded-Proto: https
 };
 
-// Sets X-Forwarded-For, X-Forwarded-Proto and Via on a request going upstream.
+// Sets X-Forwarded-For, X-Forwarded-Proto and Via on a request going upstream; removes
+// Forwarded (RFC 7239) unless the peer is trusted.
 // Call after strip_hop_by_hop.
 void add_forwarding_headers(Fields& fields, const ForwardingInfo& info);
 

@@ -119,6 +119,11 @@ RequestOnward request_onward(const ClientRequest& req, const BodyReader& body, s
         case bhttp::field::host:
             has_host = true;
             break;
+        case bhttp::field::forwarded:
+            // As X-Forwarded-For: what a peer that is not trusted says of the client is not
+            // passed on (sluice writes no Forwarded of its own).
+            if (!trusted) continue;
+            break;
         default:
             break;
         }

@@ -160,6 +160,12 @@ class ForwardingTest(SluiceTestCase):
                             ("X-Forwarded-For", "192.0.2.3")])
         self.assertEqual(got.header_values("x-forwarded-for"), ["127.0.0.1"])
 
+    def test_forwarded_from_untrusted_peer_is_not_passed_on(self):
+        # RFC 7239's Forwarded says what X-Forwarded-For says: from a client, a forgery.
+        r, got = self.send([("Forwarded", "for=203.0.113.9;proto=https"), ("forwarded", "for=1.2.3.4")])
+        self.assertEqual(r.status, 200)
+        self.assertEqual(got.header_values("forwarded"), [])
+
     def test_x_forwarded_proto_from_untrusted_peer_is_http(self):
         r, got = self.send()
         self.assertEqual(got.header_values("x-forwarded-proto"), ["http"])
@@ -246,6 +252,10 @@ class TrustedForwardingTest(SluiceTestCase):
     def test_without_incoming_x_forwarded_for_it_is_the_peer(self):
         got = self.send()
         self.assertEqual(got.joined("x-forwarded-for"), "127.0.0.1")
+
+    def test_forwarded_is_kept_from_a_trusted_peer(self):
+        got = self.send([("Forwarded", "for=203.0.113.9;proto=https")])
+        self.assertEqual(got.header_values("forwarded"), ["for=203.0.113.9;proto=https"])
 
     def test_x_forwarded_proto_is_kept_from_a_trusted_peer(self):
         self.assertEqual(self.send([("X-Forwarded-Proto", "https")]).header_values(

@@ -147,6 +147,7 @@ TEST_CASE("strip_hop_by_hop removes fixed hop-by-hop fields and those named in C
                    {"Upgrade", "websocket"},
                    {"Proxy-Authenticate", "Basic"},
                    {"Proxy-Authorization", "Basic eA=="},
+                   {"HTTP2-Settings", "AAMAAABkAAQAAP__"},
                    {"x-secret", "1"},
                    {"X-Other", "2"},
                    {"X-Kept", "3"}});
