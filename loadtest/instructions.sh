@@ -9,12 +9,18 @@
 #   loadtest/instructions.sh                       (every scenario, 4 connections, 15 s each)
 #   SCENARIOS="none token_bucket" CONNS=12 DURATION=15s SLUICE=path loadtest/instructions.sh
 #   COUNT=syscalls SCENARIOS="nginx none token_bucket" CONNS=12 loadtest/instructions.sh
+#   COUNT=cpu SCENARIOS="nginx none token_bucket" CONNS=12 loadtest/instructions.sh
 #
 # COUNT=syscalls counts system calls instead (and needs perf, Debian's linux-perf): the same
 # processes and load without valgrind, `perf stat` on the proxy's tracepoints while wrk runs;
 # prints system calls per request, the receives, sends, epoll_wait and epoll_ctl among them,
 # and context switches. Like instructions, and unlike CPU time, they do not move with the
 # machine's neighbours.
+# COUNT=cpu samples where the proxy's CPU time goes (`perf record -e cpu-clock`, no valgrind):
+# prints its CPU time per request, the kernel's part of it (system calls, TCP, waking other
+# processes), the part spent switching to it after it slept (finish_task_switch), and its own
+# code's; `perf report -i DIR/SCENARIO/perf.data` shows the rest. CPU time moves with the
+# neighbours (10-20 % between runs here): alternate builds, compare shares.
 #
 # Scenarios: none (no limits), token_bucket (one Redis key), concurrency (one Redis
 # concurrency key, never full: a slot taken and given back per request), clients100k (a Redis token bucket
@@ -56,8 +62,8 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 COUNT=${COUNT:-instructions}
 case $COUNT in
   instructions) TOOLS="valgrind callgrind_annotate" ;;
-  syscalls) TOOLS="perf" ;;
-  *) echo "instructions: COUNT is instructions or syscalls, not '$COUNT'" >&2; exit 2 ;;
+  syscalls|cpu) TOOLS="perf" ;;
+  *) echo "instructions: COUNT is instructions, syscalls or cpu, not '$COUNT'" >&2; exit 2 ;;
 esac
 for tool in $TOOLS redis-server redis-cli wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "instructions: $tool is missing" >&2; exit 1; }
@@ -127,7 +133,7 @@ served() {
 profile() {
   local dir=$1 what=$2 ready_url=$3 load_url=$4 stop=$5 script=$6
   shift 6
-  if [ "$COUNT" = syscalls ]; then
+  if [ "$COUNT" != instructions ]; then
     "$@" >"$dir/$what.log" 2>&1 &
     local pid=$! ready=0 events="raw_syscalls:sys_enter,context-switches" kind
     PIDS+=("$pid")
@@ -135,7 +141,11 @@ profile() {
     for _ in $(seq 100); do curl -sfk "$ready_url" >/dev/null 2>&1 && { ready=1; break; }; sleep 0.1; done
     [ "$ready" = 1 ] || { echo "instructions: $what did not get ready ($scenario)" >&2; tail -5 "$dir/$what.log" >&2; exit 1; }
     load 2s "$load_url" "$script" >/dev/null
-    perf stat -x, -e "$events" -p "$pid" -o "$dir/perf.txt" -- sleep "$DURATION" &
+    if [ "$COUNT" = cpu ]; then
+      perf record -q -e cpu-clock -F 4000 -p "$pid" -o "$dir/perf.data" -- sleep "$DURATION" 2>/dev/null &
+    else
+      perf stat -x, -e "$events" -p "$pid" -o "$dir/perf.txt" -- sleep "$DURATION" &
+    fi
     local perf_pid=$!
     load "$DURATION" "$load_url" "$script" >"$dir/wrk.txt"
     wait "$perf_pid"
@@ -172,7 +182,21 @@ syscall_row() {
     "$dir/perf.txt"
 }
 
-if [ "$COUNT" = syscalls ]; then
+# cpu_row LABEL: a table row from DIR/perf.data and `requests` (COUNT=cpu)
+cpu_row() {
+  local total kernel switching
+  total=$(perf report -i "$dir/perf.data" --stdio --sort dso 2>/dev/null | awk '/Event count/ { print $NF; exit }')
+  kernel=$(perf report -i "$dir/perf.data" --stdio --sort dso 2>/dev/null | awk '/\[kernel\.kallsyms\]/ { sub("%", "", $1); print $1; exit }')
+  switching=$(perf report -i "$dir/perf.data" --stdio --sort sym 2>/dev/null | awk '/finish_task_switch/ { sub("%", "", $1); s += $1 } END { print s + 0 }')
+  awk -v l="$1" -v c="$CONNS" -v n="$requests" -v t="${total:-0}" -v k="${kernel:-0}" -v s="$switching" '
+    BEGIN { us = t / 1000 / n
+            printf "| %s | %s | %d | %.1f | %.1f | %.1f | %.1f |\n", l, c, n, us, us * k / 100, us * s / 100, us * (100 - k) / 100 }'
+}
+
+if [ "$COUNT" = cpu ]; then
+  echo "| scenario | connections | requests | CPU µs per request | kernel | of it switching to the proxy | user space |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+elif [ "$COUNT" = syscalls ]; then
   echo "| scenario | connections | requests | system calls per request | receives | sends | epoll_wait | epoll_ctl | context switches |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 else
@@ -272,6 +296,10 @@ EOF
       syscall_row "$label${HEADERS:+, $HEADERS headers}"
       continue
     fi
+    if [ "$COUNT" = cpu ]; then
+      cpu_row "$label${HEADERS:+, $HEADERS headers}"
+      continue
+    fi
     awk -v c="$CONNS" -v n="$requests" -v t="$total" -v h="${HEADERS:+, $HEADERS headers}" -v l="$label" \
       'BEGIN { printf "| %s%s | %s | %d | %.0f | - |\n", l, h, c, n, t / n }'
     continue
@@ -303,6 +331,10 @@ EOF
     "$SLUICE" -c "$dir/sluice.yaml"
   if [ "$COUNT" = syscalls ]; then
     syscall_row "$scenario${HEADERS:+, $HEADERS headers}"
+    continue
+  fi
+  if [ "$COUNT" = cpu ]; then
+    cpu_row "$scenario${HEADERS:+, $HEADERS headers}"
     continue
   fi
   # Calls of operator new(unsigned long), summed over every call site.
