@@ -56,6 +56,7 @@ __all__ = [
     "to_yaml", "proxy_config", "sluice_binary", "run_cli", "Sluice", "Upstream",
     "UpstreamRequest", "UpstreamConnection", "respond", "echo", "echo_body", "big_response",
     "close_delimited", "delayed", "informational", "reset", "close_without_answer",
+    "head_then_late_body", "EarlyAnswerUpstream",
     "send_raw", "garbage", "by_path", "http_response_bytes", "build_request", "chunked_body",
     "Response", "RawClient", "IncompleteResponse", "ConnectionClosed", "simple_request",
     "parse_access_line", "SluiceTestCase", "RedisError", "RedisClient", "RedisServer",
@@ -1207,6 +1208,21 @@ class informational:
             conn.send(http_response_bytes(status, headers))
             conn.sleep(self.pause)
         self.then(req, conn)
+
+
+def head_then_late_body(late, pause=0.002):
+    """Answers HEAD as it should (a Content-Length of len(late), no body), then sends `late`
+    anyway in a write of its own `pause` later (held back by Nagle until the answer is
+    acknowledged); any other request gets its target as its body."""
+    def behaviour(req, conn):
+        if req.method == "HEAD":
+            conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(late))
+            time.sleep(pause)
+            conn.send(late)
+        else:
+            body = req.target.encode()
+            conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    return behaviour
 
 
 def reset():

@@ -21,7 +21,7 @@ import unittest
 
 from admin_api import Metrics, wait_admin
 from harness import (LOOPBACK, EarlyAnswerUpstream, RawClient, SluiceTestCase, by_path, close_without_answer, delayed, echo, echo_body, free_port,
-                     http_response_bytes, leaky_bucket, limited_route, pattern_bytes, proxy_config, redis_store, respond, sha256_hex,
+                     head_then_late_body, http_response_bytes, leaky_bucket, limited_route, pattern_bytes, proxy_config, redis_store, respond, sha256_hex,
                      token_bucket, wait_until)
 
 sys.path.append("/usr/lib/python3/dist-packages")  # Debian's python3-h2 and python3-grpcio
@@ -352,17 +352,7 @@ class Http2Test(SluiceTestCase):
         # response as a body in a later write; the connection is not reused for another
         # client's stream.
         fake = b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\nSet-Cookie: session=attacker\r\n\r\nFAKE-FOR-VICTIM"
-
-        def head_then_body(req, conn):
-            if req.method == "HEAD":
-                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(fake))
-                time.sleep(0.002)
-                conn.send(fake)
-            else:
-                body = req.target.encode()
-                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-
-        self.start(upstream=head_then_body, server={"workers": 1})
+        self.start(upstream=head_then_late_body(fake), server={"workers": 1})
         attacker, victim = self.client(), self.client()
         for i in range(10):
             self.assertEqual(attacker.request("HEAD", f"/upload/{i}")[0], 200)

@@ -4,7 +4,7 @@ import threading
 import time
 import unittest
 
-from harness import (SluiceTestCase, build_request, close_delimited, echo, free_port,
+from harness import (SluiceTestCase, build_request, close_delimited, echo, free_port, head_then_late_body,
                      proxy_config, respond, wait_until)
 
 
@@ -294,17 +294,7 @@ class UpstreamReuseTest(SluiceTestCase):
         # before reuse cannot see it, and on a reused connection it would be read as the
         # answer to another client's request. Such a connection is not reused.
         fake = b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\nSet-Cookie: session=attacker\r\n\r\nFAKE-FOR-VICTIM"
-
-        def head_then_body(req, conn):
-            if req.method == "HEAD":
-                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(fake))
-                time.sleep(0.002)
-                conn.send(fake)
-            else:
-                body = req.target.encode()
-                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-
-        port = self.start(workers=1, behaviour=head_then_body)
+        port = self.start(workers=1, behaviour=head_then_late_body(fake))
         attacker, victim = self.client(port), self.client(port)
         for i in range(10):
             r = attacker.request("HEAD", f"/upload/{i}", timeout=3)
