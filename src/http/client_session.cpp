@@ -737,6 +737,7 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     // if its method is idempotent (may_resend).
     for (int attempt = 0;; ++attempt) {
         Upstream failure;
+        body_refused.clear();
         upstream_started = Clock::now();
         conn = co_await connect_upstream(worker_, stream_.get_executor(), snap, route.upstream_index, attempt > 0, failure,
                                          upstream_deadline_);
@@ -789,8 +790,11 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         // have answered first, a 413 say, as a server that rejects an upload by its head
         // does. Its answer is read from what arrived before the close, and relayed; the
         // connection to the client closes after it (its body was not all read). Without an
-        // answer, the write's failure is what the client hears of.
-        if (upstream_error && upstream_error != beast::error::timeout && upstream_error != net::error::operation_aborted)
+        // answer, the write's failure is what the client hears of. (Not for a request without
+        // a body: a pooled connection the server closed is then tried again, and what such a
+        // server said before it closed, a 408 say, answers nothing.)
+        if (has_body && upstream_error && upstream_error != beast::error::timeout &&
+            upstream_error != net::error::operation_aborted)
             body_refused = std::exchange(upstream_error, {});
 
         // Response head; informational (1xx) responses are relayed and the final one awaited.

@@ -85,6 +85,7 @@ struct H2Stream {
     std::uint64_t body_total = 0;
     bool body_end = false;
     bool discard = false;  // answered before its body ended: what still comes is read and dropped
+    std::uint64_t dropped = 0;  // ... that much so far (at most max_body_bytes: on_body)
     bool closed = false;  // the stream is gone (reset by the client, or the connection ended)
     // Cancelled when something above changes; made when the stream first waits (most
     // streams never do: a timer made costs a lookup of Asio's timer service, under its lock).
@@ -257,6 +258,13 @@ public:
         }
         if (it->second->discard) {
             codec_.consumed(id, data.size());
+            // A client that goes on sending a body nobody reads (its answer held back by its
+            // own shut window, say) is not read for ever.
+            it->second->dropped += data.size();
+            if (it->second->dropped > worker_.snapshot()->config->server.max_body_bytes) {
+                it->second->discard = false;  // (reset once)
+                codec_.reset(id, 8 /* CANCEL */);
+            }
             kick();
             return;
         }
@@ -428,11 +436,16 @@ private:
     // error, so their bodies are read to their end and dropped instead.
     void end_unread_body(H2Stream& s) {
         if (s.body_end) return;
-        codec_.consumed(s.id, s.body.size());
-        s.body.clear();
-        s.discard = true;  // (what comes before the reset too)
+        drop_unread_body(s);
         if (!is_grpc(s.request)) codec_.reset_after_response(s.id);
         kick();
+    }
+    // The body received and what still comes is read and dropped (the windows open again
+    // for it), up to max_body_bytes more: past that the stream is reset (on_body).
+    void drop_unread_body(H2Stream& s) {
+        codec_.consumed(s.id, s.body.size());
+        s.body.clear();
+        s.discard = true;
     }
 
     net::awaitable<void> serve(std::shared_ptr<H2Stream> sp) {
@@ -533,6 +546,7 @@ private:
         const auto upstream_started = Clock::now();
         for (int attempt = 0;; ++attempt) {
             Upstream failure;
+            body_refused.clear();
             conn = co_await connect_upstream(worker_, stream_.get_executor(), snap, x.route->upstream_index, attempt > 0,
                                              failure, deadline);
             if (!conn) {
@@ -586,10 +600,14 @@ private:
                 co_return;
             }
             // The upstream stopped taking the body (closed, reset): an answer it sent first (a
-            // 413, say) is read and relayed, as over HTTP/1.1; the rest of the body is then
-            // not wanted (RST_STREAM NO_ERROR, below).
-            if (upstream_error && upstream_error != beast::error::timeout && upstream_error != net::error::operation_aborted)
+            // 413, say) is read and relayed, as over HTTP/1.1; the rest of the body is not
+            // wanted: dropped as it comes from now on, and the stream reset NO_ERROR after the
+            // answer (end_unread_body). Not for a request without a body (HTTP/1.1's reason).
+            if (has_body && upstream_error && upstream_error != beast::error::timeout &&
+                upstream_error != net::error::operation_aborted) {
                 body_refused = std::exchange(upstream_error, {});
+                drop_unread_body(s);
+            }
             std::string_view invalid;
             bool answered = false;
             const auto head_deadline = Clock::now() + upstream_cfg.timeout;

@@ -316,6 +316,15 @@ void strip_hop_by_hop(FieldList& fields) { strip_hop_by_hop_of(fields); }
 void append_via(Fields& fields, unsigned version) { append_via_of(fields, version); }
 void append_via(FieldList& fields, unsigned version) { append_via_of(fields, version); }
 
+bool is_peer_claim(std::string_view name) {
+    switch (name.size()) {
+    case 9: return iequals_ascii(name, "Forwarded") || iequals_ascii(name, "X-Real-IP");
+    case 16: return iequals_ascii(name, "X-Forwarded-Host") || iequals_ascii(name, "X-Forwarded-Port");
+    case 18: return iequals_ascii(name, "X-Forwarded-Prefix");
+    default: return false;
+    }
+}
+
 void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
     std::string xff;
     if (info.peer_trusted) {
@@ -328,7 +337,9 @@ void add_forwarding_headers(Fields& fields, const ForwardingInfo& info) {
     }
     xff += info.peer_ip;
     replace_field(fields, x_forwarded_for, xff);
-    if (!info.peer_trusted) erase_all(fields, bhttp::field::forwarded);
+    if (!info.peer_trusted)
+        for (auto it = fields.begin(); it != fields.end();)
+            it = is_peer_claim(sv(it->name_string())) ? fields.erase(it) : std::next(it);
 
     bool has_proto = false;
     if (info.peer_trusted) for_each_value(fields, x_forwarded_proto, [&](std::string_view) { has_proto = true; });

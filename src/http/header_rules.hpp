@@ -103,8 +103,14 @@ struct ForwardingInfo {
     bool tls = false;           // the client connection is TLS: X-Forwarded-Proto: https
 };
 
-// Sets X-Forwarded-For, X-Forwarded-Proto and Via on a request going upstream; removes
-// Forwarded (RFC 7239) unless the peer is trusted.
+// What a hop says of the client or of how it addressed the request, besides X-Forwarded-For
+// and -Proto: Forwarded (RFC 7239), X-Real-IP, X-Forwarded-Host, X-Forwarded-Port and
+// X-Forwarded-Prefix. Frameworks take them for the client's address or for building links;
+// from a peer that is not a trusted proxy they are a client's claims, and are not passed on.
+bool is_peer_claim(std::string_view name);
+
+// Sets X-Forwarded-For, X-Forwarded-Proto and Via on a request going upstream; removes the
+// peer claims (is_peer_claim) unless the peer is trusted.
 // Call after strip_hop_by_hop.
 void add_forwarding_headers(Fields& fields, const ForwardingInfo& info);
 

@@ -124,6 +124,9 @@ RequestOnward request_onward(const ClientRequest& req, const BodyReader& body, s
             // passed on (sluice writes no Forwarded of its own).
             if (!trusted) continue;
             break;
+        case bhttp::field::unknown:
+            if (!trusted && is_peer_claim(name)) continue;  // (the same: peer_claims)
+            break;
         default:
             break;
         }

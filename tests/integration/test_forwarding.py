@@ -160,11 +160,18 @@ class ForwardingTest(SluiceTestCase):
                             ("X-Forwarded-For", "192.0.2.3")])
         self.assertEqual(got.header_values("x-forwarded-for"), ["127.0.0.1"])
 
-    def test_forwarded_from_untrusted_peer_is_not_passed_on(self):
-        # RFC 7239's Forwarded says what X-Forwarded-For says: from a client, a forgery.
-        r, got = self.send([("Forwarded", "for=203.0.113.9;proto=https"), ("forwarded", "for=1.2.3.4")])
+    def test_claims_of_the_client_from_untrusted_peer_are_not_passed_on(self):
+        # RFC 7239's Forwarded says what X-Forwarded-For says, X-Real-IP too; X-Forwarded-Host,
+        # -Port and -Prefix say how the request was addressed (frameworks build links from
+        # them): from a client, forgeries.
+        claims = [("Forwarded", "for=203.0.113.9;proto=https"), ("forwarded", "for=1.2.3.4"),
+                  ("X-Real-IP", "203.0.113.9"), ("X-Forwarded-Host", "evil.test"), ("X-Forwarded-Port", "443"),
+                  ("X-Forwarded-Prefix", "/admin")]
+        r, got = self.send(claims + [("X-Realm", "kept")])
         self.assertEqual(r.status, 200)
-        self.assertEqual(got.header_values("forwarded"), [])
+        for name, _ in claims:
+            self.assertEqual(got.header_values(name), [], name)
+        self.assertEqual(got.header_values("x-realm"), ["kept"])
 
     def test_x_forwarded_proto_from_untrusted_peer_is_http(self):
         r, got = self.send()
@@ -253,9 +260,12 @@ class TrustedForwardingTest(SluiceTestCase):
         got = self.send()
         self.assertEqual(got.joined("x-forwarded-for"), "127.0.0.1")
 
-    def test_forwarded_is_kept_from_a_trusted_peer(self):
-        got = self.send([("Forwarded", "for=203.0.113.9;proto=https")])
+    def test_claims_of_the_client_are_kept_from_a_trusted_peer(self):
+        got = self.send([("Forwarded", "for=203.0.113.9;proto=https"), ("X-Real-IP", "203.0.113.9"),
+                         ("X-Forwarded-Host", "www.test")])
         self.assertEqual(got.header_values("forwarded"), ["for=203.0.113.9;proto=https"])
+        self.assertEqual(got.header_values("x-real-ip"), ["203.0.113.9"])
+        self.assertEqual(got.header_values("x-forwarded-host"), ["www.test"])
 
     def test_x_forwarded_proto_is_kept_from_a_trusted_peer(self):
         self.assertEqual(self.send([("X-Forwarded-Proto", "https")]).header_values(

@@ -373,6 +373,36 @@ class Http2Test(SluiceTestCase):
                 self.assertEqual(head.get("content-type"), "application/problem+json")
         self.assertEqual(c.request("GET", "/after")[0], 200)
 
+    def test_a_body_nobody_reads_is_not_read_for_ever(self):
+        # The answer (a 429 with its body) waits behind the client's own shut window, so the
+        # stream is not reset after it; what the client keeps sending is read and dropped up
+        # to max_body_bytes, then the stream is reset (CANCEL).
+        self.start([limited_route("one", [token_bucket("one", 1, "1h", 1)], path_prefix="/")],
+                   server={"max_body_bytes": 100_000})
+        self.assertEqual(self.client().request("GET", "/first")[0], 200)  # the one token
+        c = self.client()
+        c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        c.flush()
+        sid = c.conn.get_next_available_stream_id()
+        c.conn.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":authority", "app.test"),
+                                  (":path", "/upload")])
+        c.flush()
+        sent, reset = 0, None
+        piece = b"x" * 16384
+        while reset is None and sent < 2_000_000:
+            if c.conn.local_flow_control_window(sid) >= len(piece):
+                c.conn.send_data(sid, piece)
+                c.flush()
+                sent += len(piece)
+                continue
+            events = c.pump()
+            self.assertIsNotNone(events, "connection closed")
+            reset = next((e for e in events if isinstance(e, h2.events.StreamReset) and e.stream_id == sid), None)
+        self.assertIsNotNone(reset, f"still read after {sent} bytes")
+        self.assertEqual(reset.error_code, 8)  # CANCEL
+        self.assertLess(sent, 400_000)
+        self.assertEqual(len(self.upstream.requests), 1)
+
     def test_rapid_reset_ends_the_connection(self):
         self.start(server={"http2": {"max_resets_per_second": 20}}, admin=True)
         self.assertEqual(self.abuse_counted(), {"rapid_reset": 0, "continuation_flood": 0, "control_flood": 0})

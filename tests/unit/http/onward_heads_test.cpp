@@ -90,9 +90,11 @@ TEST_CASE("a table of requests and the head their upstream gets") {
          "GET /ws HTTP/1.1\r\nHost: h\r\nSec-WebSocket-Version: 13\r\nConnection: upgrade\r\n"
          "Upgrade: websocket\r\n" + forwarded + "X-Request-Id: id-1\r\n\r\n",
          Mode::as_is, false, true},
-        {"Forwarded from a peer that is not trusted is not passed on, nor HTTP2-Settings",
-         "GET / HTTP/1.1\r\nHost: h\r\nForwarded: for=1.2.3.4;proto=https\r\nHTTP2-Settings: AA\r\n\r\n",
-         "GET / HTTP/1.1\r\nHost: h\r\n" + forwarded + "X-Request-Id: id-1\r\n\r\n"},
+        {"a peer that is not trusted: its claims of the client are not passed on, nor HTTP2-Settings",
+         "GET / HTTP/1.1\r\nHost: h\r\nForwarded: for=1.2.3.4;proto=https\r\nX-Real-IP: 6.6.6.6\r\n"
+         "X-Forwarded-Host: evil.test\r\nx-forwarded-port: 1\r\nX-Forwarded-Prefix: /a\r\nX-Realm: kept\r\n"
+         "HTTP2-Settings: AA\r\n\r\n",
+         "GET / HTTP/1.1\r\nHost: h\r\nX-Realm: kept\r\n" + forwarded + "X-Request-Id: id-1\r\n\r\n"},
         {"any other upgrade is dropped",
          "GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AA\r\n\r\n",
          "GET / HTTP/1.1\r\nHost: h\r\n" + forwarded + "X-Request-Id: id-1\r\n\r\n"},
@@ -249,6 +251,11 @@ TEST_CASE("request_onward writes the bytes the field edits wrote") {
         "Forwarded: for=1.2.3.4;proto=https",
         "forwarded: for=5.6.7.8",
         "HTTP2-Settings: AA",
+        "X-Real-IP: 6.6.6.6",
+        "x-forwarded-host: evil.test",
+        "X-Forwarded-Port: 443",
+        "X-Forwarded-Prefix: /admin",
+        "X-Forwarded-Hostname: kept",
         "Via: 1.1 edge",
         "via: 1.0 other",
         "X-Request-Id: theirs",
