@@ -1,6 +1,7 @@
 #include "redis/redis_adapter.hpp"
 
 #include <array>
+#include <cstdio>
 #include <exception>
 #include <memory>
 
@@ -10,6 +11,7 @@
 #include <hiredis/async.h>
 
 #include "net/read_readiness.hpp"
+#include "redis/redis_reply.hpp"
 
 // hiredis 0.14 exports it without declaring it: runs the callbacks of the replies its reader
 // holds, and disconnects on a protocol error (what redisAsyncHandleRead does after reading).
@@ -112,8 +114,16 @@ private:
         if (n > 0) {
             net::ReadReadiness(socket_).read_done(n, in_->size());
             // A reader that fails (out of memory) keeps its error, and redisProcessCallbacks
-            // then disconnects, as after hiredis's own read.
-            redisReaderFeed(context_->c.reader, in_->data(), n);
+            // then disconnects, as after hiredis's own read. So does one that would hold more
+            // than max_unparsed_reply_bytes of a reply still arriving.
+            ::redisReader* reader = context_->c.reader;
+            if (reader->err == 0 && reader->len - reader->pos + n > max_unparsed_reply_bytes) {
+                reader->err = REDIS_ERR_PROTOCOL;
+                std::snprintf(reader->errstr, sizeof reader->errstr, "a reply of more than %zu MiB",
+                              max_unparsed_reply_bytes >> 20);
+            } else {
+                redisReaderFeed(reader, in_->data(), n);
+            }
             redisProcessCallbacks(context_);
         } else {
             // The end of the stream or an error: hiredis reads the socket itself, finds the

@@ -383,7 +383,7 @@ private:
             return connect_failed(reason);
         }
         context->data = this;
-        build_owned_replies(*context->c.reader);  // replies are read with take_reply
+        build_owned_replies(*context->c.reader, context);  // replies are read with take_reply
         if (!attach_asio_adapter(io_context_, context)) {
             redisAsyncFree(context);
             return connect_failed("cannot watch the socket");

@@ -98,7 +98,7 @@ private:
             return fail(reason);
         }
         context->data = this;
-        build_bounded_hiredis_replies(*context->c.reader);
+        build_bounded_hiredis_replies(*context->c.reader, context);
         if (!attach_asio_adapter(io_, context)) {
             redisAsyncFree(context);
             return fail("cannot watch the socket");

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include "redis/redis_reply.hpp"
@@ -16,7 +17,7 @@ namespace {
 
 struct Reader {
     ::redisReader* reader = redisReaderCreate();
-    Reader() { redis::build_owned_replies(*reader); }
+    explicit Reader(const ::redisAsyncContext* context = nullptr) { redis::build_owned_replies(*reader, context); }
     ~Reader() { redisReaderFree(reader); }
 
     void feed(const std::string& bytes) { REQUIRE(redisReaderFeed(reader, bytes.data(), bytes.size()) == REDIS_OK); }
@@ -140,4 +141,100 @@ TEST_CASE("owned replies: an array announcing more elements than sluice ever get
     REQUIRE(result);
     REQUIRE(result->ok());
     CHECK(result->reply.elements.size() == redis::max_reply_elements);
+}
+
+namespace {
+
+// Whether `bytes` make a reply the reader accepts (the reply is freed), or one it refuses.
+bool accepted(::redisReader* reader, const std::string& bytes) {
+    REQUIRE(redisReaderFeed(reader, bytes.data(), bytes.size()) == REDIS_OK);
+    void* reply = nullptr;
+    if (redisReaderGetReply(reader, &reply) != REDIS_OK) return false;
+    REQUIRE(reply != nullptr);
+    reader->fn->freeObject(reply);
+    return true;
+}
+
+}  // namespace
+
+TEST_CASE("replies no command waits for fail the connection (hiredis would abort)", "[redis]") {
+    ::redisAsyncContext context{};  // what the reader looks at: flags, the callbacks waiting
+    ::redisCallback waiting{};
+    for (const bool owned : {true, false}) {
+        INFO((owned ? "owned" : "hiredis") << " replies");
+        for (const std::string bytes : {"+OK\r\n", ":1\r\n", "$3\r\nabc\r\n", "$-1\r\n", "*1\r\n:1\r\n"}) {
+            INFO(bytes);
+            ::redisReader* reader = redisReaderCreate();
+            if (owned) redis::build_owned_replies(*reader, &context);
+            else redis::build_bounded_hiredis_replies(*reader, &context);
+            context.replies.head = nullptr;
+            CHECK_FALSE(accepted(reader, bytes));
+            redisReaderFree(reader);
+            reader = redisReaderCreate();
+            if (owned) redis::build_owned_replies(*reader, &context);
+            else redis::build_bounded_hiredis_replies(*reader, &context);
+            context.replies.head = &waiting;  // a command waits: the same bytes are its reply
+            CHECK(accepted(reader, bytes));
+            context.replies.head = nullptr;  // an error no command waits for is hiredis's to report
+            CHECK(accepted(reader, "-ERR max number of clients reached\r\n"));
+            redisReaderFree(reader);
+        }
+    }
+}
+
+TEST_CASE("a subscribed connection's messages hiredis cannot read fail the connection", "[redis]") {
+    ::redisAsyncContext context{};
+    context.c.flags = REDIS_SUBSCRIBED;
+    ::redisReader* reader = redisReaderCreate();
+    redis::build_bounded_hiredis_replies(*reader, &context);
+    const auto fresh = [&] {
+        redisReaderFree(reader);
+        reader = redisReaderCreate();
+        redis::build_bounded_hiredis_replies(*reader, &context);
+    };
+    for (const std::string bytes : {"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$5\r\na b c\r\n",
+                                    "*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$1\r\nc\r\n$1\r\nx\r\n",
+                                    "*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:0\r\n",
+                                    "*2\r\n$4\r\npong\r\n$0\r\n\r\n", "+OK\r\n"}) {
+        INFO(bytes);
+        CHECK(accepted(reader, bytes));
+    }
+    for (const std::string bytes : {"*0\r\n", "*1\r\n$7\r\nmessage\r\n", "*3\r\n:1\r\n:2\r\n:3\r\n",
+                                    "*3\r\n$7\r\nmessage\r\n:2\r\n$1\r\nx\r\n",
+                                    "*3\r\n+message\r\n$1\r\nc\r\n$1\r\nx\r\n",
+                                    "*2\r\n$11\r\nunsubscribe\r\n$14\r\n+switch-master\r\n",
+                                    "*3\r\n$12\r\nPUNSUBSCRIBE\r\n$1\r\nc\r\n$1\r\n0\r\n"}) {
+        INFO(bytes);
+        fresh();
+        CHECK_FALSE(accepted(reader, bytes));
+    }
+    // A regular command's reply while subscribed is that command's, whatever its shape.
+    ::redisCallback waiting{};
+    context.replies.head = &waiting;
+    fresh();
+    CHECK(accepted(reader, "*1\r\n:1\r\n"));
+    redisReaderFree(reader);
+}
+
+TEST_CASE("the arrays of one reply are bounded together", "[redis]") {
+    const auto children = [](std::size_t arrays, std::size_t each) {
+        std::string out = "*" + std::to_string(arrays) + "\r\n";
+        for (std::size_t a = 0; a < arrays; ++a) {
+            out += "*" + std::to_string(each) + "\r\n";
+            for (std::size_t i = 0; i < each; ++i) out += "*0\r\n";
+        }
+        return out;
+    };
+    const std::size_t each = redis::max_reply_elements;
+    const std::size_t fit = (redis::max_reply_elements_in_all - 8) / each;  // with the root's own
+    for (const bool owned : {true, false}) {
+        INFO((owned ? "owned" : "hiredis") << " replies");
+        for (const auto& [arrays, ok] : {std::pair{fit, true}, std::pair{fit + 1, false}}) {
+            ::redisReader* reader = redisReaderCreate();
+            if (owned) redis::build_owned_replies(*reader);
+            else redis::build_bounded_hiredis_replies(*reader);
+            CHECK(accepted(reader, children(arrays, each)) == ok);
+            redisReaderFree(reader);
+        }
+    }
 }
