@@ -478,7 +478,17 @@ private:
                 return self->drop("it is not a master (ROLE says " + role + ")");
             }
         }
-        if (step->script) self->scripts_[*step->script].sha = result.reply.text;
+        if (step->script) {
+            // 40 hex digits, or the server is not what it seems: every call would carry what
+            // it sent (16 MB, in an audit).
+            const auto& sha = result.reply.text;
+            const bool hex = sha.size() == 40 && std::all_of(sha.begin(), sha.end(), [](char c) {
+                return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+            });
+            if (result.reply.type != RedisReply::Type::string || !hex)
+                return self->drop("SCRIPT LOAD answered something other than a SHA1 digest");
+            self->scripts_[*step->script].sha = sha;
+        }
         if (step->last) self->became_ready();
     }
 
@@ -601,7 +611,11 @@ private:
         self->ping_outstanding_ = false;
         self->last_reply_ = SteadyClock::now();
         RedisResult result = take_reply(raw_reply);
-        if (!result.ok()) self->drop("health-check PING failed: " + result.error->message);
+        if (!result.ok()) return self->drop("health-check PING failed: " + result.error->message);
+        // Anything but PONG is a reply out of step (another command's, the rest of one cut in
+        // two): the replies after it would answer the wrong commands.
+        if (result.reply.type != RedisReply::Type::status || result.reply.text != "PONG")
+            self->drop("the health-check PING was answered with something other than PONG: replies are out of step");
     }
 
 public:
