@@ -1,9 +1,12 @@
 #include "redis/memory_policy.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include <hiredis/hiredis.h>
+
+#include "redis/redis_reply.hpp"
 
 namespace sluice::redis {
 namespace {
@@ -15,27 +18,70 @@ struct Free {
 using Context = std::unique_ptr<redisContext, Free>;
 using Reply = std::unique_ptr<redisReply, Free>;
 
-Context connect(const config::Endpoint* tcp, const std::string& unix_path, std::chrono::milliseconds timeout,
-                std::string& error) {
-    timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+timeval as_timeval(std::chrono::microseconds d) {
+    return timeval{static_cast<time_t>(d.count() / 1000000), static_cast<suseconds_t>(d.count() % 1000000)};
+}
+
+// A connection whose commands each get a whole reply within `timeout` (command()), read
+// with the bounds of the asynchronous connections (build_bounded_hiredis_replies).
+struct Connection {
+    Context context;
+    std::chrono::milliseconds timeout{};
+    redisContext* get() const { return context.get(); }
+    explicit operator bool() const { return context != nullptr; }
+};
+
+Connection connect(const config::Endpoint* tcp, const std::string& unix_path, std::chrono::milliseconds timeout,
+                   std::string& error) {
+    const timeval tv = as_timeval(timeout);
     Context c(tcp ? redisConnectWithTimeout(tcp->host.c_str(), tcp->port, tv)
                   : redisConnectUnixWithTimeout(unix_path.c_str(), tv));
     if (!c || c->err) {
         error = c ? c->errstr : "out of memory";
-        return nullptr;
+        return {};
     }
-    redisSetTimeout(c.get(), tv);
-    return c;
+    build_bounded_hiredis_replies(*c->reader);
+    return {std::move(c), timeout};
 }
 
-Reply command(redisContext* c, const std::vector<std::string>& args, std::string& error) {
+// One command and its reply, all of it within the connection's timeout: hiredis's blocking
+// read times out only a read that gets nothing, and a reply that trickles in a byte at a
+// time would have held the start-up for ever.
+Reply command(const Connection& connection, const std::vector<std::string>& args, std::string& error) {
+    redisContext* c = connection.get();
     std::vector<const char*> argv;
     std::vector<std::size_t> lengths;
     for (const auto& a : args) {
         argv.push_back(a.data());
         lengths.push_back(a.size());
     }
-    Reply r(static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lengths.data())));
+    const auto deadline = std::chrono::steady_clock::now() + connection.timeout;
+    const auto failed = [&](const char* what) {
+        error = c->errstr[0] ? c->errstr : what;
+        return nullptr;
+    };
+    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lengths.data()) != REDIS_OK)
+        return failed("out of memory");
+    void* raw = nullptr;
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            error = "no whole reply within " + std::to_string(connection.timeout.count()) + " ms";
+            return nullptr;
+        }
+        redisSetTimeout(c, as_timeval(left));
+        int written = 1;
+        if (c->obuf[0] != '\0' && redisBufferWrite(c, &written) != REDIS_OK) return failed("the write failed");
+        if (!written) continue;
+        if (redisReaderGetReply(c->reader, &raw) != REDIS_OK) return failed("the reply could not be read");
+        if (raw != nullptr) break;
+        if (c->reader->len - c->reader->pos > max_unparsed_reply_bytes) {
+            error = "a reply of more than " + std::to_string(max_unparsed_reply_bytes >> 20) + " MiB";
+            return nullptr;
+        }
+        if (redisBufferRead(c) != REDIS_OK) return failed("no reply");
+    }
+    Reply r(static_cast<redisReply*>(raw));
     if (!r) {
         error = c->errstr[0] ? c->errstr : "no reply";
         return nullptr;
@@ -47,7 +93,7 @@ Reply command(redisContext* c, const std::vector<std::string>& args, std::string
     return r;
 }
 
-bool authenticate(redisContext* c, const std::string& username, const std::string& password, std::string& error) {
+bool authenticate(const Connection& c, const std::string& username, const std::string& password, std::string& error) {
     if (password.empty()) return true;
     std::vector<std::string> args{"AUTH"};
     if (!username.empty()) args.push_back(username);
@@ -56,7 +102,7 @@ bool authenticate(redisContext* c, const std::string& username, const std::strin
 }
 
 // CONFIG GET NAME -> its value.
-std::optional<std::string> config_value(redisContext* c, const std::string& name, std::string& error) {
+std::optional<std::string> config_value(const Connection& c, const std::string& name, std::string& error) {
     Reply r = command(c, {"CONFIG", "GET", name}, error);
     if (!r) return std::nullopt;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_STRING) {
@@ -70,13 +116,13 @@ std::optional<MemorySettings> read_at(const config::Endpoint* tcp, const std::st
                                       const config::RedisConfig& redis, std::chrono::milliseconds timeout,
                                       std::string& error) {
     const std::string address = tcp ? tcp->str() : "unix:" + unix_path;
-    Context c = connect(tcp, unix_path, timeout, error);
-    if (!c || !authenticate(c.get(), redis.username, redis.password, error)) {
+    Connection c = connect(tcp, unix_path, timeout, error);
+    if (!c || !authenticate(c, redis.username, redis.password, error)) {
         error = address + ": " + error;
         return std::nullopt;
     }
-    const auto policy = config_value(c.get(), "maxmemory-policy", error);
-    const auto maxmemory = policy ? config_value(c.get(), "maxmemory", error) : std::nullopt;
+    const auto policy = config_value(c, "maxmemory-policy", error);
+    const auto maxmemory = policy ? config_value(c, "maxmemory", error) : std::nullopt;
     if (!policy || !maxmemory) {
         error = address + ": " + error;
         return std::nullopt;
@@ -121,9 +167,9 @@ std::optional<MemorySettings> read_memory_settings(const config::StoreConfig& st
         return std::nullopt;
     case config::RedisMode::sentinel:
         for (const auto& sentinel : redis.sentinels) {
-            Context c = connect(&sentinel, {}, timeout, error);
-            if (!c || !authenticate(c.get(), redis.sentinel_username, redis.sentinel_password, error)) continue;
-            Reply r = command(c.get(), {"SENTINEL", "get-master-addr-by-name", redis.master_name}, error);
+            Connection c = connect(&sentinel, {}, timeout, error);
+            if (!c || !authenticate(c, redis.sentinel_username, redis.sentinel_password, error)) continue;
+            Reply r = command(c, {"SENTINEL", "get-master-addr-by-name", redis.master_name}, error);
             if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
                 r->element[1]->type != REDIS_REPLY_STRING) {
                 if (error.empty()) error = sentinel.str() + ": no master named " + redis.master_name;
