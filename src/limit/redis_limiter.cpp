@@ -43,6 +43,13 @@ constexpr std::size_t max_batch = 64;
 // batch (max_batch) never waits.
 constexpr int max_in_flight = 1;
 
+// Calls one connection may have unanswered at most, full batches included (they never wait
+// for a reply, above). A Redis that answers, but slowly, would otherwise have every full
+// batch sent and kept until its reply: the calls grew without bound (an audit: 909 calls and
+// 50 MB in 15 s at a reply every 0.8 s). Past it a batch fails at once (a store failure:
+// on_error decides), as its deadline would fail it anyway.
+constexpr int max_calls_unanswered = 32;
+
 // Answered batches kept for reuse (their lists keep their buffers) at most.
 constexpr std::size_t max_spare_batches = 4;
 
@@ -564,8 +571,20 @@ int& RedisLimiter::in_flight(redis::RedisConnection* connection) {
 
 void RedisLimiter::send(std::shared_ptr<Batch> batch, bool write_now) {
     if (batch->pending.empty()) return;
-    const auto sent = std::chrono::steady_clock::now();
     auto* connection = batch->connection;
+    if (in_flight(connection) >= max_calls_unanswered) {
+        // (Answered on the next turn: never inside decide(), which may have sent it.)
+        asio::post(io_context_, [this, batch = std::move(batch), alive = std::weak_ptr<int>(alive_)] {
+            for (auto& pending : batch->pending)
+                pending->answer(Decision::store_failure("redis has " + std::to_string(max_calls_unanswered) +
+                                                        " calls of this worker unanswered"));
+            if (alive.expired()) return;
+            batch->args.clear();  // (as after a call)
+            recycle(batch);
+        });
+        return;
+    }
+    const auto sent = std::chrono::steady_clock::now();
     ++in_flight(connection);
     auto on_reply = [this, batch, sent, alive = std::weak_ptr<int>(alive_)](redis::RedisResult result) {
         if (!alive.expired()) {

@@ -245,6 +245,30 @@ TEST_CASE("redis limiter: the deadline answers when redis is paused; the late re
     CHECK(f.decide(limits).outcome == Outcome::allowed);
 }
 
+TEST_CASE("redis limiter: a connection's unanswered calls are bounded; past them a batch fails at once",
+          "[redis_limiter][redis]") {
+    RedisServer server;
+    SyncRedis admin(server.port());
+    Fixture f(server.port(), 5s);
+    f.wait_ready();
+    const std::vector<config::LimitConfig> limits{token_bucket("burst", 1000000, 1s, 1000000)};
+    REQUIRE(f.decide(limits).outcome == Outcome::allowed);
+    admin.must({"CLIENT", "PAUSE", "1000"});
+    // Full batches (64) are sent at once, a reply in flight or not: 33 of them.
+    for (int i = 0; i < 64 * 33; ++i) f.decide_async(limits);
+    CHECK(f.decisions.size() == 1);  // (never answered inside decide())
+    run_for(f.io, 300ms);            // Redis paused: nothing answered but the batch past the bound
+    REQUIRE(f.decisions.size() == 1 + 64);
+    for (std::size_t i = 1; i < f.decisions.size(); ++i) {
+        CHECK(f.decisions[i].outcome == Outcome::store_error);
+        CHECK_THAT(f.decisions[i].error, Catch::Contains("calls of this worker unanswered"));
+    }
+    // Once Redis answers, the 32 calls it held are answered, and the limiter works on.
+    REQUIRE(run_until(f.io, [&] { return f.decisions.size() == 1 + 64 * 33; }, 5s));
+    CHECK(f.decisions.back().outcome == Outcome::allowed);
+    CHECK(f.decide(limits).outcome == Outcome::allowed);
+}
+
 TEST_CASE("redis limiter: store errors", "[redis_limiter][redis]") {
     const std::vector<config::LimitConfig> limits{token_bucket("burst", 5, 1s, 10)};
     SECTION("redis down") {
