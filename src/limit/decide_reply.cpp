@@ -1,5 +1,6 @@
 #include "limit/decide_reply.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -14,6 +15,9 @@ std::int64_t reply_field(const redis::RedisReply& reply, std::size_t index) {
     if constexpr (std::endian::native == std::endian::big) value = __builtin_bswap64(value);
     return static_cast<std::int64_t>(value);
 }
+
+// A year of milliseconds: the most a decide reply's times are read as.
+constexpr std::int64_t max_reply_ms = std::int64_t{366} * 24 * 3600 * 1000;
 
 }  // namespace
 
@@ -47,10 +51,13 @@ LimitResult decide_result(const redis::RedisReply& reply, std::size_t index) {
     result.banned = allowed == 3;
     result.remaining = static_cast<std::uint64_t>(reply_field(reply, first + 1));
     // An admitted request's third field is how long a leaky bucket holds it back (0 for the
-    // other algorithms); a rejected one's, when to try again.
-    if (result.allowed) result.wait = std::chrono::microseconds(reply_field(reply, first + 2));
-    else result.retry_after = std::chrono::milliseconds(reply_field(reply, first + 2));
-    result.reset = std::chrono::milliseconds(reply_field(reply, first + 3));
+    // other algorithms); a rejected one's, when to try again. Times are held to a year (the
+    // longest a limit speaks of is a calendar month): a reply's 2^62 µs overflowed in
+    // nanoseconds, and made a Retry-After of 9223372036854776.
+    const std::int64_t third = reply_field(reply, first + 2);
+    if (result.allowed) result.wait = std::chrono::microseconds(std::min(third, max_reply_ms * 1000));
+    else result.retry_after = std::chrono::milliseconds(std::min(third, max_reply_ms));
+    result.reset = std::chrono::milliseconds(std::min(reply_field(reply, first + 3), max_reply_ms));
     return result;
 }
 
