@@ -531,7 +531,8 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
     count_decision(x.snap, x.route_index(), *x.limit_set, decision, on_error);
     if (decision.outcome == limit::Decision::Outcome::limited) worker.limited_clients().add(route.name, x.rec.client);
 
-    LimitVerdict verdict = limit_verdict(cfg, route, limits, decision, x.limit_set->policies);
+    LimitVerdict verdict = limit_verdict(cfg, route, limits, decision, x.limit_set->policies,
+                                         x.waiting_place && x.waiting_place->held());
     x.rec.decision = verdict.decision;
     x.rec.limit = verdict.limit;
     x.rec.remaining = verdict.remaining;

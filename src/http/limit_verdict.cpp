@@ -6,11 +6,13 @@
 
 #include <fmt/format.h>
 
+#include "limit/limit_params.hpp"
+
 namespace sluice::http {
 
 LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig& route,
                            std::span<const config::LimitConfig> limits, const limit::Decision& decision,
-                           std::span<const limit::HeaderValue> policies) {
+                           std::span<const limit::HeaderValue> policies, bool may_wait) {
     using Outcome = limit::Decision::Outcome;
     using observe::AccessDecision;
     LimitVerdict verdict;
@@ -59,7 +61,16 @@ LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig&
                 break;
             }
     }
-    verdict.wait = decision.wait();
+    // Only a leaky bucket that holds requests back makes one wait, and never longer than its
+    // max_wait (none when the request had no waiting place): a store's reply is not trusted
+    // further (a Redis answering a token bucket with a wait of hours held the request as long).
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto& result = decision.limits[i];
+        if (!result.applies || result.shadow || !result.allowed || result.wait.count() <= 0) continue;
+        if (!limit::holds_back(limits[i])) continue;
+        const std::chrono::microseconds most{limit::leaky_bucket_params(limits[i], may_wait).max_wait_us};
+        verdict.wait = std::max(verdict.wait, std::min(result.wait, most));
+    }
     if (verdict.wait.count() > 0) verdict.decision = AccessDecision::delayed;
     return verdict;
 }

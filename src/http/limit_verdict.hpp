@@ -38,9 +38,11 @@ struct LimitVerdict {
 // `limits` are the limits that decided (route.limits, or on a route with plans the client's
 // plan's).
 // `policies`: each limit's RateLimit-Policy value, made beforehand (limit::rate_limit_headers).
+// `may_wait`: the request holds a waiting place (server.max_waiting), so a leaky bucket may
+// hold it back.
 LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig& route,
                            std::span<const config::LimitConfig> limits, const limit::Decision& decision,
-                           std::span<const limit::HeaderValue> policies = {});
+                           std::span<const limit::HeaderValue> policies = {}, bool may_wait = true);
 inline LimitVerdict limit_verdict(const config::Config& cfg, const config::RouteConfig& route,
                                   const limit::Decision& decision) {
     return limit_verdict(cfg, route, route.limits, decision);

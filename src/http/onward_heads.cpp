@@ -125,7 +125,7 @@ RequestOnward request_onward(const ClientRequest& req, const BodyReader& body, s
             if (!trusted) continue;
             break;
         case bhttp::field::unknown:
-            if (!trusted && is_peer_claim(name)) continue;  // (the same: peer_claims)
+            if (!trusted && is_peer_claim(name)) continue;  // X-Real-IP, X-Forwarded-Host...: the same
             break;
         default:
             break;

@@ -87,6 +87,16 @@ TEST_CASE("the verdict for each answer of the limiter") {
         {"a shadow limit's wait holds nothing back", {}, {}, {}, config::HeaderStyle::ietf, false,
          {result(true, 3), result(true, 20), result(true, 0, 0ms, true, 9000us), ok},
          AccessDecision::allowed, 0, "<none>", "\"burst\";r=3;t=2", "burst", 3},
+        // A store's answer is held to what the limits can ask: only a leaky bucket makes a
+        // request wait, for its max_wait at most (burst x interval here: 500 ms).
+        {"a token bucket's wait holds nothing back", {}, {}, {}, config::HeaderStyle::ietf, false,
+         {result(true, 3, 0ms, false, 5'000'000us), result(true, 20, 0ms, false, 7'000'000us),
+          result(true, 0, 0ms, true), ok},
+         AccessDecision::allowed, 0, "<none>", "\"burst\";r=3;t=2", "burst", 3},
+        {"a leaky bucket's wait is held to its max_wait", {}, {}, {}, config::HeaderStyle::ietf, false,
+         {result(true, 3), result(true, 20), result(true, 0, 0ms, true),
+          result(true, 4, 0ms, false, std::chrono::hours(1))},
+         AccessDecision::delayed, 0, "<none>", "\"burst\";r=3;t=2", "burst", 3, 500'000us},
         {"store down, allow", config::OnError::allow, {}, {}, config::HeaderStyle::ietf, true, {},
          AccessDecision::store_error_allowed, 0, "<none>", "<none>", "", std::nullopt},
         {"store down, deny", config::OnError::deny, {}, {}, config::HeaderStyle::ietf, true, {},
@@ -132,6 +142,18 @@ TEST_CASE("the verdict for each answer of the limiter") {
             }
         }
     }
+}
+
+TEST_CASE("a request without a waiting place is not held back, whatever the store answers") {
+    config::Config cfg;
+    config::RouteConfig route;
+    route.name = "drip";
+    route.limits = {test::leaky_bucket("drip", 10, 1s, 5)};
+    const auto decision = limit::Decision::from_results({result(true, 4, 0ms, false, 300'000us)}, 1);
+    CHECK(http::limit_verdict(cfg, route, route.limits, decision, {}, true).wait == 300'000us);
+    const auto verdict = http::limit_verdict(cfg, route, route.limits, decision, {}, false);
+    CHECK(verdict.wait == 0us);
+    CHECK(verdict.decision == AccessDecision::allowed);
 }
 
 TEST_CASE("a limit that does not apply is never the one named") {
