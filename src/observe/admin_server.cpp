@@ -7,12 +7,15 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include "net/accept_errors.hpp"
+#include "observe/admin_origin.hpp"
 #include "observe/stats_page.hpp"
 
 namespace sluice::observe {
@@ -25,6 +28,10 @@ using tcp = net::ip::tcp;
 namespace {
 
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+
+// Connections the admin port holds open at once (each is kept up to 30 s between requests):
+// enough for scrapers, probes and a few /stats pages, far below the process's descriptors.
+constexpr std::size_t max_admin_connections = 128;
 
 struct Answer {
     bhttp::status status = bhttp::status::ok;
@@ -41,6 +48,7 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
     const Metrics& metrics;
     tcp::acceptor acceptor;
     std::unordered_set<beast::tcp_stream*> connections;
+    std::size_t open_connections = 0;  // accepted and not yet ended (counted before serve runs)
     LimitsHandler limits;
     std::string token;
     std::function<RecentLimited::Top()> top_limited;
@@ -145,9 +153,16 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
 
     // `self` is a parameter, so the coroutine frame owns it from the start.
     static net::awaitable<void> serve(std::shared_ptr<State> self, tcp::socket socket) {
-        auto& connections = self->connections;
         beast::tcp_stream stream(std::move(socket));
-        connections.insert(&stream);
+        self->connections.insert(&stream);
+        struct Held {  // however the coroutine ends
+            State& state;
+            beast::tcp_stream* stream;
+            ~Held() {
+                state.connections.erase(stream);
+                --state.open_connections;
+            }
+        } held{*self, &stream};
         beast::flat_buffer buffer;
         while (true) {
             bhttp::request_parser<bhttp::empty_body> parser;
@@ -159,7 +174,20 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
             bhttp::response<bhttp::string_body> res;
             std::string_view target(req.target().data(), req.target().size());
             const auto path = target.substr(0, target.find('?'));
-            if (path == "/limits" || path == "/limits/reset") {
+            const auto field = [&req](bhttp::field name) {
+                const auto it = req.find(name);
+                return it == req.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
+            };
+            const auto sec_fetch_site = [&req] {
+                const auto it = req.find("Sec-Fetch-Site");
+                return it == req.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
+            };
+            if (const auto refusal =
+                    admin_browser_refusal(field(bhttp::field::host), field(bhttp::field::origin), sec_fetch_site())) {
+                res.result(bhttp::status::forbidden);
+                res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
+                res.body() = *refusal + "\n";
+            } else if (path == "/limits" || path == "/limits/reset") {
                 auto a = co_await self->limits_answer(req, target, stream);
                 res.result(a.status);
                 res.set(bhttp::field::content_type, a.content_type);
@@ -188,7 +216,6 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
             auto [wec, wn] = co_await bhttp::async_write(stream, res, nothrow);
             if (wec || !req.keep_alive()) break;
         }
-        connections.erase(&stream);
         beast::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     }
@@ -196,10 +223,35 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
     void accept() {
         acceptor.async_accept([self = shared_from_this()](boost::system::error_code ec, tcp::socket socket) {
             if (!self->acceptor.is_open()) return;
-            if (!ec) net::co_spawn(self->io, serve(self, std::move(socket)), net::detached);
+            if (ec) {
+                sluice::net::warn_accept_failed("admin", ec);
+                if (sluice::net::accept_exhausted(ec)) {
+                    auto pause = std::make_shared<net::steady_timer>(self->io, sluice::net::accept_pause);
+                    pause->async_wait([self, pause](boost::system::error_code) {
+                        if (self->acceptor.is_open()) self->accept();
+                    });
+                    return;
+                }
+            } else if (self->open_connections >= max_admin_connections) {
+                // Whoever holds this many open does not get the process's descriptors too.
+                boost::system::error_code ignored;
+                socket.close(ignored);
+                self->refused_connections();
+            } else {
+                ++self->open_connections;
+                net::co_spawn(self->io, serve(self, std::move(socket)), net::detached);
+            }
             self->accept();
         });
     }
+
+    void refused_connections() {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_refusal_warning < std::chrono::seconds(1)) return;
+        last_refusal_warning = now;
+        spdlog::warn("admin: {} connections are open: refusing more", max_admin_connections);
+    }
+    std::chrono::steady_clock::time_point last_refusal_warning{};
 };
 
 AdminServer::AdminServer(net::io_context& io, const Metrics& metrics) : state_(std::make_shared<State>(io, metrics)) {}

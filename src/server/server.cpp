@@ -26,6 +26,7 @@
 #include "limit/memory_limiter.hpp"
 #include "limit/shared_batches.hpp"
 #include "limit/store.hpp"
+#include "net/accept_errors.hpp"
 #include "observe/admin_server.hpp"
 #include "observe/recent_limited.hpp"
 #include "server/limits_api.hpp"
@@ -287,6 +288,7 @@ bool Server::start() {
         spdlog::error("cannot start: {}", e.what());
         return false;
     }
+    sluice::net::raise_descriptor_limit(config_->server.max_connections);
     if (config_->store.type == config::StoreType::redis) {
         // Whether Redis may evict the keys: read once before the workers start (a blocking
         // connection, 500 ms for each of its few steps: a Redis that does not answer is the

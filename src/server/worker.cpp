@@ -11,6 +11,7 @@
 #include "limit/store.hpp"
 #include "observe/logging.hpp"
 #include "observe/metrics.hpp"
+#include "net/accept_errors.hpp"
 
 namespace sluice::server {
 
@@ -198,7 +199,15 @@ void Worker::accept_on(tcp::acceptor& acceptor, std::size_t listener) {
     acceptor.async_accept([this, &acceptor, listener](boost::system::error_code ec, tcp::socket socket) {
         if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
         if (ec) {
-            spdlog::warn("accept failed: {}", ec.message());
+            sluice::net::warn_accept_failed("listener", ec);
+            if (sluice::net::accept_exhausted(ec)) {
+                // Descriptors (or memory) ran out: accepting again now fails again at once.
+                auto pause = std::make_shared<net::steady_timer>(io_, sluice::net::accept_pause);
+                pause->async_wait([this, &acceptor, listener, pause](boost::system::error_code) {
+                    if (!stopping_ && acceptor.is_open()) accept_on(acceptor, listener);
+                });
+                return;
+            }
         } else {
             auto max = snapshot_->config->server.max_connections;
             if (connections_.fetch_add(1) >= max) {

@@ -3,6 +3,7 @@ token, and loopback-only resets without one; against real Redis and the memory s
 """
 
 import json
+import select
 import socket
 import threading
 import time
@@ -150,6 +151,69 @@ class TokenTest(AdminLimitsTestCase):
         self.assertEqual(self.admin_json("DELETE", target, host=address, status=403),
                          {"error": "resets are served to loopback only unless admin.token is set"})
         self.assertEqual(self.admin_json("DELETE", target)["reset"], ["tb"])
+
+
+class BrowserTest(AdminLimitsTestCase):
+    """A browser on the admin port's machine is on loopback too: a page of another site must
+    not reset limits through it (a form posted cross-site), nor read them through a name it
+    makes resolve to 127.0.0.1 (DNS rebinding). Browsers say where a request comes from
+    (Origin, Sec-Fetch-Site); other clients send neither and are served as before."""
+
+    def test_requests_a_browser_makes_for_another_site_are_refused(self):
+        self.start_stack([limited_route("r", [token_bucket("tb", 1, "1h", 1)])])
+        self.assertEqual(self.get("/r/a").status, 200)
+        self.assertEqual(self.get("/r/a").status, 429)
+        own = f"127.0.0.1:{self.admin_port}"
+        reset = "/limits/reset?route=r&client=127.0.0.1"
+        # The request a browser sends for <form method=post action="http://127.0.0.1:PORT/...">
+        # on another site's page, and the same from an older browser (Origin only).
+        for fields in ([("Origin", "https://attacker.example"), ("Sec-Fetch-Site", "cross-site"),
+                        ("Sec-Fetch-Mode", "navigate")],
+                       [("Origin", "https://attacker.example")],
+                       [("Origin", "null")],
+                       [("Sec-Fetch-Site", "same-site")]):
+            r = self.admin("POST", reset, [("Host", own)] + fields)
+            self.assertEqual(r.status, 403, fields)
+            self.assertIn(b"refused", r.body)
+        self.assertEqual(self.get("/r/a").status, 429, "nothing was reset")
+        # A page of attacker.example, resolved to 127.0.0.1, reading as its own origin.
+        for fields in ([("Sec-Fetch-Site", "same-origin")],
+                       [("Sec-Fetch-Site", "same-origin"), ("Origin", f"http://attacker.example:{self.admin_port}")]):
+            r = self.admin("GET", "/limits?route=r&client=127.0.0.1",
+                           [("Host", f"attacker.example:{self.admin_port}")] + fields)
+            self.assertEqual(r.status, 403, fields)
+            self.assertEqual(self.admin("GET", "/stats.json", [("Host", f"attacker.example:{self.admin_port}")] +
+                                        fields).status, 403)
+        # The operator's own browser, by address or localhost: the page, its feed, a reset.
+        for host in (own, f"localhost:{self.admin_port}", f"[::1]:{self.admin_port}"):
+            self.assertEqual(self.admin("GET", "/stats", [("Host", host), ("Sec-Fetch-Site", "none")]).status, 200)
+            self.assertEqual(self.admin("GET", "/stats.json", [("Host", host), ("Sec-Fetch-Site", "same-origin")])
+                             .status, 200)
+        r = self.admin("POST", reset, [("Host", own), ("Origin", f"http://{own}"), ("Sec-Fetch-Site", "same-origin")])
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.get("/r/a").status, 200, "reset")
+        # Not a browser (curl, Prometheus): any Host.
+        self.assertEqual(self.admin("GET", "/metrics", [("Host", "sluice-admin.internal:9901")]).status, 200)
+        self.assertEqual(self.admin("GET", "/limits?route=r&client=127.0.0.1", [("Host", "admin.example")]).status,
+                         200)
+
+
+class AdminConnectionsTest(AdminLimitsTestCase):
+    def test_the_admin_port_holds_a_bounded_number_of_connections(self):
+        self.start_stack([limited_route("r", [token_bucket("tb", 1, "1h", 1)])], memory=True)
+        held = [socket.create_connection(("127.0.0.1", self.admin_port), timeout=5) for _ in range(140)]
+        try:
+            # Past 128 open, a connection is closed as soon as it is taken; the others stay.
+            def closed():
+                ready, _, _ = select.select(held, [], [], 0.5)
+                return [c for c in ready if c.recv(1, socket.MSG_PEEK) == b""]
+            wait_until(lambda: len(closed()) >= 12, 5.0, message="the connections past the bound closed")
+            self.assertEqual(len(closed()), 12)
+            self.assertIn("admin: 128 connections are open: refusing more", self.sluice.stderr_text())
+        finally:
+            for c in held:
+                c.close()
+        wait_until(lambda: self.admin("GET", "/healthz").status == 200, 5.0, message="served again")
 
 
 class ConcurrencyStateTest(AdminLimitsTestCase):

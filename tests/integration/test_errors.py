@@ -1,5 +1,7 @@
 """Proxy-generated statuses: 400 framing errors, 408, 413, 431, 502, 504."""
 
+import os
+import resource
 import select
 import socket
 import threading
@@ -8,7 +10,7 @@ import unittest
 
 from harness import (LOOPBACK, ConnectionClosed, IncompleteResponse, RawClient, SluiceTestCase,
                      big_response, build_request, by_path, close_without_answer, delayed, echo,
-                     free_port, garbage, proxy_config, reset, respond, send_raw)
+                     free_port, garbage, proxy_config, reset, respond, send_raw, wait_until)
 
 MAX_BODY = 1024
 MAX_HEADER = 4096
@@ -400,3 +402,46 @@ class StalledPeerTest(SluiceTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DescriptorsTest(SluiceTestCase):
+    """Out of file descriptors (`ulimit -n` below the connections clients open): accept()
+    fails with EMFILE until a connection closes. The listeners pause and try again instead of
+    failing again at once (every worker spun at a full core and wrote the warning about
+    260,000 times a second), and serve again once descriptors are free."""
+
+    def get(self, port):
+        c = RawClient(port)
+        try:
+            return c.request("GET", "/", [("Connection", "close")])
+        finally:
+            c.close()
+
+    def test_running_out_of_descriptors_pauses_accepting_and_recovers(self):
+        up = self.start_upstream(respond(200, b"ok"))
+        port = free_port()
+        s = self.start_sluice(proxy_config(port, {"app": up.address}))
+        self.assertEqual(self.get(port).status, 200)
+        pid = s.proc.pid
+        limit = len(os.listdir(f"/proc/{pid}/fd")) + 8
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, limit))
+        held = []
+        try:
+            for _ in range(24):
+                held.append(socket.create_connection((LOOPBACK, port), timeout=5))
+
+            def failures():
+                return [line for line in s.stderr_text().splitlines() if "accept failed" in line]
+            wait_until(lambda: failures(), 5.0, message="the warning that accept failed")
+            first = time.monotonic()
+            time.sleep(1.5)
+            lines = failures()
+            # At most one line a second for the whole process (each second of the wait, and the
+            # one it began in), where every failure had been one before.
+            self.assertLessEqual(len(lines), int(time.monotonic() - first) + 2, "\n".join(lines[:10]))
+            self.assertIn("Too many open files", lines[0])
+        finally:
+            for c in held:
+                c.close()
+        # The descriptors are free again: connections are taken and served as before.
+        wait_until(lambda: self.get(port).status == 200, 5.0, message="a request served after the descriptors came back")
