@@ -477,11 +477,15 @@ std::optional<LocalReply> read_bearer_token(Exchange& x) {
         authorization = sv(f.value());
     }
     // No bearer token: the limits keyed on its claims do not apply (as a missing header).
-    if (!authorization || authorization->size() < 7 || !beast::iequals(authorization->substr(0, 7), "bearer "))
+    // The scheme is followed by a space (RFC 9110); a tab is read as one too, as backends that
+    // split the field on any whitespace read it: else a token they accept would count nowhere.
+    const auto blank = [](char c) { return c == ' ' || c == '\t'; };
+    if (!authorization || authorization->size() < 7 || !beast::iequals(authorization->substr(0, 6), "bearer") ||
+        !blank((*authorization)[6]))
         return std::nullopt;
     std::string_view token = authorization->substr(7);
-    while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
-    while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+    while (!token.empty() && blank(token.front())) token.remove_prefix(1);
+    while (!token.empty() && blank(token.back())) token.remove_suffix(1);
     const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
     auto result = x.snap.jwt->verify(token, now.count());
     if (!result.claims) {
@@ -496,11 +500,61 @@ std::optional<LocalReply> read_bearer_token(Exchange& x) {
 
 }  // namespace
 
+namespace {
+
+// Whether the request has field `name` (lower-case) more than once with different values.
+bool field_ambiguous(const ClientRequest& req, const std::string& name) {
+    const auto id = field_id(name);
+    std::optional<std::string_view> first;
+    for (const auto& f : req) {
+        if (!field_named(f.name(), f.name_string(), id, name)) continue;
+        if (first && *first != sv(f.value())) return true;
+        first = sv(f.value());
+    }
+    return false;
+}
+
+// A request that gives a header its limits (or its plan) are keyed on, or take their cost
+// from, twice with different values: counting the first would let a client charge someone
+// else (`X-Api-Key: victim`, then its own) or take another's plan while the upstream reads
+// the other (as a query parameter or cookie given twice: limit::ambiguous_key_value).
+LocalReply ambiguous_refusal(const Exchange& x, const std::string& name, std::string_view what) {
+    const std::string detail = "header " + name + " is given more than once with different values; " +
+                               std::string(what) + " of route '" + x.route->name +
+                               "' reads it, so which one counts would be a guess";
+    spdlog::info("client {}: {}", x.rec.client, detail);
+    return local_problem(400, detail);
+}
+
+std::optional<LocalReply> ambiguous_plan_identity(const Exchange& x) {
+    const auto& plans = x.route->plans;
+    if (plans && plans->identity.kind == config::KeyPart::Kind::header &&
+        field_ambiguous(x.request, plans->identity.header_name))
+        return ambiguous_refusal(x, plans->identity.header_name, "the plan choice");
+    return std::nullopt;
+}
+
+std::optional<LocalReply> ambiguous_header(const Exchange& x, std::span<const config::LimitConfig> limits) {
+    if (route_reads(x, config::KeyPart::Kind::header))
+        for (const auto& limit : limits)
+            for (const auto& part : limit.key)
+                if (part.kind == config::KeyPart::Kind::header && field_ambiguous(x.request, part.header_name))
+                    return ambiguous_refusal(x, part.header_name, "limit '" + limit.name + "'");
+    for (const auto& limit : limits)
+        if (!limit.cost_header.empty() && field_ambiguous(x.request, limit.cost_header))
+            return ambiguous_refusal(x, limit.cost_header, "the cost of limit '" + limit.name + "'");
+    return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<LocalReply> prepare_limits(Exchange& x, limit::RequestKeyValues& values) {
     const auto& route = *x.route;
     if (auto refusal = read_bearer_token(x)) return refusal;
+    if (auto refusal = ambiguous_plan_identity(x)) return refusal;
     if (auto refusal = choose_limit_set(x, values)) return refusal;
     const auto limits = x.limit_set->limits;
+    if (auto refusal = ambiguous_header(x, limits)) return refusal;
     if (auto ambiguous = limit::ambiguous_key_value(limits, values)) {
         spdlog::info("client {}: route {}: {}", x.rec.client, route.name, *ambiguous);
         return local_problem(400, *ambiguous);

@@ -30,6 +30,8 @@ class KeyPartsTest(SluiceTestCase):
             limited_route("q", [token_bucket("per_key", 1, "1h", 1, key=["query:api_key"])]),
             limited_route("c", [token_bucket("per_session", 1, "1h", 1, key=["cookie:sid"])]),
             limited_route("t", [token_bucket("per_tenant", 1, "1h", 1, key=["path_segment:2"])]),
+            limited_route("h", [token_bucket("per_api_key", 1, "1h", 2, key=["header:x-api-key"])]),
+            limited_route("w", [dict(token_bucket("weighed", 1, "1h", 10), cost="header:x-cost")]),
         ]
         extra = {}
         if store == "redis":
@@ -136,6 +138,26 @@ def jwt_token(claims, alg="HS256", secret=None, key_file=None, header=None):
     return f"{head}.{body}.{b64url(sig)}"
 
 
+    def test_a_header_given_twice_with_different_values_is_refused(self):
+        # Counting the first would charge whoever it names (`X-Api-Key: victim`, then one's
+        # own key, which the upstream may read), or a cost the upstream does not see.
+        self.start(store="memory")
+        before = len(self.up.requests)
+        for target, fields in [("/h", [("X-Api-Key", "victim"), ("X-Api-Key", "attacker")]),
+                               ("/w", [("X-Cost", "1"), ("X-Cost", "10")])]:
+            with RawClient(self.port) as c:
+                r = c.request("GET", target, [("X-Forwarded-For", "192.0.2.1")] + fields)
+            self.assert_problem(r, 400)
+            self.assertIn("is given more than once with different values", r.json()["detail"])
+        self.assertEqual(len(self.up.requests), before)
+        self.assertEqual(self.status("/h", headers=[("X-Api-Key", "victim")]), 200)
+        self.assertEqual(self.status("/h", headers=[("X-Api-Key", "victim")]), 200)
+        self.assertEqual(self.status("/h", headers=[("X-Api-Key", "victim")]), 429, "the victim's bucket was its own")
+        # The same value twice is one value.
+        self.assertEqual(self.status("/h", headers=[("X-Api-Key", "k2"), ("X-Api-Key", "k2")]), 200)
+        self.assertEqual(self.status("/w", headers=[("X-Cost", "4"), ("X-Cost", "4")]), 200)
+
+
 class JwtKeysTest(SluiceTestCase):
     """`jwt:sub` keyed limits: HS256 and RS256 tokens accepted and counted per subject,
     a tampered or expired token 401, a request without a token not counted by them."""
@@ -186,6 +208,10 @@ class JwtKeysTest(SluiceTestCase):
         self.assertIn("has expired", self.get(jwt_token({"sub": "carol", "exp": int(time.time()) - 120},
                                                         secret=self.SECRET)).json()["detail"])
         self.assertEqual(self.get(jwt_token({"sub": "carol"}, secret="x" * 40)).status, 401)
+        # A tab after the scheme is read as a space (backends splitting on whitespace accept
+        # the token, so it must count): alice's bucket is empty.
+        with RawClient(self.port) as c:
+            self.assertEqual(c.request("GET", "/api", [("Authorization", f"Bearer\t{alice_hs}")]).status, 429)
         # alg none is never accepted.
         none = f"{b64url(json.dumps({'alg': 'none'}).encode())}.{b64url(json.dumps({'sub': 'z'}).encode())}."
         self.assertEqual(self.get(none).status, 401)

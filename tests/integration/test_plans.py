@@ -217,6 +217,20 @@ class PlansTest(SluiceTestCase):
             self.assertEqual(self.statuses(allowed + 1, "/api/x", key), [200] * allowed + [429], key)
         self.assertEqual(self.request(0, "/api/x").status, 401)
 
+    def test_an_identity_given_twice_with_different_values_is_refused(self):
+        # Otherwise the first would pick the plan (a paying client's key, then one's own) and
+        # be charged, while the upstream may read the second.
+        self.start_sluice(self.memory_config())
+        before = len(self.up.requests)
+        r = self.request(0, "/api/x", headers=[("X-Api-Key", "key-pro"), ("X-Api-Key", "nobody")])
+        self.assert_problem(r, 400)
+        self.assertIn("header x-api-key is given more than once with different values", r.json()["detail"])
+        self.assertEqual(len(self.up.requests), before)
+        self.assertEqual(self.statuses(4, "/api/x", "key-free"), [200] * 3 + [429])
+        # The same value twice names one client.
+        self.assertEqual(self.request(0, "/api/x", headers=[("X-Api-Key", "nobody"), ("X-Api-Key", "nobody")]).status,
+                         200)
+
     def test_a_verified_token_names_the_client(self):
         jwt_map = os.path.join(self.dir, "subjects.yaml")
         with open(jwt_map, "w", encoding="utf-8") as f:
