@@ -21,7 +21,7 @@ declare -A sources=(
   [request_head]="src/http/request_head.cpp src/http/head_scan.cpp src/http/header_rules.cpp src/http/field_list.cpp src/http/request_target.cpp src/http/body_reader.cpp"
   [redis_reply]="src/redis/redis_reply.cpp src/limit/decide_reply.cpp"
   [topology_parse]="src/redis/topology_parse.cpp src/redis/redis_reply.cpp src/config/endpoint.cpp src/net/cidr.cpp"
-  [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp src/auth/jwt.cpp src/auth/json.cpp"
+  [config_loader]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp src/auth/jwt.cpp src/auth/json.cpp src/http/request_target.cpp"
   [pem]="src/tls/pem.cpp"
   [time_zone]="src/time/time_zone.cpp src/time/calendar.cpp"
   [query_string]="src/observe/query_string.cpp"
@@ -29,7 +29,7 @@ declare -A sources=(
   [h2_codec]="src/http/h2_codec.cpp src/alloc/library_memory.cpp"
   [key_values]="src/limit/key_values.cpp src/net/cidr.cpp"
   [json]="src/auth/json.cpp"
-  [plan_map]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp src/auth/jwt.cpp src/auth/json.cpp"
+  [plan_map]="$(echo src/config/*.cpp) src/net/cidr.cpp src/tls/pem.cpp src/time/time_zone.cpp src/time/calendar.cpp src/auth/jwt.cpp src/auth/json.cpp src/http/request_target.cpp"
   [jwt]="src/auth/jwt.cpp src/auth/json.cpp"
   [reported_cost]="src/http/reported_cost.cpp src/http/body_reader.cpp src/http/field_list.cpp"
 )

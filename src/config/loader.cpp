@@ -1210,7 +1210,16 @@ void ConfigReader::read_path(const Section& section, RouteMatch& match) {
         diagnostics_.error(field->at, error);
         return;
     }
-    (path ? match.path : match.path_prefix) = *written;
+    // Requests are matched by their normalised path: so is the route's (`/caf%c3%a9`, `/café`
+    // and `/caf%C3%A9` are one path; a path written one way must not miss requests spelling it
+    // another).
+    std::string_view problem;
+    auto normalised = http::normalize_path(*written, problem);
+    if (!problem.empty()) {
+        diagnostics_.error(field->at, quoted(field->key) + " " + quoted(*written) + ": " + std::string(problem));
+        return;
+    }
+    (path ? match.path : match.path_prefix) = std::move(normalised);
 }
 
 void ConfigReader::read_methods(const Field& field, std::vector<std::string>& methods) {

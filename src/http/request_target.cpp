@@ -32,6 +32,14 @@ int hex_value(unsigned char c) {
 // differently by different servers.
 bool is_forbidden(unsigned char c) { return c <= 0x20 || c == 0x7f || c == '#' || c == '\\'; }
 
+// Bytes a path may not hold as they are (RFC 3986 pchar: not ASCII, or `"<>^`{|}` and
+// `[]`) that servers take anyway: the normalised path holds them escaped, the one spelling
+// `%C3%A9` and a raw UTF-8 `é` (or `\xc3%A9`) share.
+bool is_escaped_in_path(unsigned char c) {
+    return c >= 0x80 || c == '"' || c == '<' || c == '>' || c == '^' || c == '`' || c == '{' || c == '|' ||
+           c == '}' || c == '[' || c == ']';
+}
+
 bool iequals_prefix(std::string_view s, std::string_view prefix) {
     if (s.size() < prefix.size()) return false;
     for (std::size_t i = 0; i < prefix.size(); ++i)
@@ -47,7 +55,8 @@ std::string normalize_path(std::string_view raw, std::string_view& problem) {
         problem = "request target path must start with /";
         return {};
     }
-    // Decode escapes of unreserved characters; keep the others, with uppercase hex.
+    // Decode escapes of unreserved characters; keep the others, with uppercase hex, and escape
+    // what a path may not hold as it is.
     std::string decoded;
     decoded.reserve(raw.size());
     static constexpr char upper_hex[] = "0123456789ABCDEF";
@@ -58,7 +67,13 @@ std::string normalize_path(std::string_view raw, std::string_view& problem) {
             return {};
         }
         if (c != '%') {
-            decoded += static_cast<char>(c);
+            if (is_escaped_in_path(c)) {
+                decoded += '%';
+                decoded += upper_hex[c >> 4];
+                decoded += upper_hex[c & 0xf];
+            } else {
+                decoded += static_cast<char>(c);
+            }
             continue;
         }
         const int hi = i + 2 < raw.size() ? hex_value(static_cast<unsigned char>(raw[i + 1])) : -1;

@@ -37,7 +37,8 @@ RequestTarget parse_request_target(std::string_view method, std::string_view tar
 
 // Normalises an origin-form path, as nginx does before matching locations: escapes of
 // unreserved characters are decoded, other escapes get uppercase hex (`%2F` stays encoded),
-// dot-segments are removed (`%2e` counts as `.`) and repeated slashes merged. Refused, with
+// bytes a path may not hold as they are (not ASCII, `"<>[]^`{|}`) are escaped (nginx
+// decodes every escape instead; one spelling either way), dot-segments are removed (`%2e` counts as `.`) and repeated slashes merged. Refused, with
 // `problem` set: invalid escapes, bytes that may not appear in a path (controls, space, DEL,
 // `#`, backslash), and `..` above the root (nginx answers 400 too; an upstream must never be
 // asked for a path the proxy read differently).

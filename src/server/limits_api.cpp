@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "config/value_syntax.hpp"
+#include "http/request_target.hpp"
 #include "limit/describe.hpp"
 #include "limit/limit_params.hpp"
 #include "net/cidr.hpp"
@@ -194,7 +195,15 @@ std::optional<LimitsQuery> read_limits_query(const config::Config& config, const
         out.values.client_ip = ip->unmapped().str();
     }
     if (method) out.values.method = *method;
-    if (path) out.values.path = *path;
+    if (path) {
+        // As requests' paths are read (one key however the path is spelled).
+        std::string_view path_problem;
+        out.values.path = http::normalize_path(*path, path_problem);
+        if (!path_problem.empty()) {
+            problem = {400, "'path': " + std::string(path_problem)};
+            return std::nullopt;
+        }
+    }
     out.values.query = joined(out.query_params, true);
     out.values.cookies = joined(out.cookie_values, false);
     if (route->plans && !choose_set(*route, plan, out, problem)) return std::nullopt;

@@ -2,7 +2,8 @@
 // Sources: src/http/request_target.cpp
 //
 // Checked: a normalised path starts with '/', has no "//", no "." or ".." segment, no escape
-// of an unreserved character, no lowercase hex in an escape, and normalises to itself; a
+// of an unreserved character, no lowercase hex in an escape, no byte a path may not hold as it
+// is (not ASCII, `"<>^`{|}[]`), and normalises to itself; a
 // validated Host validates to itself.
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +36,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (p.find("/./") != std::string::npos || p.find("/../") != std::string::npos) __builtin_trap();
         if (p.ends_with("/.") || p.ends_with("/..")) __builtin_trap();
         for (std::size_t i = 0; i < p.size(); ++i) {
+            const auto c = static_cast<unsigned char>(p[i]);
+            if (c >= 0x80 || std::string_view("\"<>^`{|}[]").find(static_cast<char>(c)) != std::string_view::npos)
+                __builtin_trap();  // held escaped
             if (p[i] != '%') continue;
             if (i + 2 >= p.size()) __builtin_trap();
             const int hi = hex(static_cast<unsigned char>(p[i + 1])), lo = hex(static_cast<unsigned char>(p[i + 2]));

@@ -375,8 +375,12 @@ class PathAndHostTest(SluiceTestCase):
         limited = {"name": "limited", "match": {"path_prefix": "/limited"}, "upstream": "app",
                    "limits": [{"name": "one", "algorithm": "token_bucket", "rate": 1, "per": "1h",
                                "burst": 1, "key": ["client_ip"]}]}
+        # Not ASCII, written in the config escaped in lower case.
+        cafe = {"name": "cafe", "match": {"path_prefix": "/caf%c3%a9"}, "upstream": "app",
+                "limits": [{"name": "one", "algorithm": "token_bucket", "rate": 1, "per": "1h",
+                            "burst": 1, "key": ["client_ip", "path"]}]}
         rest = {"name": "rest", "match": {"path_prefix": "/"}, "upstream": "app"}
-        self.sluice = self.start_sluice(proxy_config(self.port, {"app": self.up.address}, [limited, rest]))
+        self.sluice = self.start_sluice(proxy_config(self.port, {"app": self.up.address}, [limited, cafe, rest]))
 
     def status_of(self, target, headers=b"Host: a\r\n", version=b"HTTP/1.1"):
         c = self.client(self.port)
@@ -392,6 +396,17 @@ class PathAndHostTest(SluiceTestCase):
                 self.assertEqual(r.status, 429, f"{spelling!r} got {r.status}")
         # What went upstream is the path the limit saw.
         self.assertEqual([p[2] for p in self.up.parsed], ["/limited/y"])
+
+    def test_a_path_that_is_not_ascii_is_one_path_however_spelled(self):
+        # Raw UTF-8 (which servers take, though a URI may not hold it) and its escapes in
+        # either case of hex are one path: for the route, for a `path` key and upstream.
+        self.assertEqual(self.status_of(b"/caf\xc3\xa9/menu").status, 200)  # the one token
+        for spelling in (b"/caf%C3%A9/menu", b"/caf%c3%a9/menu", b"/caf\xc3%A9/menu", b"/caf%C3\xa9/menu",
+                         b"/caf\xc3\xa9//menu"):
+            with self.subTest(spelling):
+                r = self.status_of(spelling)
+                self.assertEqual(r.status, 429, f"{spelling!r} got {r.status}")
+        self.assertEqual([p[2] for p in self.up.parsed], ["/caf%C3%A9/menu"])
 
     def test_the_normalised_path_is_forwarded_with_the_query_as_it_came(self):
         r = self.status_of(b"/a/./b/../%7e%2fc?x=/../&y=%2e")

@@ -304,6 +304,17 @@ routes:
     CHECK_FALSE(limits[1].shadow);
 }
 
+TEST_CASE("loader: route paths are read as requests' paths are normalised", "[config][loader]") {
+    const auto result = load_string("upstreams: {app: {servers: [\"h:1\"]}}\n"
+                                    "routes:\n"
+                                    "  - {name: a, match: {path_prefix: \"/caf\xc3\xa9/\"}, upstream: app}\n"
+                                    "  - {name: b, match: {path: \"/x//%6cogin/./%c3%a9\"}, upstream: app}\n",
+                                    "p.yaml");
+    REQUIRE(result.ok());
+    CHECK(result.config->routes.at(0).match.path_prefix == std::optional<std::string>("/caf%C3%A9/"));
+    CHECK(result.config->routes.at(1).match.path == std::optional<std::string>("/x/login/%C3%A9"));
+}
+
 TEST_CASE("loader: count statuses and classes", "[config][loader][count]") {
     const auto result = load_string(R"(upstreams: {app: {servers: ["h:1"]}}
 routes:

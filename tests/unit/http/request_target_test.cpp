@@ -45,6 +45,15 @@ TEST_CASE("normalize_path: every spelling of a path reads as one") {
         {"/%7e%41%5f", "/~A_"},
         {"/%00", "/%00"},
         {"/%e2%82%ac", "/%E2%82%AC"},
+        // A byte a path may not hold as it is reads as its escape: one spelling of each.
+        {"/caf\xc3\xa9", "/caf%C3%A9"},
+        {"/caf\xc3%a9", "/caf%C3%A9"},
+        {"/caf%C3\xa9/x", "/caf%C3%A9/x"},
+        {"/a\"b<c>d^e`f{g|h}i[j]", "/a%22b%3Cc%3Ed%5Ee%60f%7Bg%7Ch%7Di%5Bj%5D"},
+        {"/%22%7b", "/%22%7B"},
+        // Reserved characters keep their spelling: an upstream may read `;` and `%3B` apart.
+        {"/a!b;c=d", "/a!b;c=d"},
+        {"/a%21b%3Bc", "/a%21b%3Bc"},
         {"/..a/b..", "/..a/b.."},
         {"/...", "/..."},
         {"/.", "/"},
