@@ -1735,6 +1735,16 @@ void ConfigReader::refuse_counted_limits(const Section& section, const RouteConf
         for (const auto& set : route.plans->sets)
             for (const auto& limit : set.limits) limits.push_back(&limit);
     for (const LimitConfig* limit : limits) {
+        if (limit->algorithm == Algorithm::concurrency) {
+            const Field* action = section.find("action");
+            diagnostics_.error(action ? action->at : section.at(),
+                               named("route", route.name) + " has action: check, but its " +
+                                   named("limit", limit->name) +
+                                   " is a concurrency limit: a check ends with sluice's answer, long before the "
+                                   "request it checks, so its slot would be free again at once (limit the requests "
+                                   "in flight on a route sluice forwards)");
+            return;
+        }
         if (!limit->counted() && !limit->reports_cost()) continue;
         const Field* action = section.find("action");
         diagnostics_.error(action ? action->at : section.at(),

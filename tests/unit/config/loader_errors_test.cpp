@@ -343,6 +343,11 @@ TEST_CASE("loader errors: count (charged after the response)", "[config][loader]
          "        count: {statuses: [\"4xx\"]}\n",
          {"4:13: route 'r' has action: check, but its limit 'w' has 'count': a check route never sees the response, "
           "so it could not be charged"}},
+        {"routes:\n  - name: r\n    match: {path_prefix: /}\n    action: check\n    limits:\n"
+         "      - {name: slots, algorithm: concurrency, limit: 1}\n",
+         {"4:13: route 'r' has action: check, but its limit 'slots' is a concurrency limit: a check ends with "
+          "sluice's answer, long before the request it checks, so its slot would be free again at once (limit the "
+          "requests in flight on a route sluice forwards)"}},
     });
 }
 
