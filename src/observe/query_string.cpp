@@ -10,7 +10,9 @@ int hex_value(char c) {
     return -1;
 }
 
-bool decode(std::string_view in, std::string& out, std::string& error) {
+// `controls`: a decoded control byte is kept (a value: the key values it names may hold one: a
+// tab in a header, any byte in a query parameter or cookie); else refused (a name).
+bool decode(std::string_view in, std::string& out, std::string& error, bool controls) {
     out.clear();
     for (std::size_t i = 0; i < in.size(); ++i) {
         char c = in[i];
@@ -27,8 +29,8 @@ bool decode(std::string_view in, std::string& out, std::string& error) {
             i += 2;
         }
         const auto byte = static_cast<unsigned char>(c);
-        if (byte < 0x20 || byte == 0x7f) {
-            error = "control character in the query";
+        if (!controls && (byte < 0x20 || byte == 0x7f)) {
+            error = "control character in a query parameter's name";
             return false;
         }
         if (out.size() >= max_query_part) {
@@ -59,8 +61,8 @@ std::optional<std::vector<QueryParam>> parse_query(std::string_view query, std::
         }
         const auto equals = part.find('=');
         QueryParam param;
-        if (!decode(part.substr(0, equals), param.name, error)) return std::nullopt;
-        if (equals != std::string_view::npos && !decode(part.substr(equals + 1), param.value, error))
+        if (!decode(part.substr(0, equals), param.name, error, false)) return std::nullopt;
+        if (equals != std::string_view::npos && !decode(part.substr(equals + 1), param.value, error, true))
             return std::nullopt;
         if (param.name.empty()) {
             error = "query parameter without a name";

@@ -1,6 +1,8 @@
 // The query of an admin request ("route=api&client=2001%3Adb8%3A%3A1"): name/value pairs,
-// percent-decoded, '+' read as a space. Pure. Hostile input: a malformed escape, a decoded
-// control byte, an empty name, too many pairs or too long a part is an error, never a guess.
+// percent-decoded, '+' read as a space. Pure. Hostile input: a malformed escape, a control
+// byte in a name, an empty name, too many pairs or too long a part is an error, never a
+// guess. A value may hold any byte (the key values it names can: sluice escapes them where
+// it writes them, in keys, JSON and logs).
 #pragma once
 
 #include <optional>

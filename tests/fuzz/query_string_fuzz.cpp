@@ -2,7 +2,7 @@
 // Sources: src/observe/query_string.cpp.
 //
 // Whatever parses must hold what the parser promises: at most 64 pairs, names never empty,
-// no part over 4096 bytes, no control byte; and a query made again from the pairs, escaped,
+// no part over 4096 bytes, no control byte in a name; and a query made again from the pairs, escaped,
 // parses to the same pairs.
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (p.name.empty()) std::abort();
         if (p.name.size() > sluice::observe::max_query_part || p.value.size() > sluice::observe::max_query_part)
             std::abort();
-        for (const unsigned char c : p.name + p.value)
+        for (const unsigned char c : p.name)
             if (c < 0x20 || c == 0x7f) std::abort();
         again += (again.empty() ? "" : "&") + escaped(p.name) + "=" + escaped(p.value);
     }

@@ -127,6 +127,27 @@ class InspectAndResetTest(AdminLimitsTestCase):
         self.assertEqual(r.header("allow"), "POST")
 
 
+class ControlBytesTest(AdminLimitsTestCase):
+    def test_a_key_value_holding_a_control_byte_can_be_looked_up_and_reset(self):
+        # A tab in a header, a %0A in a query parameter: a client could otherwise hold a key
+        # that support can neither see nor reset.
+        self.start_stack([limited_route("r", [token_bucket("per_key", 1, "1h", 1, key=["header:x-api-key"]),
+                                              token_bucket("per_id", 1, "1h", 1, key=["query:id"])])], memory=True)
+        with RawClient(self.port) as c:
+            self.assertEqual(c.request("GET", "/r/x?id=a%0Ab", [("X-Api-Key", "k\t1")]).status, 200)
+            self.assertEqual(c.request("GET", "/r/x?id=a%0Ab", [("X-Api-Key", "k\t1")]).status, 429)
+        state = self.admin_json("GET", "/limits?route=r&header.x-api-key=k%091&query.id=a%0Ab")
+        self.assertEqual(state["key"], {"header.x-api-key": "k\t1", "query.id": "a\nb"})
+        self.assertEqual([limit["remaining"] for limit in state["limits"]], [0, 0])
+        self.assertEqual(self.admin_json("DELETE", "/limits?route=r&header.x-api-key=k%091&query.id=a%0Ab")["reset"],
+                         ["per_key", "per_id"])
+        with RawClient(self.port) as c:
+            self.assertEqual(c.request("GET", "/r/x?id=a%0Ab", [("X-Api-Key", "k\t1")]).status, 200)
+        # Names stay plain.
+        self.assertEqual(self.admin_json("GET", "/limits?route=r&header.x%0A=1", status=400),
+                         {"error": "control character in a query parameter's name"})
+
+
 class TokenTest(AdminLimitsTestCase):
     def test_the_token_guards_limits_and_only_limits(self):
         self.start_stack([limited_route("r", [token_bucket("tb", 1, "1s", 3)])], token=TOKEN)
