@@ -348,6 +348,9 @@ private:
     };
     WatchLater watch_later_{*this};  // watch_client_soon's link
     bool idle_ = false;  // waiting for a request with nothing received: graceful stop may close it
+    // The first head's deadline, when looking for the h2 preface began it.
+    std::optional<Clock::time_point> first_head_deadline_;
+    bool preface_ended_ = false;  // the connection ended (or failed) while looking for the preface
     net::steady_timer* hold_timer_ = nullptr;  // the request is held back on it (hold_back)
     Clock::time_point held_until_{};
     bool hold_cut_ = false;  // graceful stop ended the hold
@@ -377,7 +380,7 @@ net::awaitable<void> Session::run() {
             const std::string early(static_cast<const char*>(buffer_.data().data()), buffer_.size());
             buffer_.consume(buffer_.size());
             co_await serve_h2(worker_, stream_, peer_ip_, early, h2_);
-        } else {
+        } else if (!preface_ended_) {
             while (true) {
                 if (!co_await serve_one(first)) break;
                 first = false;
@@ -399,8 +402,10 @@ net::awaitable<bool> Session::speaks_h2() {
         co_return size == 2 && protocol[0] == 'h' && protocol[1] == '2';
     }
     // Prior knowledge: the connection preface, or an HTTP/1.1 request (which differs from it
-    // by its fourth byte at the latest).
-    arm(worker_.snapshot()->config->server.header_timeout);
+    // by its fourth byte at the latest). One header_timeout for both: the head that follows
+    // keeps this deadline (read_head), a client stalling inside the preface gets no second.
+    first_head_deadline_ = Clock::now() + worker_.snapshot()->config->server.header_timeout;
+    arm_until(*first_head_deadline_);
     while (true) {
         const std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
         const std::size_t n = std::min(data.size(), h2_preface.size());
@@ -408,10 +413,23 @@ net::awaitable<bool> Session::speaks_h2() {
             disarm();
             co_return n == h2_preface.size() && data.substr(0, n) == h2_preface;
         }
+        // Nothing received yet: idle, as a keep-alive connection between requests (a graceful
+        // stop closes it at once).
+        if (buffer_.size() == 0 && worker_.stopping()) {
+            disarm();
+            co_return false;
+        }
+        idle_ = buffer_.size() == 0;
         auto [ec, got] = co_await stream_.async_read_some(buffer_.prepare(8192), nothrow);
+        idle_ = false;
         if (ec || timed_out_) {
             disarm();
-            co_return false;  // HTTP/1.1's reading of the head sees the end or the timeout
+            // The timeout: HTTP/1.1's reading of the head answers it (408 when something came).
+            // The end of the connection, or its failure: nothing more to read. (Read again,
+            // a connection closed at once could wait for a report epoll had given already, till
+            // its header_timeout.)
+            if (!timed_out_) preface_ended_ = true;
+            co_return false;
         }
         buffer_.commit(got);
     }
@@ -446,14 +464,20 @@ net::awaitable<void> Session::close_gracefully() {
 }
 
 net::awaitable<bool> Session::tls_handshake() {
+    // A connection still in its handshake has no request yet: a graceful stop closes it at
+    // once, as an idle one (and counts no failure for it).
+    if (worker_.stopping()) co_return false;
     arm(tls_->handshake_timeout());
+    idle_ = true;
     auto [ec] = co_await stream_.tls().async_handshake(net::ssl::stream_base::server, nothrow);
+    idle_ = false;
     disarm();
     auto& metrics = *worker_.snapshot()->metrics;
     if (!ec && !timed_out_) {
         observe::add(metrics.tls_handshakes);
         co_return true;
     }
+    if (worker_.stopping() && ec == net::error::operation_aborted) co_return false;
     const auto reason = timed_out_ ? observe::TlsFailure::timeout : classify_tls_failure(ec);
     observe::add(metrics.tls_handshake_failures[static_cast<std::size_t>(reason)]);
     warn_tls_failure(peer_ip_, reason, timed_out_ ? std::string("not finished in time") : ec.message());
@@ -479,7 +503,10 @@ net::awaitable<Session::Head> Session::read_head(bool first) {
     Head head;
     std::size_t scanned = 0;
     bool got_bytes = buffer_.size() > 0;
-    arm(first || got_bytes ? server().header_timeout : server().idle_timeout);
+    if (first && first_head_deadline_)
+        arm_until(*first_head_deadline_);  // (begun while looking for the h2 preface)
+    else
+        arm(first || got_bytes ? server().header_timeout : server().idle_timeout);
     while (true) {
         const std::size_t max_header_bytes = server().max_header_bytes;
         std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());

@@ -243,6 +243,42 @@ class Http2Test(SluiceTestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         return out.stdout
 
+    def test_connections_closed_at_once_end_at_once(self):
+        # A connection closed before it sent anything (a port check) ended while looking for
+        # the preface, then was read again, and some waited for their header_timeout.
+        self.start(server={"header_timeout": "30s"}, admin=True)
+        for _ in range(200):
+            with socket.create_connection((LOOPBACK, self.port), timeout=5):
+                pass
+        wait_until(lambda: Metrics.fetch(self.admin_port).get("sluice_connections_active") == 0, 5,
+                   message="every connection ended")
+
+    def test_the_preface_and_the_head_after_it_share_one_header_timeout(self):
+        # A client stalling inside what could be the preface got header_timeout there, then
+        # another one for the head (a slowloris had twice the time).
+        port = self.start(server={"header_timeout": "2s"})
+        for stalled in (b"PRI * HTTP/2.0\r\n", b"P", b"GET / HTTP/1.1\r\n"):
+            with self.subTest(stalled):
+                c = RawClient(port)
+                self.addCleanup(c.close)
+                c.send(stalled)
+                sent = time.monotonic()
+                r = c.read_response(timeout=10)
+                waited = time.monotonic() - sent
+                self.assertEqual(r.status, 408)
+                self.assertGreater(waited, 1.5)
+                self.assertLess(waited, 3.5, "two header timeouts")
+
+    def test_a_graceful_stop_closes_a_connection_that_sent_nothing_at_once(self):
+        port = self.start(server={"header_timeout": "30s", "shutdown_timeout": "30s"}, admin=True)
+        silent = RawClient(port)
+        self.addCleanup(silent.close)
+        wait_until(lambda: Metrics.fetch(self.admin_port).get("sluice_connections_active") == 1, 5,
+                   message="the connection taken")
+        self.sluice.send_signal(signal.SIGTERM)
+        self.assertEqual(silent.wait_closed(timeout=10), b"")
+        self.assertEqual(self.sluice.wait(10), 0, self.sluice.log_text())
+
     def test_curl_over_prior_knowledge_shares_the_limit_with_http1(self):
         self.start([limited_route("api", [token_bucket("per_client", 3, "1m", 3)])])
         for i in range(3):

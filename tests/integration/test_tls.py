@@ -305,6 +305,22 @@ class TlsListenerTest(PkiMixin, SluiceTestCase):
         with tls_connect(port, client_context(self.pki.root), "a.test") as sock:
             self.assertTrue(sock.version())
 
+    def test_a_graceful_stop_closes_connections_still_in_their_handshake_at_once(self):
+        # They carry no request: as idle keep-alive connections, they are closed when the stop
+        # begins (they held it for their handshake_timeout), and no failure is counted for them.
+        s, port, admin_port = self.start_tls(dict(self.cert_entry(self.a), handshake_timeout="30s"),
+                                             admin=True, server={"shutdown_timeout": "30s"})
+        silent = self.client(port)
+        partial = self.client(port)
+        partial.send(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello cut short
+        wait_until(lambda: Metrics.fetch(admin_port).get("sluice_connections_active") == 2, 5,
+                   message="both connections taken")
+        s.send_signal(signal.SIGTERM)
+        self.assertEqual(silent.wait_closed(timeout=10), b"")
+        self.assertEqual(partial.wait_closed(timeout=10), b"")
+        self.assertEqual(s.wait(10), 0, s.log_text())
+        self.assertNotIn("handshake", s.stderr_text())
+
     def test_failed_handshakes_are_counted_not_logged_one_by_one(self):
         s, port, admin_port = self.start_tls(self.cert_entry(self.a), admin=True)
         for _ in range(40):
