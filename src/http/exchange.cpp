@@ -636,6 +636,7 @@ struct SlotHold::State {
 };
 
 SlotHold::SlotHold(server::Worker& worker, limit::Slots slots) : worker_(worker), slots_(std::move(slots)) {
+    worker.slot_holds().insert(this);
     if (worker.stopping())
         fire();  // no more ticks: renewed from now on
     else
@@ -643,14 +644,21 @@ SlotHold::SlotHold(server::Worker& worker, limit::Slots slots) : worker_(worker)
 }
 
 SlotHold::~SlotHold() {
+    worker_.slot_holds().erase(this);
+    give_back_now();
+}
+
+void SlotHold::give_back_now() {
     unlink();
     if (!state_) {
         worker_.release_slots(std::move(slots_));
+        slots_ = {};
         return;
     }
     state_->held = false;
     state_->timer.cancel();
     worker_.release_slots(std::move(state_->slots));  // (the timer, cancelled, no longer reads them)
+    state_->slots = {};
 }
 
 void SlotHold::fire() {

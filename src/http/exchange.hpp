@@ -53,6 +53,9 @@ public:
     SlotHold(const SlotHold&) = delete;
     SlotHold& operator=(const SlotHold&) = delete;
     ~SlotHold();
+    // The worker abandons the request (shutdown_timeout): its slots go back now, while the
+    // store can still write the release; the destructor then has nothing left to give back.
+    void give_back_now();
 
 private:
     void fire() override;  // the request lasted: the renewals start

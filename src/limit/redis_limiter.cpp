@@ -53,6 +53,9 @@ constexpr int max_calls_unanswered = 32;
 // Answered batches kept for reuse (their lists keep their buffers) at most.
 constexpr std::size_t max_spare_batches = 4;
 
+// Parts with slots a late call may take, kept for their reply at most (late_parts_).
+constexpr std::size_t max_late_parts = 1024;
+
 // Cluster redirections (MOVED, ASK, "elsewhere") one request follows at most.
 constexpr int max_redirections = 5;
 
@@ -84,6 +87,14 @@ struct RedisLimiter::Pending {
         if (answered) return;
         answered = true;
         if (!concurrency.empty()) {
+            if (decision.outcome == Decision::Outcome::store_error) {
+                // The call may still run after this answer (it waited behind another, or its
+                // reply is late): the slots it then takes are given back again when its reply
+                // comes (late_release), behind it. The request's own release may have run
+                // before the call, finding nothing.
+                late_release.token = token;
+                for (const auto& slot : concurrency) late_release.keys.emplace_back(slot.key, slot.lease_us);
+            }
             // (Answered once: the token and the keys are the decision's from now on.)
             decision.slots.token = std::move(token);
             for (auto& slot : concurrency) {
@@ -117,6 +128,7 @@ struct RedisLimiter::Pending {
     };
     std::string token;
     std::vector<Slot> concurrency;
+    Slots late_release;  // answered as a store failure: its slots, should its call still take them
     // Cluster only, to send it again on its own: its keys, its ARGV as a batch of one, its
     // slot, the redirections followed so far, and its deadline.
     std::vector<std::string> keys;
@@ -213,7 +225,43 @@ RedisLimiter::RedisLimiter(asio::io_context& io_context, redis::Topology& topolo
 }
 
 void RedisLimiter::stop(std::function<void()> then) {
-    send_releases(false);
+    // The slots given back last (the requests that ended just before) go now, and the
+    // connections stay until Redis has taken them or the timeout passed: closed at once, the
+    // releases never left (every slot of a stopping instance stayed taken for its lease,
+    // shrinking the limit every other instance shares).
+    std::size_t sending = 0;
+    for (const auto& list : releases_) sending += list.args.empty() ? 0 : 1;
+    if (sending > 0) {
+        struct Gate {
+            std::size_t waiting;
+            std::function<void()> then;
+            DeadlineTimer timer;
+        };
+        auto gate = std::make_shared<Gate>(Gate{sending, nullptr, DeadlineTimer(io_context_)});
+        gate->then = [this, then = std::move(then), alive = std::weak_ptr<int>(alive_)]() mutable {
+            if (!alive.expired()) stop_after_releases(std::move(then));
+        };
+        const auto open = [gate] {
+            if (auto f = std::exchange(gate->then, nullptr)) {
+                gate->timer.timer.cancel();
+                f();
+            }
+        };
+        for (auto& list : releases_)
+            if (!list.args.empty())
+                send_releases(list, true, [gate, open] {
+                    if (--gate->waiting == 0) open();
+                });
+        gate->timer.timer.expires_after(timeout_);
+        gate->timer.timer.async_wait([open](const boost::system::error_code& ec) {
+            if (!ec) open();
+        });
+        return;
+    }
+    stop_after_releases(std::move(then));
+}
+
+void RedisLimiter::stop_after_releases(std::function<void()> then) {
     if (stopped_) {
         // Stopped already, and still waiting for calls carrying others' decisions: after those.
         stopped_ = [first = std::move(stopped_), then = std::move(then)] {
@@ -312,6 +360,16 @@ void RedisLimiter::release(Slots slots) {
     schedule_flush();  // (flush sends the releases first)
 }
 
+void RedisLimiter::release_late(Pending& pending) {
+    // On the connection the call went on (its node's), behind it: Redis runs them in order.
+    // (Posted: nothing is sent from inside a reply callback.)
+    if (pending.late_release.empty()) return;
+    asio::post(io_context_, [this, slots = std::exchange(pending.late_release, Slots{}),
+                             alive = std::weak_ptr<int>(alive_)]() mutable {
+        if (!alive.expired()) release(std::move(slots));
+    });
+}
+
 void RedisLimiter::renew(const Slots& slots) {
     if (slots.empty()) return;
     std::vector<std::string> keys;
@@ -333,7 +391,7 @@ void RedisLimiter::send_releases(bool write_now) {
     for (auto& list : releases_) send_releases(list, write_now);
 }
 
-void RedisLimiter::send_releases(Releases& list, bool write_now) {
+void RedisLimiter::send_releases(Releases& list, bool write_now, std::function<void()> answered) {
     if (list.args.empty()) return;
     const std::size_t count = list.requests();
     // ARGV "releases", on a cluster the number of keys and the keys, then tokens and counts;
@@ -350,10 +408,11 @@ void RedisLimiter::send_releases(Releases& list, bool write_now) {
     static const std::vector<std::string> no_keys;
     list.connection->evalsha_views(
         release_script_, sharded_ ? no_keys : list.keys, args,
-        [count](redis::RedisResult result) {
+        [count, answered = std::move(answered)](redis::RedisResult result) {
             if (!result.ok())
                 spdlog::debug("concurrency slots of {} requests: release failed: {}", count,
                               result.error ? result.error->message : std::string("?"));
+            if (answered) answered();
         },
         write_now);
     list.keys.clear();
@@ -610,7 +669,10 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch, bool write_now) {
             return;
         }
         for (auto& pending : batch->pending) {
-            if (pending->answered) continue;  // the deadline already answered
+            if (pending->answered) {  // the deadline already answered
+                if (!alive.expired()) release_late(*pending);
+                continue;
+            }
             if (sharded_ && decide_elsewhere(reply, pending->first_key)) {
                 resend(pending, nullptr, false);
                 continue;
@@ -649,9 +711,18 @@ void RedisLimiter::offer(std::shared_ptr<Batch> batch, redis::RedisConnection* c
                          bool write_now) {
     // Parts whose decisions were all answered (by their deadlines) need nothing more: a late
     // reply for them finds nothing to answer.
-    std::erase_if(handed_, [](const auto& entry) {
+    std::erase_if(handed_, [this](const auto& entry) {
         const auto& pending = entry.second->pending;
-        return std::all_of(pending.begin(), pending.end(), [](const auto& p) { return p->answered; });
+        if (!std::all_of(pending.begin(), pending.end(), [](const auto& p) { return p->answered; })) return false;
+        // Its call may be in flight still: the slots it would take go back when it is answered.
+        std::vector<Slots> late;
+        for (const auto& p : pending)
+            if (!p->late_release.empty()) late.push_back(std::exchange(p->late_release, Slots{}));
+        if (!late.empty()) {
+            late_parts_[entry.first] = std::move(late);
+            if (late_parts_.size() > max_late_parts) late_parts_.erase(late_parts_.begin());
+        }
+        return true;
     });
     const bool ready = connection != nullptr && connection->ready();
     if (!ready) {
@@ -735,7 +806,20 @@ void RedisLimiter::send_shared(redis::RedisConnection* connection, std::shared_p
 void RedisLimiter::receive(const std::shared_ptr<const SharedBatches::Call>& call, std::size_t index) {
     const auto& part = call->parts[index];
     auto it = handed_.find(part.id);
-    if (it == handed_.end()) return;  // answered when the worker stopped
+    if (it == handed_.end()) {
+        // Answered (by their deadlines, or when the worker stopped) and forgotten: the slots
+        // the call took for them, if it took any, go back behind it.
+        if (auto late = late_parts_.find(part.id); late != late_parts_.end()) {
+            auto slots = std::move(late->second);
+            late_parts_.erase(late);
+            if (call->result.ok())
+                asio::post(io_context_, [this, slots = std::move(slots), alive = std::weak_ptr<int>(alive_)]() mutable {
+                    if (alive.expired()) return;
+                    for (auto& s : slots) release(std::move(s));
+                });
+        }
+        return;
+    }
     auto batch = std::move(it->second);
     handed_.erase(it);
     const auto& result = call->result;
@@ -750,7 +834,10 @@ void RedisLimiter::receive(const std::shared_ptr<const SharedBatches::Call>& cal
     }
     const std::size_t first = call->first_key[index];
     for (auto& pending : batch->pending) {
-        if (pending->answered) continue;  // the deadline already answered
+        if (pending->answered) {  // the deadline already answered
+            release_late(*pending);
+            continue;
+        }
         conclude(*pending, result.reply, first + pending->first_key, part.keys, pending->first_key, call->sent);
     }
 }

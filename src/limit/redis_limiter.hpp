@@ -152,6 +152,11 @@ private:
     // Answers `pending` from its results in `reply` (its first key's results at `first`);
     // `keys` holds its keys from `keys_first` on.
     struct Pending;
+    // A decision answered as a store failure whose call ran after all: its slots go back
+    // (again), behind the call.
+    void release_late(Pending& pending);
+    // stop(), once the last releases are answered (or timed out).
+    void stop_after_releases(std::function<void()> then);
     void conclude(Pending& pending, const redis::RedisReply& reply, std::size_t first,
                   const std::vector<std::string>& keys, std::size_t keys_first,
                   std::chrono::steady_clock::time_point sent);
@@ -187,7 +192,8 @@ private:
         std::size_t requests() const { return args.size() / 2; }
     };
     std::vector<Releases> releases_;
-    void send_releases(Releases& list, bool write_now);
+    // `answered`: called with the reply (or the connection's failure).
+    void send_releases(Releases& list, bool write_now, std::function<void()> answered = {});
     // `write_now`: on the socket before it returns (only from the posted flush). flush()
     // sends them first; release() asks for a flush at the end of the turn.
     void send_releases(bool write_now);
@@ -225,6 +231,10 @@ private:
     std::uint64_t member_ = 0;
     std::uint64_t parts_made_ = 0;
     std::unordered_map<std::uint64_t, std::shared_ptr<Batch>> handed_;
+    // Parts forgotten once every decision was answered (by its deadline) that hold slots a
+    // late call may still take: given back again if the part's reply comes. By part number;
+    // at most max_late_parts (older ones are left to their lease).
+    std::map<std::uint64_t, std::vector<Slots>> late_parts_;
     std::size_t shared_sent_ = 0;
     std::function<void()> stopped_;
     std::unique_ptr<DeadlineTimer> stop_timer_;

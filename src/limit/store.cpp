@@ -18,7 +18,9 @@ class MemoryStore final : public Store {
 public:
     MemoryStore(boost::asio::io_context& io, MemoryLimiter& limiter) : io_(io), limiter_(limiter) {}
     void start() override {}
-    void stop() override {}
+    void stop(std::function<void()> stopped) override {
+        if (stopped) boost::asio::post(io_, std::move(stopped));
+    }
     bool ready() const override { return true; }
     std::optional<Decision> decide_now(const RouteLimits& route, const RequestKeyValues& request) override {
         return limiter_.decide(route, request);
@@ -60,9 +62,12 @@ public:
     }
 
     void start() override { topology_->start(); }
-    void stop() override {
+    void stop(std::function<void()> stopped) override {
         // Calls this worker sent with other workers' decisions are answered first.
-        limiter_->stop([this] { topology_->stop(); });
+        limiter_->stop([this, stopped = std::move(stopped)] {
+            topology_->stop();
+            if (stopped) stopped();
+        });
     }
     bool ready() const override { return topology_->ready(); }
     void decide(const RouteLimits& route, const RequestKeyValues& request, Callback callback) override {

@@ -33,7 +33,9 @@ public:
 
     virtual void start() = 0;
     // Closes the store's connections; decisions still pending are answered (store_error).
-    virtual void stop() = 0;
+    // The slots given back before it are written first. `stopped`, when given, is called
+    // (on the io_context) once the connections are closed.
+    virtual void stop(std::function<void()> stopped = {}) = 0;
     // Decisions can be made now (every node needed is connected).
     virtual bool ready() const = 0;
     // The memory store decides at once: the decision. The others: nullopt, then decide().

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "http/client_session.hpp"
+#include "http/exchange.hpp"
 #include "limit/store.hpp"
 #include "observe/logging.hpp"
 #include "observe/metrics.hpp"
@@ -54,7 +55,7 @@ Worker::~Worker() {
 void Worker::remove_session(http::ClientSession* s) {
     sessions_.erase(s);
     // The store connection stays until the last in-flight request has its decision.
-    if (stopping_ && sessions_.empty()) store_->stop();
+    if (stopping_ && sessions_.empty()) stop_store();
 }
 
 net::awaitable<limit::Decision> Worker::decide(const limit::RouteLimits& route, const limit::RequestKeyValues& request) {
@@ -253,7 +254,7 @@ void Worker::shutdown() {
         pool_.shut();  // sessions still finishing close their upstream connections
         if (store_watch_) store_watch_->cancel();
         slow_waits_.fire_all();  // no more ticks: what waits is watched now
-        if (sessions_.empty()) store_->stop();
+        if (sessions_.empty()) stop_store();
         guard_.reset();
     });
 }
@@ -264,8 +265,29 @@ std::vector<redis::NodeState> Worker::store_nodes() const {
 }
 
 void Worker::stop_now() {
+    // On the worker's thread: the requests abandoned now give their concurrency slots back
+    // first, and the store writes those releases before its connections close (else every
+    // slot of a stopping instance stayed taken for its lease, shrinking the limit the other
+    // instances share). Bounded: the loop stops after a second whatever the store does.
+    net::post(io_, [this] {
+        if (stopping_now_) return;
+        stopping_now_ = true;
+        const std::vector<http::SlotHold*> holds(slot_holds_.begin(), slot_holds_.end());
+        for (auto* hold : holds) hold->give_back_now();
+        auto bound = std::make_shared<net::steady_timer>(io_, std::chrono::seconds(1));
+        bound->async_wait([this, bound](boost::system::error_code ec) {
+            if (!ec) io_.stop();
+        });
+        if (store_stopped_) return io_.stop();
+        stop_store([this] { io_.stop(); });
+    });
     guard_.reset();
-    io_.stop();
+}
+
+void Worker::stop_store(std::function<void()> stopped) {
+    if (store_stopped_) return;
+    store_stopped_ = true;
+    store_->stop(std::move(stopped));
 }
 
 void Worker::join() {

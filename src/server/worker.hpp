@@ -9,6 +9,7 @@
 #include <optional>
 #include <mutex>
 #include <thread>
+#include <functional>
 #include <unordered_set>
 #include <vector>
 
@@ -29,6 +30,7 @@
 
 namespace sluice::http {
 class ClientSession;
+class SlotHold;
 }
 namespace sluice::limit {
 class MemoryLimiter;
@@ -56,7 +58,7 @@ public:
     void start();     // runs the io_context on a new thread and connects to the store
     void accept();    // thread-safe: starts taking connections on the listeners
     void shutdown();  // thread-safe: stop accepting, close idle sessions, finish in-flight ones
-    void stop_now();  // thread-safe: abandon whatever is left
+    void stop_now();  // thread-safe: abandon whatever is left (the slots it holds go back first)
     // Thread-safe: requests that start after this use `snapshot`.
     void publish(std::shared_ptr<const Snapshot> snapshot);
     void join();
@@ -73,6 +75,8 @@ public:
     // Waits that want something done should they last (ticked with watch_store, every 50 ms;
     // all fired at once when the worker starts stopping, and at once from then on).
     SlowWaits& slow_waits() { return slow_waits_; }
+    // The requests holding concurrency slots now (whose slots stop_now gives back).
+    std::unordered_set<http::SlotHold*>& slot_holds() { return slot_holds_; }
     std::size_t next_server(std::size_t upstream_index, std::size_t server_count);
     bool stopping() const { return stopping_; }
     // While stopping: when the server gives up on what is left (shutdown_timeout after the stop).
@@ -124,6 +128,11 @@ private:
     // unregister and read the snapshot; the pool and acceptors hold sockets of io_ and go first.
     unsigned index_;
     std::unordered_set<http::ClientSession*> sessions_;
+    std::unordered_set<http::SlotHold*> slot_holds_;
+    // store_->stop(), once.
+    void stop_store(std::function<void()> stopped = {});
+    bool store_stopped_ = false;  // (store_->stop() asked for)
+    bool stopping_now_ = false;   // stop_now's job ran
     SlowWaits slow_waits_;  // sessions' links (unlinked when they go)
     http::RelayBuffers relay_buffers_;
     std::vector<std::size_t> round_robin_;

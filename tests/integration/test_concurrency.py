@@ -5,6 +5,8 @@ back after the lease when its instance dies.
 """
 
 import json
+import re
+import signal
 import threading
 import time
 import unittest
@@ -20,6 +22,13 @@ def concurrency(name, limit, lease=None, key=()):
     if lease is not None:
         out["lease"] = lease
     return out
+
+
+def decide_fcalls(redis):
+    """Decide calls Redis has run (FCALL: the releases go by EVALSHA)."""
+    stats = redis.command("INFO", "commandstats")
+    found = re.search(r"cmdstat_fcall:calls=(\d+)", stats.decode() if isinstance(stats, bytes) else stats)
+    return int(found.group(1)) if found else 0
 
 
 class Gauge:
@@ -49,19 +58,23 @@ class Gauge:
 
 
 class ConcurrencyTest(SluiceTestCase):
-    def start_stack(self, routes, gauge, instances=1, memory=False):
+    def start_stack(self, routes, gauge, instances=1, memory=False, store_options=None, server=None,
+                    shared_batches=False):
         self.up = self.start_upstream(gauge)
         self.redis = None if memory else self.start_redis()
-        store = {"type": "memory"} if memory else redis_store(self.redis)
+        store = {"type": "memory"} if memory else redis_store(self.redis, **(store_options or {}))
+        if shared_batches:
+            store["redis"]["shared_batches"] = True
+        workers = (server or {}).get("workers", WORKERS)
         self.ports, self.sluices, self.admin_ports = [], [], []
         self.route_names = [r["name"] for r in routes]
         for _ in range(instances):
             port, admin = free_port(), free_port()
             sluice = self.start_sluice(proxy_config(
-                port, {"app": self.up.address}, routes,
+                port, {"app": self.up.address}, routes, server=server,
                 extra={"store": store, "admin": {"listen": f"127.0.0.1:{admin}"}}))
             if not memory:
-                sluice.wait_store_connected(WORKERS)
+                sluice.wait_store_connected(workers)
             self.ports.append(port)
             self.admin_ports.append(admin)
             self.sluices.append(sluice)
@@ -194,6 +207,67 @@ class ConcurrencyTest(SluiceTestCase):
         after.close()
         first.close()
         self.assertEqual(gauge.most, 1)
+
+    def check_late_calls_give_their_slots_back(self, shared):
+        # Redis stalls past the store's deadline: the decisions are answered as store failures
+        # (on_error: deny refuses them), yet their calls run when Redis resumes, one of them
+        # held in the worker behind the call in flight. The slots those calls take go back
+        # behind them (they stayed for the whole lease: a minute of a smaller limit).
+        self.start_stack([limited_route("c", [concurrency("inflight", 3, lease="60s")])], Gauge(0.0),
+                         store_options={"timeout": "100ms", "on_error": "deny"}, shared_batches=shared,
+                         server=None if shared else {"workers": 1})
+        before = decide_fcalls(self.redis)
+        self.redis.pause(1500)  # (commands of every client wait, the test's own too)
+        statuses = []
+        for i in range(4):  # one after the other: each asked in a turn of its own
+            with RawClient(self.ports[0]) as c:
+                statuses.append(c.request("GET", f"/c/{i}").status)
+        self.assertEqual(statuses, [503] * 4)
+        # When the pause ends: the call in flight, then the batch that waited behind it, have run.
+        wait_until(lambda: decide_fcalls(self.redis) >= before + 2, 5, message="the late calls run")
+        wait_until(lambda: self.redis.command("ZCARD", "sluice:{c}:inflight") == 0 and self.slots_held() == 0, 5,
+                   message="the slots the late calls took given back")
+
+    def test_slots_taken_by_calls_answered_late_are_given_back(self):
+        self.check_late_calls_give_their_slots_back(shared=False)
+
+    def test_slots_taken_by_shared_calls_answered_late_are_given_back(self):
+        self.check_late_calls_give_their_slots_back(shared=True)
+
+    def test_a_stopping_instance_gives_its_slots_back(self):
+        # Requests that end within shutdown_timeout, and requests cut at it: their slots go
+        # back before the instance exits (the releases were dropped with its connections, and
+        # every other instance had a smaller limit for a lease).
+        gauge = Gauge(0.5)
+        self.start_stack([limited_route("c", [concurrency("inflight", 3, lease="60s")])], gauge, instances=2,
+                         server={"shutdown_timeout": "1s"})
+        for seconds, what in ((0.5, "ended in time"), (8.0, "cut at shutdown_timeout")):
+            with self.subTest(what):
+                if seconds > 1:
+                    self.sluices[0] = self.start_sluice(proxy_config(
+                        self.ports[0], {"app": self.up.address}, [limited_route("c", [concurrency("inflight", 3, lease="60s")])],
+                        server={"shutdown_timeout": "1s"},
+                        extra={"store": redis_store(self.redis), "admin": {"listen": f"127.0.0.1:{self.admin_ports[0]}"}}))
+                    self.sluices[0].wait_store_connected(WORKERS)
+                gauge.seconds = seconds
+                clients = [RawClient(self.ports[0], timeout=15) for _ in range(2)]
+                for i, c in enumerate(clients):
+                    c.send(build_request("GET", f"/c/{what[0]}{i}"))
+                wait_until(lambda: gauge.now == 2, 5, message="two requests upstream")
+                self.assertEqual(self.redis.command("ZCARD", "sluice:{c}:inflight"), 2)
+                self.sluices[0].send_signal(signal.SIGTERM)
+                self.assertEqual(self.sluices[0].wait(10), 0)
+                for c in clients:
+                    c.close()
+                self.assertEqual(self.redis.command("ZCARD", "sluice:{c}:inflight"), 0)
+        # The instance that stays has the whole limit at once.
+        gauge.seconds = 1.0
+        clients = [RawClient(self.ports[1], timeout=15) for _ in range(3)]
+        for i, c in enumerate(clients):
+            c.send(build_request("GET", f"/c/after{i}"))
+        self.assertEqual([c.read_response().status for c in clients], [200] * 3)
+        for c in clients:
+            c.close()
 
     def test_the_memory_store_holds_the_same_rule(self):
         gauge = Gauge(1.0)
