@@ -230,6 +230,7 @@ public:
     void stop() {
         stopping_ = true;
         codec_.shut_down();
+        for (auto& [id, stream] : streams_) stream->notify();  // held streams look at the stop
         kick();
     }
 
@@ -495,12 +496,15 @@ private:
             }
         }
         if (x.wait.count() > 0) {
-            // Held back: the stream's timer, cut short when the client resets the stream.
+            // Held back: the stream's timer, cut short when the client resets the stream, or
+            // when a graceful stop begins and the request's turn would come after its end
+            // (503 now, as over HTTP/1.1: stop() wakes the streams).
             const auto hold_started = Clock::now();
             const auto until = hold_started + x.wait;
+            const auto too_late = [&] { return worker_.stopping() && until > worker_.stop_deadline(); };
             x.snap.metrics->requests_waiting.fetch_add(1, std::memory_order_relaxed);
             auto& wake = s.wake_timer(stream_.get_executor());
-            while (!s.closed && Clock::now() < until) {
+            while (!s.closed && Clock::now() < until && !too_late()) {
                 wake.expires_at(until);
                 co_await wake.async_wait(nothrow);
             }
@@ -511,6 +515,12 @@ private:
             if (s.closed) {
                 rec.status = 499;
                 co_return (void)finish(x, false);
+            }
+            if (Clock::now() < until && too_late()) {
+                LocalReply cut = local_problem(503, "sluice is shutting down: the request's turn would come too late");
+                cut.headers = std::move(x.rate_headers);
+                cut.headers.emplace_back("Retry-After", "1");
+                co_return done(cut);
             }
         }
         if (x.check) {

@@ -512,6 +512,28 @@ class Http2Test(SluiceTestCase):
         self.assertLess(out.index("recv GOAWAY"), out.index(":status: 200"), out)
         self.assertEqual(self.sluice.wait(10), 0, self.sluice.log_text())
 
+    def test_sigterm_answers_a_stream_held_past_the_end_with_503(self):
+        # A leaky bucket holds the second stream 10 s; the stop ends in 2 s: the stream gets
+        # 503 with Retry-After at once (as over HTTP/1.1), not a close without an answer.
+        self.start(routes=[limited_route("drip", [leaky_bucket("drip", 1, "10s", 5)], path_prefix="/")],
+                   server={"shutdown_timeout": "2s"}, admin=True)
+        client = subprocess.Popen(["nghttp", "-v", f"http://{LOOPBACK}:{self.port}/first",
+                                   f"http://{LOOPBACK}:{self.port}/held"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.addCleanup(client.kill)
+        wait_until(lambda: any(r.target == "/first" for r in self.upstream.requests), 5,
+                   message="the first request at the upstream")
+        wait_until(lambda: Metrics.fetch(self.admin_port).get("sluice_requests_waiting") == 1, 5,
+                   message="the second stream held")
+        self.sluice.send_signal(signal.SIGTERM)
+        out, _ = client.communicate(timeout=15)
+        self.assertEqual(client.returncode, 0, out)
+        self.assertIn(":status: 503", out)
+        self.assertIn("retry-after: 1", out)
+        self.assertEqual([r.target for r in self.upstream.requests], ["/first"])
+        self.assertEqual(self.sluice.wait(10), 0, self.sluice.log_text())
+        self.sluice.wait_access(target="/held", status="503")
+
     def test_a_request_head_left_open_ends_the_connection_after_header_timeout(self):
         # HEADERS without END_HEADERS, then nothing: the connection is held (no other frame may
         # come until the block ends), so after header_timeout (not idle_timeout) it ends with
