@@ -2,6 +2,8 @@
 // loop for keep-alive. One coroutine per client connection, on its worker's io_context.
 #include "http/client_session.hpp"
 
+#include <poll.h>
+
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -68,6 +70,13 @@ namespace {
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 constexpr std::size_t drain_limit = 64 * 1024;      // unread request body we read and discard to keep the connection
 constexpr auto linger_time = std::chrono::seconds(1);  // reading what a client still sends after our final response
+
+// Whether the peer closed (FIN or reset), even with bytes of its still unread: poll's
+// POLLRDHUP, which a peek cannot tell behind data.
+bool peer_closed(tcp::socket& socket) {
+    pollfd p{socket.native_handle(), POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
 
 
 
@@ -270,7 +279,10 @@ private:
                 if (generation != self->client_watch_generation_ || !self->client_watched_) return;
                 if (ec == net::error::operation_aborted) return;
                 self->client_watched_ = false;
-                if (!ec && n > 0) return;  // pipelined bytes: the client is there
+                if (!ec && n > 0) {  // pipelined bytes (or a body): the client is there
+                    if (self->hold_timer_) self->hold_timer_->cancel();  // (a hold looks for its close another way)
+                    return;
+                }
                 self->client_gone_ = true;  // end of stream, or reset
                 boost::system::error_code ignored;
                 if (self->upstream_socket_) self->upstream_socket_->cancel(ignored);
@@ -668,7 +680,22 @@ net::awaitable<Session::Hold> Session::hold_back(std::chrono::microseconds wait,
         }
     } done{*this, metrics};
     watch_client();
-    co_await timer.async_wait(nothrow);
+    while (true) {
+        co_await timer.async_wait(nothrow);
+        if (client_gone_ || hold_cut_ || Clock::now() >= until) break;
+        if (client_watched_ || stream_.is_tls()) {  // (woken for nothing: wait on)
+            timer.expires_at(until);
+            continue;
+        }
+        // The watch ended on bytes the client sent (a request body not read yet, a pipelined
+        // request; it woke the hold): a peek can no longer see the client's close. Its FIN
+        // behind those bytes (which nginx learns from EPOLLRDHUP) is looked for every 100 ms.
+        if (peer_closed(stream_.socket())) {
+            client_gone_ = true;
+            break;
+        }
+        timer.expires_at(std::min(until, Clock::now() + std::chrono::milliseconds(100)));
+    }
     unwatch_client();
     metrics.wait_time.observe(std::chrono::duration<double>(Clock::now() - (until - wait)).count());
     if (client_gone_) co_return Hold::client_gone;

@@ -347,6 +347,26 @@ class HangUpTest(ShapingTestCase):
         self.assertEqual(self.entry_for("/after")["decision"], "delayed")
 
 
+    def test_a_client_that_hangs_up_with_its_body_unread_gets_nothing_forwarded(self):
+        # The body waits in the socket while the request is held: a peek sees those bytes,
+        # not the close behind them. 100 KB: more than a read would have taken in.
+        interval = 1.0
+        self.start_stack(leaky_bucket("shape", 1, "1s", 5, key=[]), admin=True)
+        first = self.client(self.port)
+        self.assertEqual(first.request("GET", "/first").status, 200)
+        first_at = self.arrivals.at("/first")
+        leaver = RawClient(self.port)
+        leaver.send(build_request("POST", "/upload", body=b"x" * 100_000))
+        self.wait_metric(lambda m: self.waiting_now(m) == 1, "the request waiting")
+        leaver.close()
+        self.wait_metric(lambda m: self.waiting_now(m) == 0, "the hold ended", timeout=interval + 2)
+        entry = self.entry_for("/upload", timeout=interval + 2)
+        self.assertEqual((entry["status"], entry["decision"]), ("499", "delayed"), entry["line"])
+        self.assertLess(float(entry["wait_ms"]), (interval - TOLERANCE) * 1000, entry["line"])
+        wait_until(lambda: time.monotonic() > first_at + interval + 0.3, 3)
+        self.assertEqual(self.arrivals.targets(), ["/first"])
+
+
 class CapsTest(ShapingTestCase):
     def test_max_wait_limits_a_request_that_would_wait_longer(self):
         # 2/s, max_wait 1.2 s: at once, waits 0, 0.5 and 1.0 s pass; 1.5 s and more are limited.
