@@ -16,9 +16,6 @@ std::int64_t reply_field(const redis::RedisReply& reply, std::size_t index) {
     return static_cast<std::int64_t>(value);
 }
 
-// A year of milliseconds: the most a decide reply's times are read as.
-constexpr std::int64_t max_reply_ms = std::int64_t{366} * 24 * 3600 * 1000;
-
 }  // namespace
 
 bool is_decide_reply(const redis::RedisReply& reply, std::size_t limits, bool cluster) {

@@ -10,6 +10,12 @@
 
 namespace sluice::limit {
 
+// The most a decide reply's times are read as: a century of milliseconds (in nanoseconds,
+// far from overflowing). A wait or a reset that long comes only from a Redis that is not
+// ours (its reply is not trusted further), or from a debt a response cost left (a token
+// bucket of a long `per` charged a huge reported cost: the memory store counts it whole).
+inline constexpr std::int64_t max_reply_ms = std::int64_t{100} * 366 * 24 * 3600 * 1000;
+
 // Whether `reply` holds `limits` results (all requests of a batch together) in the
 // documented shape. The two readers below expect a reply that passed it.
 // `cluster`: "allowed" may also be 2 ("elsewhere", see decide_elsewhere).

@@ -60,8 +60,8 @@ void check_decide_reply(const sluice::redis::RedisReply& reply) {
                 const auto allowed = field(reply.text, 1 + 4 * k);
                 if (r.allowed != (allowed == 1 || allowed == 2) || r.banned != (allowed == 3)) __builtin_trap();
                 if (r.remaining != static_cast<std::uint64_t>(field(reply.text, 2 + 4 * k))) __builtin_trap();
-                // Times are read as a year at most (decide_reply.cpp).
-                constexpr std::int64_t year_ms = std::int64_t{366} * 24 * 3600 * 1000;
+                // Times are read as a century at most (decide_reply.hpp).
+                constexpr std::int64_t year_ms = sluice::limit::max_reply_ms;
                 const auto third = field(reply.text, 3 + 4 * k);
                 if (r.allowed ? r.wait.count() != std::min(third, year_ms * 1000)
                               : r.retry_after.count() != std::min(third, year_ms))
