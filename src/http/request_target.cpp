@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <array>
+#include <string_view>
 #include <vector>
 
 namespace sluice::http {
@@ -35,10 +36,13 @@ bool is_forbidden(unsigned char c) { return c <= 0x20 || c == 0x7f || c == '#' |
 // Bytes a path may not hold as they are (RFC 3986 pchar: not ASCII, or `"<>^`{|}` and
 // `[]`) that servers take anyway: the normalised path holds them escaped, the one spelling
 // `%C3%A9` and a raw UTF-8 `é` (or `\xc3%A9`) share.
-bool is_escaped_in_path(unsigned char c) {
-    return c >= 0x80 || c == '"' || c == '<' || c == '>' || c == '^' || c == '`' || c == '{' || c == '|' ||
-           c == '}' || c == '[' || c == ']';
-}
+constexpr std::array<bool, 256> escaped_in_path = [] {
+    std::array<bool, 256> t{};
+    for (int c = 0x80; c < 256; ++c) t[static_cast<std::size_t>(c)] = true;
+    for (char c : std::string_view("\"<>^`{|}[]")) t[static_cast<unsigned char>(c)] = true;
+    return t;
+}();
+bool is_escaped_in_path(unsigned char c) { return escaped_in_path[c]; }
 
 bool iequals_prefix(std::string_view s, std::string_view prefix) {
     if (s.size() < prefix.size()) return false;
