@@ -261,6 +261,18 @@ void RedisLimiter::stop(std::function<void()> then) {
     stop_after_releases(std::move(then));
 }
 
+void RedisLimiter::closed() {
+    // Every decision is answered by now (the connections' end answered those in flight): the
+    // deadline timer would only keep the worker's loop alive until the last one's deadline
+    // (store.redis.timeout after the last request).
+    for (auto& [deadline, weak] : deadlines_)
+        if (auto pending = weak.lock(); pending && !pending->answered)
+            pending->answer(Decision::store_failure("shutting down"));
+    deadlines_.clear();
+    if (deadline_timer_waiting_) deadline_timer_->timer.cancel();
+    deadline_timer_waiting_ = false;
+}
+
 void RedisLimiter::stop_after_releases(std::function<void()> then) {
     if (stopped_) {
         // Stopped already, and still waiting for calls carrying others' decisions: after those.

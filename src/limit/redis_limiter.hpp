@@ -67,6 +67,9 @@ public:
     // once the calls this worker sent with other workers' decisions are answered, or after
     // the timeout: another worker's decisions are not failed by this one stopping.
     void stop(std::function<void()> then);
+    // The store's connections are closed (after stop's `then`): decisions still without an
+    // answer are answered (store_error), and no timer is left waiting.
+    void closed();
 
     // The callback runs exactly once, on the io_context, never inside this call:
     //  - allowed/limited from Redis;

@@ -66,6 +66,7 @@ public:
         // Calls this worker sent with other workers' decisions are answered first.
         limiter_->stop([this, stopped = std::move(stopped)] {
             topology_->stop();
+            limiter_->closed();
             if (stopped) stopped();
         });
     }

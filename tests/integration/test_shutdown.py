@@ -5,8 +5,8 @@ import socket
 import time
 import unittest
 
-from harness import (LOOPBACK, RawClient, SluiceTestCase, build_request,
-                     by_path, delayed, free_port, proxy_config, respond, wait_until)
+from harness import (LOOPBACK, RawClient, SluiceTestCase, build_request, by_path, delayed, free_port,
+                     limited_route, proxy_config, redis_store, respond, token_bucket, wait_until)
 
 SLOW = 2.0  # seconds the slow upstream takes to answer
 
@@ -80,6 +80,24 @@ class GracefulStopTest(SluiceTestCase):
         rc = s.wait(6)
         self.assertLess(time.monotonic() - start, 5, "shutdown_timeout not applied")
         self.assertEqual(rc, 0, s.log_text())
+
+
+class StoreStopTest(SluiceTestCase):
+    def test_a_stop_right_after_a_request_does_not_wait_out_its_decisions_deadline(self):
+        # The last decision was answered long ago; its deadline (store.redis.timeout, 10 s
+        # here) kept the worker's loop alive until it passed.
+        up = self.start_upstream(respond(200, b"ok"))
+        port = free_port()
+        s = self.start_sluice(proxy_config(port, {"app": up.address},
+                                           [limited_route("r", [token_bucket("tb", 100, "1s", 100)])],
+                                           extra={"store": redis_store(self.start_redis(), timeout="10s")}))
+        s.wait_store_connected(2)
+        with RawClient(port) as c:
+            self.assertEqual(c.request("GET", "/r/x").status, 200)
+        started = time.monotonic()
+        s.send_signal(signal.SIGTERM)
+        self.assertEqual(s.wait(15), 0, s.log_text())
+        self.assertLess(time.monotonic() - started, 5)
 
 
 class MaxConnectionsTest(SluiceTestCase):
