@@ -160,6 +160,11 @@ public:
 
     net::awaitable<void> run();
 
+    void abandon() override {
+        if (h2_) h2_abandon(*h2_);
+        if (exchange_) http::abandon(*exchange_);
+    }
+
     void stop_if_idle() override {
         if (h2_) h2_stop(*h2_);
         if (idle_) {
@@ -360,6 +365,7 @@ private:
     };
     WatchLater watch_later_{*this};  // watch_client_soon's link
     bool idle_ = false;  // waiting for a request with nothing received: graceful stop may close it
+    Exchange* exchange_ = nullptr;  // the request under way (ServingExchange)
     // The first head's deadline, when looking for the h2 preface began it.
     std::optional<Clock::time_point> first_head_deadline_;
     bool preface_ended_ = false;  // the connection ended (or failed) while looking for the preface
@@ -583,6 +589,7 @@ net::awaitable<bool> Session::serve_one(bool first) {
     // during a keep-alive pause applies to the next request on that connection too.
     const auto head = co_await read_head(first);
     Exchange x(worker_.snapshot(), peer_ip_, peer_address_ ? &*peer_address_ : nullptr);
+    const ServingExchange serving(exchange_, x);
     const auto& cfg = x.cfg;
     auto& rec = x.rec;
     rec.client = peer_ip_;

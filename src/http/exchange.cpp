@@ -399,7 +399,15 @@ net::awaitable<void> settle_trailer(Exchange& x, std::string_view trailers) {
     co_await settle(x, true, [trailers](std::string_view name) { return cost_in_trailers(trailers, name); });
 }
 
+void abandon(Exchange& x) {
+    if (x.finished) return;
+    if (x.rec.status == 0) x.rec.status = 503;
+    finish(x, false);
+}
+
 bool finish(Exchange& x, bool keep) {
+    if (x.finished) return keep;  // (abandoned: logged already)
+    x.finished = true;
     // A 101 (a tunnel opened), or any status not charged before its head was written:
     // charged as the request ends, without waiting for the store. A request whose client
     // went away (499) got no response to count.

@@ -101,6 +101,7 @@ struct Exchange {
     const std::string_view peer_ip;  // the TCP peer (the connection's, which outlives it)
     // The same, parsed once for the connection (null: parsed per request where needed).
     const net::IpAddress* const peer_address;
+    bool finished = false;           // finish() ran: logged and counted
     bool peer_trusted = false;       // the peer is in client_ip.trusted_proxies (identify_client)
     observe::AccessRecord rec;
     ClientRequest request;  // its head, once read_request_head accepted it
@@ -179,5 +180,19 @@ boost::asio::awaitable<void> settle_trailer(Exchange& x, std::string_view traile
 // Logs the request and counts it on its route; returns `keep`. A response not charged yet
 // (a 101 that opened a tunnel) is charged here, without waiting for the store.
 bool finish(Exchange& x, bool keep);
+// The worker gives up on the request (server.shutdown_timeout passed): its access line and
+// counts now, as 503 when nothing was answered yet (the connection closes without one), or
+// with the status already sent. Nothing is logged for it later.
+void abandon(Exchange& x);
+// Points `current` at `x` while the request is served (abandon's way to it).
+struct ServingExchange {
+    ServingExchange(Exchange*& current, Exchange& x) : current_(current) { current_ = &x; }
+    ~ServingExchange() { current_ = nullptr; }
+    ServingExchange(const ServingExchange&) = delete;
+    ServingExchange& operator=(const ServingExchange&) = delete;
+
+private:
+    Exchange*& current_;
+};
 
 }  // namespace sluice::http

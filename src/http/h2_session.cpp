@@ -95,6 +95,7 @@ struct H2Stream {
     Clock::time_point upstream_deadline = Clock::time_point::max();
     bool timed_out = false;
     bool armed = false;  // in StreamDeadlines' list
+    Exchange* exchange = nullptr;  // its request, while served (ServingExchange)
 
     void notify() {
         if (wake) wake->cancel();
@@ -225,6 +226,11 @@ public:
             reader_done_.expires_after(std::chrono::seconds(5));
             co_await reader_done_.async_wait(nothrow);
         }
+    }
+
+    void abandon() {
+        for (auto& [id, stream] : streams_)
+            if (stream->exchange) http::abandon(*stream->exchange);
     }
 
     void stop() {
@@ -461,6 +467,7 @@ private:
         } serving(*this);
         H2Stream& s = *sp;
         Exchange x(worker_.snapshot(), peer_ip_, peer_address_ ? &*peer_address_ : nullptr);
+        const ServingExchange serving_exchange(s.exchange, x);
         auto& rec = x.rec;
         rec.client = std::string(peer_ip_);
         rec.peer = std::string(peer_ip_);
@@ -773,5 +780,7 @@ net::awaitable<void> serve_h2(server::Worker& worker, Stream& stream, std::strin
 }
 
 void h2_stop(H2Connection& connection) { connection.stop(); }
+
+void h2_abandon(H2Connection& connection) { connection.abandon(); }
 
 }  // namespace sluice::http

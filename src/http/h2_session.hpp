@@ -26,6 +26,8 @@ boost::asio::awaitable<void> serve_h2(server::Worker& worker, Stream& stream, st
                                       std::string_view early, std::shared_ptr<H2Connection>& handle);
 // Graceful stop: GOAWAY; streams under way finish.
 void h2_stop(H2Connection& connection);
+// shutdown_timeout passed: the streams under way are logged now (abandon, exchange.hpp).
+void h2_abandon(H2Connection& connection);
 
 // The client connection preface (RFC 9113 3.4).
 inline constexpr std::string_view h2_preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

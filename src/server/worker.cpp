@@ -272,6 +272,10 @@ void Worker::stop_now() {
     net::post(io_, [this] {
         if (stopping_now_) return;
         stopping_now_ = true;
+        // The requests under way get their access lines (and counts) now: nothing of theirs
+        // runs after this job.
+        const std::vector<http::ClientSession*> sessions(sessions_.begin(), sessions_.end());
+        for (auto* session : sessions) session->abandon();
         const std::vector<http::SlotHold*> holds(slot_holds_.begin(), slot_holds_.end());
         for (auto* hold : holds) hold->give_back_now();
         auto bound = std::make_shared<net::steady_timer>(io_, std::chrono::seconds(1));

@@ -512,6 +512,19 @@ class Http2Test(SluiceTestCase):
         self.assertLess(out.index("recv GOAWAY"), out.index(":status: 200"), out)
         self.assertEqual(self.sluice.wait(10), 0, self.sluice.log_text())
 
+    def test_a_stream_cut_at_shutdown_timeout_has_its_access_line(self):
+        self.start(upstream=by_path({"/slow": delayed(8.0, respond(200, b"far too late"))}),
+                   server={"shutdown_timeout": "1s"})
+        client = subprocess.Popen(["nghttp", f"http://{LOOPBACK}:{self.port}/slow"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(client.kill)
+        wait_until(lambda: any(r.target == "/slow" for r in self.upstream.requests), 5,
+                   message="the slow request at the upstream")
+        self.sluice.send_signal(signal.SIGTERM)
+        self.assertEqual(self.sluice.wait(6), 0, self.sluice.log_text())
+        entry = self.sluice.wait_access(target="/slow", timeout=1)
+        self.assertEqual(entry["status"], "503", entry["line"])
+
     def test_sigterm_answers_a_stream_held_past_the_end_with_503(self):
         # A leaky bucket holds the second stream 10 s; the stop ends in 2 s: the stream gets
         # 503 with Retry-After at once (as over HTTP/1.1), not a close without an answer.

@@ -80,6 +80,9 @@ class GracefulStopTest(SluiceTestCase):
         rc = s.wait(6)
         self.assertLess(time.monotonic() - start, 5, "shutdown_timeout not applied")
         self.assertEqual(rc, 0, s.log_text())
+        # The request cut off still has its access line (the client got no answer: 503).
+        entry = s.wait_access(target="/very-slow", timeout=1)
+        self.assertEqual(entry["status"], "503", entry["line"])
 
 
 class StoreStopTest(SluiceTestCase):
