@@ -55,6 +55,9 @@ constexpr std::size_t max_spare_batches = 4;
 
 // Parts with slots a late call may take, kept for their reply at most (late_parts_).
 constexpr std::size_t max_late_parts = 1024;
+// Requests answered as store failures whose calls may still take their slots, followed at
+// most (a reply that never comes leaves its entry: past this many they are all forgotten).
+constexpr std::size_t max_late_tokens = 4096;
 
 // Cluster redirections (MOVED, ASK, "elsewhere") one request follows at most.
 constexpr int max_redirections = 5;
@@ -87,13 +90,16 @@ struct RedisLimiter::Pending {
         if (answered) return;
         answered = true;
         if (!concurrency.empty()) {
-            if (decision.outcome == Decision::Outcome::store_error) {
+            if (decision.outcome == Decision::Outcome::store_error && late_tokens) {
                 // The call may still run after this answer (it waited behind another, or its
-                // reply is late): the slots it then takes are given back again when its reply
-                // comes (late_release), behind it. The request's own release may have run
-                // before the call, finding nothing.
+                // reply is late) and take the slots. If the request has ended by the time the
+                // reply comes, its own release may have run before the call, finding nothing:
+                // the slots are given back again then, behind the call (release_late). If it
+                // still runs, its own release comes after the call and frees them.
                 late_release.token = token;
                 for (const auto& slot : concurrency) late_release.keys.emplace_back(slot.key, slot.lease_us);
+                if (late_tokens->size() >= max_late_tokens) late_tokens->clear();  // (their leases take them back)
+                late_tokens->emplace(token, false);
             }
             // (Answered once: the token and the keys are the decision's from now on.)
             decision.slots.token = std::move(token);
@@ -129,6 +135,8 @@ struct RedisLimiter::Pending {
     std::string token;
     std::vector<Slot> concurrency;
     Slots late_release;  // answered as a store failure: its slots, should its call still take them
+    // The limiter's tokens of such requests: whether each has ended (its release was asked for).
+    std::shared_ptr<std::unordered_map<std::string, bool>> late_tokens;
     // Cluster only, to send it again on its own: its keys, its ARGV as a batch of one, its
     // slot, the redirections followed so far, and its deadline.
     std::vector<std::string> keys;
@@ -356,6 +364,8 @@ constexpr std::size_t max_releases = 512;
 
 void RedisLimiter::release(Slots slots) {
     if (slots.empty()) return;
+    if (!late_tokens_->empty())
+        if (auto it = late_tokens_->find(slots.token); it != late_tokens_->end()) it->second = true;
     redis::RedisConnection* connection = topology_.route(sharded_ ? redis::key_slot(slots.keys.front().first) : 0);
     if (connection == nullptr) return;  // no master known now: the lease takes the slots back
     Releases* list = nullptr;
@@ -372,12 +382,16 @@ void RedisLimiter::release(Slots slots) {
     schedule_flush();  // (flush sends the releases first)
 }
 
-void RedisLimiter::release_late(Pending& pending) {
+void RedisLimiter::release_late(Slots slots) {
+    // Only a request that has ended: one still running frees them itself, after the call.
+    const auto it = late_tokens_->find(slots.token);
+    if (it == late_tokens_->end()) return;
+    const bool ended = it->second;
+    late_tokens_->erase(it);
+    if (!ended) return;
     // On the connection the call went on (its node's), behind it: Redis runs them in order.
     // (Posted: nothing is sent from inside a reply callback.)
-    if (pending.late_release.empty()) return;
-    asio::post(io_context_, [this, slots = std::exchange(pending.late_release, Slots{}),
-                             alive = std::weak_ptr<int>(alive_)]() mutable {
+    asio::post(io_context_, [this, slots = std::move(slots), alive = std::weak_ptr<int>(alive_)]() mutable {
         if (!alive.expired()) release(std::move(slots));
     });
 }
@@ -526,6 +540,7 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         } else if (concurrency) {
             if (pending->token.empty()) pending->token = next_token();
             pending->concurrency.push_back({i, *keys[i], lease_us(limit)});
+            pending->late_tokens = late_tokens_;
         }
         if (sharded_) pending->keys.push_back(*keys[i]);
         batch.keys.push_back(std::move(*keys[i]));
@@ -682,7 +697,8 @@ void RedisLimiter::send(std::shared_ptr<Batch> batch, bool write_now) {
         }
         for (auto& pending : batch->pending) {
             if (pending->answered) {  // the deadline already answered
-                if (!alive.expired()) release_late(*pending);
+                if (!alive.expired() && !pending->late_release.empty())
+                    release_late(std::exchange(pending->late_release, Slots{}));
                 continue;
             }
             if (sharded_ && decide_elsewhere(reply, pending->first_key)) {
@@ -825,10 +841,7 @@ void RedisLimiter::receive(const std::shared_ptr<const SharedBatches::Call>& cal
             auto slots = std::move(late->second);
             late_parts_.erase(late);
             if (call->result.ok())
-                asio::post(io_context_, [this, slots = std::move(slots), alive = std::weak_ptr<int>(alive_)]() mutable {
-                    if (alive.expired()) return;
-                    for (auto& s : slots) release(std::move(s));
-                });
+                for (auto& s : slots) release_late(std::move(s));
         }
         return;
     }
@@ -847,7 +860,7 @@ void RedisLimiter::receive(const std::shared_ptr<const SharedBatches::Call>& cal
     const std::size_t first = call->first_key[index];
     for (auto& pending : batch->pending) {
         if (pending->answered) {  // the deadline already answered
-            release_late(*pending);
+            if (!pending->late_release.empty()) release_late(std::exchange(pending->late_release, Slots{}));
             continue;
         }
         conclude(*pending, result.reply, first + pending->first_key, part.keys, pending->first_key, call->sent);

@@ -157,7 +157,7 @@ private:
     struct Pending;
     // A decision answered as a store failure whose call ran after all: its slots go back
     // (again), behind the call.
-    void release_late(Pending& pending);
+    void release_late(Slots slots);
     // stop(), once the last releases are answered (or timed out).
     void stop_after_releases(std::function<void()> then);
     void conclude(Pending& pending, const redis::RedisReply& reply, std::size_t first,
@@ -238,6 +238,10 @@ private:
     // late call may still take: given back again if the part's reply comes. By part number;
     // at most max_late_parts (older ones are left to their lease).
     std::map<std::uint64_t, std::vector<Slots>> late_parts_;
+    // Tokens of requests answered as store failures whose calls may still take their slots:
+    // whether each request has ended (release_late). Shared with their Pendings.
+    std::shared_ptr<std::unordered_map<std::string, bool>> late_tokens_ =
+        std::make_shared<std::unordered_map<std::string, bool>>();
     std::size_t shared_sent_ = 0;
     std::function<void()> stopped_;
     std::unique_ptr<DeadlineTimer> stop_timer_;

@@ -228,6 +228,28 @@ class ConcurrencyTest(SluiceTestCase):
         wait_until(lambda: self.redis.command("ZCARD", "sluice:{c}:inflight") == 0 and self.slots_held() == 0, 5,
                    message="the slots the late calls took given back")
 
+    def test_a_late_call_for_a_request_still_running_keeps_its_slot(self):
+        # on_error: allow forwards a request whose decision timed out; its call then takes its
+        # slot when Redis resumes: the slot stays taken until the request ends (given back
+        # then by its own release), not freed when the late reply comes.
+        gauge = Gauge(3.0)
+        self.start_stack([limited_route("c", [concurrency("inflight", 1, lease="60s")])], gauge,
+                         store_options={"timeout": "100ms", "on_error": "allow"}, server={"workers": 1})
+        before = decide_fcalls(self.redis)
+        self.redis.pause(600)
+        running = RawClient(self.ports[0], timeout=15)
+        running.send(build_request("GET", "/c/running"))
+        wait_until(lambda: gauge.now == 1, 5, message="the request forwarded on the store's failure")
+        wait_until(lambda: decide_fcalls(self.redis) >= before + 1, 5, message="its late call run")
+        # The slot is its own until it ends: another request is refused meanwhile.
+        with RawClient(self.ports[0], timeout=15) as other:
+            self.assertEqual(other.request("GET", "/c/other").status, 429)
+        self.assertEqual(self.redis.command("ZCARD", "sluice:{c}:inflight"), 1)
+        self.assertEqual(running.read_response().status, 200)
+        running.close()
+        self.wait_slots_back()
+        self.assertEqual(gauge.most, 1)
+
     def test_slots_taken_by_calls_answered_late_are_given_back(self):
         self.check_late_calls_give_their_slots_back(shared=False)
 
