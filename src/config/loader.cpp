@@ -1212,12 +1212,26 @@ void ConfigReader::read_path(const Section& section, RouteMatch& match) {
     }
     // Requests are matched by their normalised path: so is the route's (`/caf%c3%a9`, `/café`
     // and `/caf%C3%A9` are one path; a path written one way must not miss requests spelling it
-    // another).
+    // another). A prefix's last segment may be cut short (`/.` starts `/.git`): only its bytes
+    // are normalised, and its whole segments must be as requests' are (else it would match
+    // what its author did not mean: `/api/./` read as `/api/`, or nothing at all).
     std::string_view problem;
-    auto normalised = http::normalize_path(*written, problem);
+    auto normalised = path ? http::normalize_path(*written, problem) : http::canonical_path_bytes(*written, problem);
     if (!problem.empty()) {
         diagnostics_.error(field->at, quoted(field->key) + " " + quoted(*written) + ": " + std::string(problem));
         return;
+    }
+    if (prefix) {
+        const std::string whole = normalised.substr(0, normalised.rfind('/') + 1);
+        const std::string read = http::normalize_path(whole, problem);
+        if (!problem.empty() || read != whole) {
+            diagnostics_.error(field->at, quoted(field->key) + " " + quoted(*written) +
+                                              " has an empty, '.' or '..' segment, which no request's path has "
+                                              "once normalised" +
+                                              (problem.empty() ? "; write " + quoted(read + normalised.substr(whole.size()))
+                                                               : std::string(": ") + std::string(problem)));
+            return;
+        }
     }
     (path ? match.path : match.path_prefix) = std::move(normalised);
 }

@@ -53,7 +53,7 @@ bool iequals_prefix(std::string_view s, std::string_view prefix) {
 
 }  // namespace
 
-std::string normalize_path(std::string_view raw, std::string_view& problem) {
+std::string canonical_path_bytes(std::string_view raw, std::string_view& problem) {
     problem = {};
     if (raw.empty() || raw.front() != '/') {
         problem = "request target path must start with /";
@@ -96,6 +96,12 @@ std::string normalize_path(std::string_view raw, std::string_view& problem) {
         }
         i += 2;
     }
+    return decoded;
+}
+
+std::string normalize_path(std::string_view raw, std::string_view& problem) {
+    std::string decoded = canonical_path_bytes(raw, problem);
+    if (!problem.empty()) return {};
     // Segments: empty ones (repeated slashes) and "." go, ".." takes the previous one back.
     std::vector<std::string_view> segments;
     std::string_view rest(decoded);

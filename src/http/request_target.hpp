@@ -43,6 +43,10 @@ RequestTarget parse_request_target(std::string_view method, std::string_view tar
 // `#`, backslash), and `..` above the root (nginx answers 400 too; an upstream must never be
 // asked for a path the proxy read differently).
 std::string normalize_path(std::string_view raw, std::string_view& problem);
+// Only the bytes' part of it (escapes, bytes held escaped, the same refusals): no segment is
+// removed. For a path prefix, whose last segment may be cut short (`/.` is the start of
+// `/.git`, not a dot-segment).
+std::string canonical_path_bytes(std::string_view raw, std::string_view& problem);
 
 // A Host value (RFC 9110 7.2 / RFC 3986 3.2.2): a reg-name of letters, digits, `-`, `.`, `_`
 // and `~` (no empty label run `..`), an IPv4 address, or an IPv6 literal in brackets;

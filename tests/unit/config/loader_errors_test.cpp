@@ -237,7 +237,16 @@ TEST_CASE("loader errors: routes and matches", "[config][loader]") {
         {route_head + "  - name: s\n    match: {path: \"/100%\"}\n    upstream: app\n",
          {"8:19: 'path' '/100%': invalid percent-encoding in request target"}},
         {route_head + "  - name: s\n    match: {path_prefix: /a/../..}\n    upstream: app\n",
-         {"8:26: 'path_prefix' '/a/../..': request target path goes above the root"}},
+         {"8:26: 'path_prefix' '/a/../..' has an empty, '.' or '..' segment, which no request's path has once "
+          "normalised; write '/..'"}},
+        {route_head + "  - name: s\n    match: {path_prefix: /api/./v1}\n    upstream: app\n",
+         {"8:26: 'path_prefix' '/api/./v1' has an empty, '.' or '..' segment, which no request's path has once "
+          "normalised; write '/api/v1'"}},
+        {route_head + "  - name: s\n    match: {path_prefix: //x}\n    upstream: app\n",
+         {"8:26: 'path_prefix' '//x' has an empty, '.' or '..' segment, which no request's path has once "
+          "normalised; write '/x'"}},
+        {route_head + "  - name: s\n    match: {path: /a/../..}\n    upstream: app\n",
+         {"8:19: 'path' '/a/../..': request target path goes above the root"}},
         {route_head + "  - name: s\n    match: {path: /x, methods: []}\n    upstream: app\n",
          {"8:32: 'methods' must not be empty (leave it out to match every method)"}},
         {route_head + "  - name: s\n    match: {path: /x, methods: GET}\n    upstream: app\n",

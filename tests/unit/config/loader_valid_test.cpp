@@ -308,11 +308,16 @@ TEST_CASE("loader: route paths are read as requests' paths are normalised", "[co
     const auto result = load_string("upstreams: {app: {servers: [\"h:1\"]}}\n"
                                     "routes:\n"
                                     "  - {name: a, match: {path_prefix: \"/caf\xc3\xa9/\"}, upstream: app}\n"
-                                    "  - {name: b, match: {path: \"/x//%6cogin/./%c3%a9\"}, upstream: app}\n",
+                                    "  - {name: b, match: {path: \"/x//%6cogin/./%c3%a9\"}, upstream: app}\n"
+                                    "  - {name: c, match: {path_prefix: \"/.\"}, upstream: app}\n"
+                                    "  - {name: d, match: {path_prefix: \"/api/..\"}, upstream: app}\n",
                                     "p.yaml");
     REQUIRE(result.ok());
     CHECK(result.config->routes.at(0).match.path_prefix == std::optional<std::string>("/caf%C3%A9/"));
     CHECK(result.config->routes.at(1).match.path == std::optional<std::string>("/x/login/%C3%A9"));
+    // A prefix's last segment may be cut short: `/.` starts `/.git`, it is not `/`.
+    CHECK(result.config->routes.at(2).match.path_prefix == std::optional<std::string>("/."));
+    CHECK(result.config->routes.at(3).match.path_prefix == std::optional<std::string>("/api/.."));
 }
 
 TEST_CASE("loader: count statuses and classes", "[config][loader][count]") {
