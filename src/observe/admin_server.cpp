@@ -2,7 +2,7 @@
 
 #include <cctype>
 #include <chrono>
-#include <unordered_set>
+#include <list>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -31,7 +31,15 @@ constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 
 // Connections the admin port holds open at once (each is kept up to 30 s between requests):
 // enough for scrapers, probes and a few /stats pages, far below the process's descriptors.
+// Past it the oldest is closed for the newest: whoever holds 128 open cannot keep a health
+// probe out.
 constexpr std::size_t max_admin_connections = 128;
+
+// One connection being served, in the order they came (State::connections).
+struct AdminConnection {
+    beast::tcp_stream* stream;
+    bool listed = true;  // in State::connections (false: closed to make room)
+};
 
 struct Answer {
     bhttp::status status = bhttp::status::ok;
@@ -47,8 +55,8 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
     net::io_context& io;
     const Metrics& metrics;
     tcp::acceptor acceptor;
-    std::unordered_set<beast::tcp_stream*> connections;
-    std::size_t open_connections = 0;  // accepted and not yet ended (counted before serve runs)
+    std::list<AdminConnection*> connections;  // oldest first
+    std::size_t open_connections = 0;  // accepted, not yet ended or closed for room (counted before serve runs)
     LimitsHandler limits;
     std::string token;
     std::function<RecentLimited::Top()> top_limited;
@@ -154,15 +162,18 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
     // `self` is a parameter, so the coroutine frame owns it from the start.
     static net::awaitable<void> serve(std::shared_ptr<State> self, tcp::socket socket) {
         beast::tcp_stream stream(std::move(socket));
-        self->connections.insert(&stream);
+        AdminConnection connection{&stream};
+        const auto listed = self->connections.insert(self->connections.end(), &connection);
         struct Held {  // however the coroutine ends
             State& state;
-            beast::tcp_stream* stream;
+            AdminConnection& connection;
+            std::list<AdminConnection*>::iterator listed;
             ~Held() {
-                state.connections.erase(stream);
+                if (!connection.listed) return;  // (closed for room: counted off then)
+                state.connections.erase(listed);
                 --state.open_connections;
             }
-        } held{*self, &stream};
+        } held{*self, connection, listed};
         beast::flat_buffer buffer;
         while (true) {
             bhttp::request_parser<bhttp::empty_body> parser;
@@ -232,12 +243,23 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
                     });
                     return;
                 }
-            } else if (self->open_connections >= max_admin_connections) {
-                // Whoever holds this many open does not get the process's descriptors too.
+            } else if (self->open_connections >= max_admin_connections && self->connections.empty()) {
+                // (All of them still starting: none to close for room.)
                 boost::system::error_code ignored;
                 socket.close(ignored);
                 self->refused_connections();
             } else {
+                if (self->open_connections >= max_admin_connections) {
+                    // Whoever holds this many open does not get the process's descriptors too,
+                    // nor keeps a new one (a health probe) out: the oldest makes room.
+                    AdminConnection* oldest = self->connections.front();
+                    self->connections.pop_front();
+                    oldest->listed = false;
+                    --self->open_connections;
+                    boost::system::error_code ignored;
+                    oldest->stream->socket().close(ignored);
+                    self->refused_connections();
+                }
                 ++self->open_connections;
                 net::co_spawn(self->io, serve(self, std::move(socket)), net::detached);
             }
@@ -249,7 +271,7 @@ struct AdminServer::State : std::enable_shared_from_this<State> {
         const auto now = std::chrono::steady_clock::now();
         if (now - last_refusal_warning < std::chrono::seconds(1)) return;
         last_refusal_warning = now;
-        spdlog::warn("admin: {} connections are open: refusing more", max_admin_connections);
+        spdlog::warn("admin: {} connections are open: closing the oldest for each new one", max_admin_connections);
     }
     std::chrono::steady_clock::time_point last_refusal_warning{};
 };
@@ -280,7 +302,7 @@ void AdminServer::set_top_limited(std::function<RecentLimited::Top()> provider) 
 void AdminServer::stop() {
     boost::system::error_code ec;
     state_->acceptor.close(ec);
-    for (auto* stream : state_->connections) stream->socket().close(ec);
+    for (auto* connection : state_->connections) connection->stream->socket().close(ec);
 }
 
 }  // namespace sluice::observe

@@ -1,6 +1,7 @@
 """Proxy-generated statuses: 400 framing errors, 408, 413, 431, 502, 504."""
 
 import os
+import re
 import resource
 import select
 import socket
@@ -440,6 +441,14 @@ class DescriptorsTest(SluiceTestCase):
             # one it began in), where every failure had been one before.
             self.assertLessEqual(len(lines), int(time.monotonic() - first) + 2, "\n".join(lines[:10]))
             self.assertIn("Too many open files", lines[0])
+            # And the listeners pause between attempts (100 ms each): a line tells how many
+            # failures it stands for, a handful a second per worker where there were hundreds
+            # of thousands.
+            wait_until(lambda: any("more failures" in line for line in failures()), 3.0,
+                       message="a line that counts the failures since the one before")
+            counted = [int(re.search(r"\((\d+) more failures", line).group(1))
+                       for line in failures() if "more failures" in line]
+            self.assertLess(max(counted), 200, counted)
         finally:
             for c in held:
                 c.close()
