@@ -147,7 +147,8 @@ private:
     void on_signal(int signo);
     void reload();
     void begin_stop(int signo);
-    void wait_drained(std::chrono::steady_clock::time_point deadline);
+    // `cut`: shutdown_timeout has passed and the workers were told to stop now.
+    void wait_drained(std::chrono::steady_clock::time_point deadline, bool cut = false);
     void schedule_summary();
     void write_summary();
     // Every 5 s: the workers' limited clients, into the summary's interval and /stats's minute.
@@ -444,17 +445,22 @@ void Server::begin_stop(int signo) {
 }
 
 // After a stop signal: poll until every worker has drained, or the shutdown timeout passes.
-void Server::wait_drained(std::chrono::steady_clock::time_point deadline) {
+void Server::wait_drained(std::chrono::steady_clock::time_point deadline, bool cut) {
     if (!all_finished()) {
         if (std::chrono::steady_clock::now() < deadline) {
             shutdown_timer_.expires_after(std::chrono::milliseconds(20));
-            shutdown_timer_.async_wait([this, deadline](boost::system::error_code ec) {
-                if (!ec) wait_drained(deadline);
+            shutdown_timer_.async_wait([this, deadline, cut](boost::system::error_code ec) {
+                if (!ec) wait_drained(deadline, cut);
             });
             return;
         }
-        spdlog::warn("shutdown_timeout reached: closing {} remaining connections", connections_.load());
-        for (auto& w : workers_) w->stop_now();
+        if (!cut) {
+            spdlog::warn("shutdown_timeout reached: closing {} remaining connections", connections_.load());
+            for (auto& w : workers_) w->stop_now();
+            // Their loops stop within a second (the requests cut are logged and their slots
+            // given back first): the last summary counts them.
+            return wait_drained(std::chrono::steady_clock::now() + std::chrono::seconds(2), true);
+        }
     }
     if (snapshot_->config->logging.summary_interval.count() > 0) write_summary();  // the last partial interval
     signals_.cancel();
