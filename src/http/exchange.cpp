@@ -491,9 +491,7 @@ std::optional<LocalReply> read_bearer_token(Exchange& x) {
     if (!authorization || authorization->size() < 7 || !beast::iequals(authorization->substr(0, 6), "bearer") ||
         !blank((*authorization)[6]))
         return std::nullopt;
-    std::string_view token = authorization->substr(7);
-    while (!token.empty() && blank(token.front())) token.remove_prefix(1);
-    while (!token.empty() && blank(token.back())) token.remove_suffix(1);
+    const std::string_view token = trim_ows(authorization->substr(7));
     const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
     auto result = x.snap.jwt->verify(token, now.count());
     if (!result.claims) {

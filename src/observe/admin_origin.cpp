@@ -1,19 +1,14 @@
 #include "observe/admin_origin.hpp"
 
-#include <algorithm>
-#include <cctype>
-
 #include <boost/asio/ip/address.hpp>
+
+#include "http/field_text.hpp"
 
 namespace sluice::observe {
 
 namespace {
 
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
-}
+using http::iequals_ascii;
 
 // The host of a Host field ("name", "name:port", "1.2.3.4:port", "[::1]:port").
 std::string_view host_part(std::string_view host) {
@@ -26,7 +21,7 @@ std::string_view host_part(std::string_view host) {
 
 bool addressed_by_ip_or_localhost(std::string_view host) {
     const auto name = host_part(host);
-    if (iequals(name, "localhost")) return true;
+    if (iequals_ascii(name, "localhost")) return true;
     boost::system::error_code ec;
     (void)boost::asio::ip::make_address(std::string(name), ec);
     return !ec;
@@ -36,13 +31,13 @@ bool addressed_by_ip_or_localhost(std::string_view host) {
 
 std::optional<std::string> admin_browser_refusal(std::string_view host, std::string_view origin,
                                                  std::string_view fetch_site) {
-    if (!fetch_site.empty() && !iequals(fetch_site, "same-origin") && !iequals(fetch_site, "none"))
+    if (!fetch_site.empty() && !iequals_ascii(fetch_site, "same-origin") && !iequals_ascii(fetch_site, "none"))
         return "a browser's request from another site is refused (Sec-Fetch-Site)";
     if (!origin.empty()) {
         // "null" (a sandboxed page, a file, a redirect across sites) is no site of ours either.
         constexpr std::string_view http = "http://";
-        const bool same = origin.size() > http.size() && iequals(origin.substr(0, http.size()), http) &&
-                          iequals(origin.substr(http.size()), host);
+        const bool same = origin.size() > http.size() && iequals_ascii(origin.substr(0, http.size()), http) &&
+                          iequals_ascii(origin.substr(http.size()), host);
         if (!same) return "a browser's request from another origin is refused (Origin)";
     }
     if ((!fetch_site.empty() || !origin.empty()) && !addressed_by_ip_or_localhost(host))
