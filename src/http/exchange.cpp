@@ -642,7 +642,9 @@ struct SlotHold::State {
 };
 
 SlotHold::SlotHold(server::Worker& worker, limit::Slots slots) : worker_(worker), slots_(std::move(slots)) {
-    worker.slot_holds().insert(this);
+    next_held_ = worker.slot_holds();
+    if (next_held_) next_held_->prev_held_ = this;
+    worker.slot_holds() = this;
     if (worker.stopping())
         fire();  // no more ticks: renewed from now on
     else
@@ -650,7 +652,8 @@ SlotHold::SlotHold(server::Worker& worker, limit::Slots slots) : worker_(worker)
 }
 
 SlotHold::~SlotHold() {
-    worker_.slot_holds().erase(this);
+    (prev_held_ ? prev_held_->next_held_ : worker_.slot_holds()) = next_held_;
+    if (next_held_) next_held_->prev_held_ = prev_held_;
     give_back_now();
 }
 

@@ -56,6 +56,8 @@ public:
     // The worker abandons the request (shutdown_timeout): its slots go back now, while the
     // store can still write the release; the destructor then has nothing left to give back.
     void give_back_now();
+    // The next of the worker's holds (Worker::slot_holds is the first), linked in place.
+    SlotHold* next_held() const { return next_held_; }
 
 private:
     void fire() override;  // the request lasted: the renewals start
@@ -64,6 +66,8 @@ private:
     server::Worker& worker_;
     limit::Slots slots_;            // the state's once the renewals start
     std::shared_ptr<State> state_;  // the renewals' timer, while they run
+    SlotHold* prev_held_ = nullptr;
+    SlotHold* next_held_ = nullptr;
 };
 
 // A place among the requests this instance may hold back at once (server.max_waiting),

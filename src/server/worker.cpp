@@ -276,7 +276,8 @@ void Worker::stop_now() {
         // runs after this job.
         const std::vector<http::ClientSession*> sessions(sessions_.begin(), sessions_.end());
         for (auto* session : sessions) session->abandon();
-        const std::vector<http::SlotHold*> holds(slot_holds_.begin(), slot_holds_.end());
+        std::vector<http::SlotHold*> holds;
+        for (auto* hold = slot_holds_; hold != nullptr; hold = hold->next_held()) holds.push_back(hold);
         for (auto* hold : holds) hold->give_back_now();
         auto bound = std::make_shared<net::steady_timer>(io_, std::chrono::seconds(1));
         bound->async_wait([this, bound](boost::system::error_code ec) {

@@ -75,8 +75,9 @@ public:
     // Waits that want something done should they last (ticked with watch_store, every 50 ms;
     // all fired at once when the worker starts stopping, and at once from then on).
     SlowWaits& slow_waits() { return slow_waits_; }
-    // The requests holding concurrency slots now (whose slots stop_now gives back).
-    std::unordered_set<http::SlotHold*>& slot_holds() { return slot_holds_; }
+    // The first of the requests holding concurrency slots now (whose slots stop_now gives
+    // back; SlotHold links the others to it, allocating nothing).
+    http::SlotHold*& slot_holds() { return slot_holds_; }
     std::size_t next_server(std::size_t upstream_index, std::size_t server_count);
     bool stopping() const { return stopping_; }
     // While stopping: when the server gives up on what is left (shutdown_timeout after the stop).
@@ -128,7 +129,7 @@ private:
     // unregister and read the snapshot; the pool and acceptors hold sockets of io_ and go first.
     unsigned index_;
     std::unordered_set<http::ClientSession*> sessions_;
-    std::unordered_set<http::SlotHold*> slot_holds_;
+    http::SlotHold* slot_holds_ = nullptr;
     // store_->stop(), once.
     void stop_store(std::function<void()> stopped = {});
     bool store_stopped_ = false;  // (store_->stop() asked for)
