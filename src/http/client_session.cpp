@@ -458,11 +458,13 @@ net::awaitable<void> Session::close_gracefully() {
     if (stream_.is_tls()) {
         // close_notify, then the client's own or its FIN, within the linger time: the same
         // courtesy as below, and the client can tell our close from a cut connection.
-        if (!worker_.stopping()) {
-            arm(std::chrono::duration_cast<config::Duration>(linger_time));
-            co_await stream_.tls().async_shutdown(nothrow);
-            disarm();
-        }
+        // A stop closes at once: close_notify is written, the client's is not waited for
+        // (as nginx's no_wait_shutdown). Either way a client that does not read is given up
+        // on after the linger time.
+        if (worker_.stopping()) SSL_set_shutdown(stream_.tls().native_handle(), SSL_RECEIVED_SHUTDOWN);
+        arm(std::chrono::duration_cast<config::Duration>(linger_time));
+        co_await stream_.tls().async_shutdown(nothrow);
+        disarm();
         stream_.socket().close(ec);
         co_return;
     }

@@ -8,6 +8,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <openssl/ssl.h>
 
 namespace sluice::http {
 namespace {
@@ -16,9 +17,37 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 
+// Tells `to` that nothing more comes from the other side. Over TLS that is close_notify, then
+// the TCP half-close (a bare FIN reads as a cut connection, a truncation, to a TLS client).
+// TLS lets the other side go on sending (TLS 1.3 says so; OpenSSL reads on after its own
+// close_notify in 1.2 too), and the other direction is reading `to` meanwhile, so the
+// shutdown must only write: OpenSSL's SSL_shutdown waits for the peer's close_notify unless
+// it was received. The flag is set for the call Asio makes as it starts the operation (its
+// only call into OpenSSL when there is nothing to wait for) and put back at once, so the
+// reading direction reads on.
+net::awaitable<void> end_sending(Stream& to) {
+    boost::system::error_code ignored;
+    if (to.is_tls()) {
+        SSL* ssl = to.tls().native_handle();
+        const int received = SSL_get_shutdown(ssl) & SSL_RECEIVED_SHUTDOWN;
+        SSL_set_shutdown(ssl, SSL_get_shutdown(ssl) | SSL_RECEIVED_SHUTDOWN);
+        auto [ec] = co_await net::async_initiate<decltype(nothrow), void(boost::system::error_code)>(
+            [&to, ssl, received](auto handler) {
+                to.tls().async_shutdown(std::move(handler));
+                SSL_set_shutdown(ssl, (SSL_get_shutdown(ssl) & ~SSL_RECEIVED_SHUTDOWN) | received);
+            },
+            nothrow);
+        if (ec) {
+            to.socket().shutdown(tcp::socket::shutdown_both, ignored);
+            co_return;
+        }
+    }
+    to.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
 // One direction of a tunnel: what `from` sends goes to `to` until `from` ends (then `to`
-// is told no more comes) or either fails (then both are shut, so the other direction ends
-// too). The buffer lives on the coroutine frame: 16 KB per direction.
+// is told no more comes: end_sending) or either fails (then both are shut, so the other
+// direction ends too). The buffer lives on the coroutine frame: 16 KB per direction.
 net::awaitable<void> relay_one_way(Stream& from, Stream& to, std::uint64_t& bytes,
                                    std::chrono::steady_clock::time_point& last) {
     std::array<char, 16384> buffer;
@@ -27,7 +56,7 @@ net::awaitable<void> relay_one_way(Stream& from, Stream& to, std::uint64_t& byte
         boost::system::error_code ignored;
         if (ec) {
             if (ec == net::error::eof) {
-                to.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                co_await end_sending(to);
             } else {
                 from.socket().shutdown(tcp::socket::shutdown_both, ignored);
                 to.socket().shutdown(tcp::socket::shutdown_both, ignored);

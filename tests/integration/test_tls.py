@@ -25,12 +25,13 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import warnings
 
 from admin_api import Metrics, wait_admin
-from harness import (LOOPBACK, RawClient, SluiceTestCase, Upstream, echo, free_port, proxy_config,
+from harness import (LOOPBACK, RawClient, SluiceTestCase, Upstream, delayed, echo, free_port, proxy_config,
                      respond, run_cli, wait_until)
 
 sys.path.append("/usr/lib/python3/dist-packages")  # Debian's python3-websockets
@@ -321,6 +322,48 @@ class TlsListenerTest(PkiMixin, SluiceTestCase):
         self.assertEqual(s.wait(10), 0, s.log_text())
         self.assertNotIn("handshake", s.stderr_text())
 
+    def test_a_graceful_stop_ends_tls_connections_with_close_notify(self):
+        # An idle keep-alive connection, and one whose request is answered during the stop
+        # (with Connection: close), end with close_notify: the client can tell sluice's close
+        # from a cut connection (Python reads a bare FIN as SSLEOFError with ragged EOFs
+        # not suppressed).
+        def behaviour(req, conn):
+            (delayed(1.0, respond(200, b"during")) if req.target == "/during" else respond(200, b"first"))(req, conn)
+
+        slow = Upstream(behaviour).start()
+        self.addCleanup(slow.stop)
+        s, port, _ = self.start_tls(self.cert_entry(self.a), upstream=slow, server={"shutdown_timeout": "30s"})
+        ctx = client_context(self.pki.root)
+
+        def connect():
+            sock = socket.create_connection((LOOPBACK, port), timeout=10)
+            return ctx.wrap_socket(sock, server_hostname="a.test", suppress_ragged_eofs=False)
+
+        def read_to_end(sock):
+            data = b""
+            while True:
+                chunk = sock.recv(65536)  # raises SSLEOFError on a close without close_notify
+                if not chunk:
+                    return data
+                data += chunk
+
+        idle = connect()
+        self.addCleanup(idle.close)
+        idle.sendall(b"GET /first HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        first = b""
+        while not first.endswith(b"first"):
+            first += idle.recv(65536)
+        busy = connect()
+        self.addCleanup(busy.close)
+        busy.sendall(b"GET /during HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        wait_until(lambda: len(slow.requests) >= 2, 5, message="the second request reached the upstream")
+        s.send_signal(signal.SIGTERM)
+        self.assertEqual(read_to_end(idle), b"")
+        answer = read_to_end(busy)
+        self.assertTrue(answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"during"), answer)
+        self.assertIn(b"connection: close", answer.lower())
+        self.assertEqual(s.wait(10), 0, s.log_text())
+
     def test_failed_handshakes_are_counted_not_logged_one_by_one(self):
         s, port, admin_port = self.start_tls(self.cert_entry(self.a), admin=True)
         for _ in range(40):
@@ -404,6 +447,52 @@ class TlsListenerTest(PkiMixin, SluiceTestCase):
         first, big_ok = asyncio.run(asyncio.wait_for(chat(), 20))
         self.assertEqual(first, "hello over tls")
         self.assertTrue(big_ok)
+
+    def test_a_tunnel_over_tls_ends_each_direction_cleanly(self):
+        # The upstream ends its side of the tunnel (FIN): the TLS client gets close_notify,
+        # not a bare FIN (a cut connection), and can still send, as over TCP; its own
+        # close_notify then reaches the upstream as the end of the other direction.
+        listener = socket.create_server((LOOPBACK, 0))
+        self.addCleanup(listener.close)
+        got = {"after": b"", "ended": threading.Event()}
+
+        def serve():
+            conn, _ = listener.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nBYE")
+                conn.shutdown(socket.SHUT_WR)
+                while True:
+                    piece = conn.recv(4096)
+                    if not piece:
+                        break
+                    got["after"] += piece
+            got["ended"].set()
+
+        threading.Thread(target=serve, daemon=True).start()
+        plain, secure = free_port(), free_port()
+        srv = {"listen": [f"{LOOPBACK}:{plain}", {"address": f"{LOOPBACK}:{secure}", "tls": self.cert_entry(self.a)}]}
+        self.start_sluice(proxy_config(plain, {"raw": f"{LOOPBACK}:{listener.getsockname()[1]}"}, server=srv),
+                          port=plain)
+        sock = client_context(self.pki.root).wrap_socket(
+            socket.create_connection((LOOPBACK, secure), timeout=10), server_hostname="a.test",
+            suppress_ragged_eofs=False)
+        self.addCleanup(sock.close)
+        sock.sendall(b"GET /raw HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                     b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        down = b""
+        while True:
+            piece = sock.recv(4096)  # SSLEOFError on a bare FIN
+            if not piece:
+                break
+            down += piece
+        self.assertTrue(down.startswith(b"HTTP/1.1 101 ") and down.endswith(b"\r\n\r\nBYE"), down)
+        sock.sendall(b"STILL-SENDING")
+        sock.unwrap()  # close_notify: the end of the client's direction
+        self.assertTrue(got["ended"].wait(5), "the upstream saw the client's direction end")
+        self.assertEqual(got["after"], b"STILL-SENDING")
 
     def test_check_validates_certificate_files(self):
         work = tempfile.mkdtemp(prefix="sluice-tls-check-")
