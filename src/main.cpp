@@ -130,6 +130,7 @@ int signal_reload(const sluice::config::Config& config, const std::string& confi
 }  // namespace
 
 int main(int argc, char** argv) {
+    sluice::server::note_early_signals();
     std::string config_path = "conf/sluice.yaml";
     bool check_only = false;
     bool no_resolve = false;

@@ -144,6 +144,8 @@ public:
 private:
     bool start();
     void wait_signal();
+    // SIGHUP or SIGUSR1 noted before the server took its signals over (note_early_signals).
+    bool take_early_signals();
     void on_signal(int signo);
     void reload();
     void begin_stop(int signo);
@@ -247,6 +249,7 @@ int Server::run() {
     signals_.add(SIGUSR1);
     if (!start()) return 2;
     wait_signal();
+    take_early_signals();
     schedule_summary();
     schedule_limited_collect();
     plan_maps_changed();  // what the maps are now
@@ -585,6 +588,39 @@ void Server::write_summary() {
 }
 
 }  // namespace
+
+namespace {
+
+volatile std::sig_atomic_t early_hup = 0;
+volatile std::sig_atomic_t early_usr1 = 0;
+
+extern "C" void note_early_signal(int signo) {
+    if (signo == SIGHUP) early_hup = 1;
+    else early_usr1 = 1;
+}
+
+}  // namespace
+
+void note_early_signals() {
+    struct sigaction action {};
+    action.sa_handler = note_early_signal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGHUP, &action, nullptr);
+    ::sigaction(SIGUSR1, &action, nullptr);
+}
+
+bool Server::take_early_signals() {
+    // (Asio's handlers are in place: what comes from now on is theirs.)
+    const bool hup = early_hup != 0, usr1 = early_usr1 != 0;
+    early_hup = 0;
+    early_usr1 = 0;
+    if (usr1) observe::reopen_access_log();
+    if (hup) {
+        spdlog::info("SIGHUP came while sluice was starting: reloading now");
+        reload();
+    }
+    return hup || usr1;
+}
 
 int run_server(std::shared_ptr<const config::Config> config) {
     Server server(std::move(config));

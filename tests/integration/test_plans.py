@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -88,6 +89,23 @@ class PlansTest(SluiceTestCase):
         port = free_port()
         self.ports = [port, port]
         return self.config(port, {"type": "memory"}, map_path=map_path)
+
+    def test_a_reload_asked_for_while_a_large_configuration_loads_is_done_once_started(self):
+        # SIGHUP's default action ends the process: one sent while a 200,000-entry plan map
+        # loads (a reload right after a restart) must not, and the reload is done once the
+        # server runs (the file may have changed meanwhile).
+        self.write_map("".join(f"key-{i}: big\n" for i in range(200_000)))
+        port = free_port()
+        s = self.start_sluice(self.config(port, {"type": "memory"}), wait=False, port=port)
+        time.sleep(0.2)
+        s.send_signal(signal.SIGHUP)
+        s.send_signal(signal.SIGUSR1)
+        s.wait_ready()
+        s.wait_log("SIGHUP came while sluice was starting: reloading now")
+        s.wait_log("reloaded")
+        with RawClient(port) as c:
+            self.assertEqual(c.request("GET", "/api/x", [("X-Api-Key", "key-7")]).status, 200)
+        self.assertTrue(s.running())
 
     def request(self, n, target, key=None, headers=(), source=None):
         """One request on a connection of its own, to instance n % 2."""
