@@ -31,6 +31,9 @@ struct Check {
     std::int64_t interval = 1;
     std::int64_t cost = 1;
     std::int64_t wait_us = 0;  // leaky bucket: how long the request is held back
+    // The state was read beyond an empty bucket, or in another interval: written as read
+    // even when nothing is taken (lua/token_bucket.lua's read says why).
+    bool rewrite = false;
     // sliding window, fixed window
     std::int64_t count = 0;
     std::optional<std::int64_t> newest;
@@ -314,8 +317,11 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             c.tolerance = params.interval_us * params.burst;
             c.tat = now;
             if (found)
-                if (const auto* bucket = std::get_if<TokenBucket>(found))
+                if (const auto* bucket = std::get_if<TokenBucket>(found)) {
                     c.tat = bucket_tat(bucket->tat, bucket->interval, now, c.interval, c.tolerance, limit.keeps_debt());
+                    const bool converted = bucket->interval != 0 && bucket->interval != c.interval;
+                    c.rewrite = c.cost > 0 && bucket->tat > now && (converted || c.tat != bucket->tat);
+                }
             c.next_tat = c.tat + c.interval * c.cost;
             const std::int64_t allow_at = c.next_tat - c.tolerance;
             c.allowed = allow_at <= now;
@@ -414,6 +420,8 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             if (consumed)
                 (existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state) =
                     TokenBucket{c.next_tat, limit.keeps_used ? c.interval : 0};
+            else if (c.rewrite && existing[i])
+                *existing[i] = TokenBucket{c.tat, limit.keeps_used ? c.interval : 0};
             r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));
             r.reset = ceil_to_ms(tat - now);
         } else {

@@ -147,10 +147,13 @@ class ReloadUnderLoadTest(ReloadTestCase):
         wait_until(lambda: api(200) >= 50, 5.0, message="50 /api requests passed after burst 50")
         self.assertEqual(self.get("/new").status, 200)
 
-        self.reload(config_a)   # back to burst 2: the bucket (50 used) is far over it
-        time.sleep(0.3)
+        # Back to burst 2: the bucket (50 used) is far over it, and a smaller burst caps what
+        # was used (the first request read under it writes the bucket as read: empty of 2).
+        self.reload(config_a)
+        self.assertEqual(self.get("/api?probe").status, 429)
         self.assertEqual(self.get("/new").status, 404)
-        self.reload(config_b)   # burst 50 again: still 50 used, nothing more passes
+        self.reload(config_b)   # burst 50 again: 2 used, 48 more pass
+        wait_until(lambda: api(200) >= 98, 5.0, message="48 more /api requests passed after burst 50 again")
         wait_until(lambda: time.monotonic() - started >= 3.0, 5.0, interval=0.05)
         time.sleep(0.3)
         stop.set()
@@ -165,8 +168,8 @@ class ReloadUnderLoadTest(ReloadTestCase):
             statuses[p][s] += 1
         self.assertEqual(set(statuses["/api"]), {200, 429}, statuses)
         self.assertEqual(set(statuses["/free"]), {200}, statuses)
-        self.assertEqual(statuses["/api"][200], 50,
-                         "limiter state survives the reloads: 2 + 48 pass in all")
+        self.assertEqual(statuses["/api"][200], 98,
+                         "limiter state survives the reloads: 2 + 48 + 48 pass in all")
         self.assertGreater(len(results), 200, f"too little load to mean anything: {statuses}")
         self.assertEqual(self.get("/new").status, 200)
         self.assertEqual(self.reloads(), (3, 0))
@@ -334,6 +337,20 @@ class CountsSurviveReloadTest(ReloadTestCase):
         self.assertEqual([self.get("/login").status for _ in range(4)], [200, 200, 200, 429])
         self.assertEqual([self.get("/search").status for _ in range(3)], [200, 200, 429])
         self.assertEqual(self.reloads(), (2, 0))
+
+    def test_an_exhausted_bucket_refills_at_the_rate_a_reload_raised(self):
+        # 3 per 30 s used up (full again in 30 s); raised to 100/s (3 in 30 ms): the bucket is
+        # still empty after the reload, and refills at the new rate from then, not when the
+        # old one would have (every refused request read the old state capped to empty again,
+        # and took nothing, so nothing moved it for the old 30 s).
+        up = self.start_upstream(respond(200, b"ok"))
+        slow = {"name": "burst", "algorithm": "token_bucket", "rate": 1, "per": "10s", "burst": 3}
+        self.start([route("login", "/login", [slow])], {"app": up.address}, store=self.store_config())
+        self.assertEqual([self.get("/login").status for _ in range(4)], [200, 200, 200, 429])
+        fast = dict(slow, rate=100, per="1s")
+        self.reload(self.config_with([route("login", "/login", [fast])]))
+        self.assertEqual(self.get("/login").status, 429, "what was used is kept")
+        wait_until(lambda: self.get("/login").status == 200, 2.0, message="a token at the new rate")
 
 
 class CountsSurviveReloadRedisTest(CountsSurviveReloadTest):

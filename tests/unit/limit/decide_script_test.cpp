@@ -1909,15 +1909,40 @@ TEST_CASE("decide script: a bucket of a route with plans keeps what was used und
     SECTION("moved to a smaller plan: a bucket is never more than empty") {
         const auto sixty = decide.batch(std::vector<std::vector<ScriptLimit>>(60, {kept_bucket("k", tenth, 100)}));
         REQUIRE(sixty.back().results[0].remaining == 40);
-        const std::string value = redis.text({"GET", "k"});
         // 6 s of ten-a-second tokens are 60 one-a-second ones, of a bucket of 10: empty,
-        // refilling from now (not 60 s), and a refused request writes nothing.
+        // refilling from now (not 60 s). The refused request takes nothing, but the bucket is
+        // written as it was read (empty now, in the new interval): left as it was, every read
+        // would find it empty again, and it would refill only when the old tat had passed.
         const auto r = decide({kept_bucket("k", second, 10)});
         CHECK_FALSE(r.results[0].allowed);
         CHECK(r.results[0].remaining == 0);
         CHECK(r.results[0].retry_after.count() == 1000);
         CHECK(r.results[0].reset.count() == 10'000);
-        CHECK(redis.text({"GET", "k"}) == value);
+        const std::int64_t empty = r.now_us + 10 * second;
+        CHECK(redis.text({"GET", "k"}) == std::to_string(empty) + ".0" + std::to_string(second));
+        CHECK(redis.integer({"PEXPIRETIME", "k"}) == ceil_ms(empty));
+    }
+    SECTION("a bucket read beyond empty (a smaller or faster one since) is written as read, though refused") {
+        use_four(bucket("plain", second, 10));  // full again in 4 s
+        // Now 2 tokens of a tenth of a second: 0.2 s until full at most. Refused (it is
+        // empty), and from then it refills at the new rate: its tat is 0.2 s from now, not 4 s.
+        const auto r = decide({bucket("plain", tenth, 2)});
+        CHECK_FALSE(r.results[0].allowed);
+        CHECK(r.results[0].remaining == 0);
+        CHECK(r.results[0].reset.count() == 200);
+        CHECK(redis.text({"GET", "plain"}) == std::to_string(r.now_us + 2 * tenth));
+        CHECK(redis.integer({"PEXPIRETIME", "plain"}) == ceil_ms(r.now_us + 2 * tenth));
+        // The same as one of several limits of a request (the check, not the lone limit's way).
+        use_four(bucket("one", second, 10));
+        use_four(bucket("two", second, 10));
+        const auto both = decide({bucket("one", tenth, 2), bucket("two", second, 10)});
+        CHECK_FALSE(both.results[0].allowed);
+        CHECK(redis.text({"GET", "one"}) == std::to_string(both.now_us + 2 * tenth));
+        // A request of cost 0 (a free route, an inspection) writes nothing.
+        use_four(bucket("free", second, 10));
+        const std::string before = redis.text({"GET", "free"});
+        CHECK(decide({flagged(bucket("free", tenth, 2), "0", 0)}).results[0].allowed);
+        CHECK(redis.text({"GET", "free"}) == before);
     }
     SECTION("a bucket of a route without plans keeps the time until it is full, also when it reads a kept value") {
         use_four(bucket("plain", second, 10));
