@@ -85,7 +85,8 @@
 -- Per request, every limit is checked first, without writing. The request is admitted when
 -- every enforced limit allows it; then every enforced limit consumes, and every shadow limit
 -- that allows it consumes too (a shadow limit that would reject consumes nothing, as if it
--- were enforced alone). When the request is rejected, nothing is written for it at all. A
+-- were enforced alone). When the request is rejected, nothing is taken for it (a token bucket
+-- read beyond empty, after a reload, is written as read: token_bucket.lua's read). A
 -- limit checked only (flags 2, 3) can refuse the request like any other but never consumes:
 -- the proxy charges it after the response when its status is counted, with a request of its
 -- own whose limits all have flags 4 (always consumes, never refuses).
