@@ -122,7 +122,7 @@ struct RedisConfig {
 
 // store.memory: the in-process store's bound (least recently used keys evicted past it).
 struct MemoryStoreConfig {
-    std::uint64_t max_keys = 400'000;  // about 250 bytes each (RSS): ~100 MB
+    std::uint64_t max_keys = 400'000;  // and 256 bytes each of keys and state: ~100 MB (MemoryLimiter)
 };
 struct StoreConfig {
     StoreType type = StoreType::redis;

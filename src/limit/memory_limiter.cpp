@@ -84,9 +84,10 @@ void MemoryLimiter::give_back(State& state, const config::LimitConfig& limit, st
         fixed->count = std::max<std::int64_t>(fixed->count - units, 0);
     } else if (auto* sliding = std::get_if<SlidingWindow>(&state)) {
         if (at <= now - sliding_window_params(limit).window_us) return;  // they have left already
-        auto& times = sliding->times;
+        const auto times = sliding->times();
         const auto [first, last] = std::equal_range(times.begin(), times.end(), at);
-        times.erase(first, first + std::min<std::int64_t>(last - first, units));
+        sliding->erase(static_cast<std::size_t>(first - times.begin()),
+                       static_cast<std::size_t>(std::min<std::int64_t>(last - first, units)));
     }
 }
 
@@ -104,6 +105,7 @@ MemoryLimiter::MemoryLimiter(std::string key_prefix, Clock clock, std::uint64_t 
 void MemoryLimiter::set_max_keys(std::uint64_t max_keys) {
     max_keys_ = max_keys;
     per_shard_ = std::max<std::size_t>(static_cast<std::size_t>((max_keys + shard_count - 1) / shard_count), min_per_shard);
+    per_shard_bytes_ = per_shard_ * bytes_per_key;
 }
 
 void MemoryLimiter::link_newest(Shard& shard, Entry& entry) {
@@ -130,7 +132,29 @@ void MemoryLimiter::touch(Shard& shard, Entry& entry) {
 void MemoryLimiter::erase(Shard& shard, Map::iterator it) {
     if (shard.sweep_next == &it->second) shard.sweep_next = it->second.newer;
     unlink(shard, it->second);
+    shard.bytes -= it->second.bytes;
     shard.states.erase(it);
+}
+
+namespace {
+
+// A string's memory beyond its object (libstdc++ keeps 15 bytes in place).
+std::size_t text_bytes(const std::string& text) { return text.capacity() > 15 ? text.capacity() + 1 : 0; }
+
+}  // namespace
+
+void MemoryLimiter::account(Shard& shard, Entry& entry) {
+    // The map's node (the key's object, the entry, the hash, the next pointer) and its bucket,
+    // with the allocator's overhead: about what a token bucket with a short key measured.
+    std::size_t bytes = 160 + text_bytes(*entry.key);
+    if (const auto* window = std::get_if<SlidingWindow>(&entry.state)) {
+        bytes += window->log.capacity() * sizeof(std::int64_t);
+    } else if (const auto* held = std::get_if<Concurrency>(&entry.state)) {
+        bytes += held->slots.capacity() * sizeof(held->slots[0]);
+        for (const auto& slot : held->slots) bytes += text_bytes(slot.first);
+    }
+    shard.bytes += bytes - entry.bytes;
+    entry.bytes = bytes;
 }
 
 MemoryLimiter::Entry& MemoryLimiter::insert(Shard& shard, const std::string& key) {
@@ -138,19 +162,24 @@ MemoryLimiter::Entry& MemoryLimiter::insert(Shard& shard, const std::string& key
     if (inserted) {
         it->second.key = &it->first;
         link_newest(shard, it->second);
+        account(shard, it->second);
     } else {
         touch(shard, it->second);
     }
     return it->second;
 }
 
-std::uint64_t MemoryLimiter::evict(Shard& shard, std::int64_t now) {
+std::uint64_t MemoryLimiter::evict(Shard& shard, std::int64_t now, std::size_t keep) {
     std::uint64_t evicted = 0;
     const std::size_t limit = per_shard_.load(std::memory_order_relaxed);
+    const std::size_t byte_limit = per_shard_bytes_.load(std::memory_order_relaxed);
     // At most this many steps per decision: a reload that lowers the bound a lot is caught up
-    // with over the next decisions, not in one long hold of the shard's lock.
+    // with over the next decisions, not in one long hold of the shard's lock. Over the bytes,
+    // the `keep` most recent keys stay: they may be this decision's (one key's state may be
+    // larger than a share).
     std::size_t steps = 64;
-    while (shard.states.size() > limit && shard.oldest && steps-- > 0) {
+    while ((shard.states.size() > limit || (shard.bytes > byte_limit && shard.states.size() > keep)) &&
+           shard.oldest && steps-- > 0) {
         Entry& victim = *shard.oldest;
         // Slots held now are requests under way: forgetting them would let the concurrency
         // limit be exceeded, so such a key goes to the recent end instead.
@@ -169,6 +198,15 @@ std::size_t MemoryLimiter::size() const {
     for (const auto& shard : shards_) {
         std::lock_guard lock(shard.mutex);
         total += shard.states.size();
+    }
+    return total;
+}
+
+std::size_t MemoryLimiter::bytes() const {
+    std::size_t total = 0;
+    for (const auto& shard : shards_) {
+        std::lock_guard lock(shard.mutex);
+        total += shard.bytes;
     }
     return total;
 }
@@ -229,6 +267,14 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     // Each key's state where it exists: written through this pointer (an element of an
     // unordered_map stays where it is when the map grows), not looked up a second time.
     Small<State*> existing(n, nullptr);
+    Small<Entry*> entries(n, nullptr);  // each key's entry, found or written: counted again after the writes
+    auto written = [&](std::size_t i) -> State& {
+        if (existing[i]) return *existing[i];
+        Entry& entry = insert(*shard[i], *keys[i]);
+        entries[i] = &entry;
+        existing[i] = &entry.state;
+        return entry.state;
+    };
     Small<std::size_t> hashes(n, 0);
     Small<Shard*> locked;
     // A limit with a ban (not its charge): the key + ":ban" that holds the ban, and its shard.
@@ -302,6 +348,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             // Read is use: a client being refused keeps its (exhausted) state longest.
             touch(*shard[i], found_entry->second);
             existing[i] = &found_entry->second.state;
+            entries[i] = &found_entry->second;
             found = existing[i];
         }
         if (limit.refund_at_us > 0) {
@@ -361,7 +408,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             if (found) window = std::get_if<SlidingWindow>(found);
             std::int64_t first_counted = 0;  // index of the oldest request still in the window
             if (window) {
-                const auto& times = window->times;
+                const auto times = window->times();
                 first_counted = std::upper_bound(times.begin(), times.end(), now - params.window_us) - times.begin();
                 c.count = static_cast<std::int64_t>(times.size()) - first_counted;
                 if (c.count > 0) c.newest = times.back();
@@ -370,8 +417,8 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             if (!c.allowed) {
                 // It fits once count + cost - limit of the counted requests have left.
                 const std::int64_t leaving = first_counted + c.count + c.cost - params.limit - 1;
-                c.retry_us = window && leaving < static_cast<std::int64_t>(window->times.size())
-                                 ? window->times[leaving] + params.window_us - now
+                c.retry_us = window && leaving < static_cast<std::int64_t>(window->times().size())
+                                 ? window->times()[static_cast<std::size_t>(leaving)] + params.window_us - now
                                  : params.window_us;
             }
         }
@@ -395,7 +442,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             std::int64_t count = c.count;
             std::int64_t last_end = c.last_end;
             if (consumed) {
-                State& state = existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state;
+                State& state = written(i);
                 if (!std::holds_alternative<Concurrency>(state)) state = Concurrency{};
                 auto& held = std::get<Concurrency>(state).slots;
                 std::erase_if(held, [now](const auto& slot) { return slot.second <= now; });
@@ -410,7 +457,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             r.reset = ceil_to_ms(count == 0 ? 0 : std::max<std::int64_t>(last_end - now, 0));
         } else if (limit.algorithm == config::Algorithm::fixed_window) {
             const std::int64_t count = consumed ? c.count + c.cost : c.count;
-            if (consumed) (existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state) = FixedWindow{c.start, c.end, count};
+            if (consumed) written(i) = FixedWindow{c.start, c.end, count};
             r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(static_cast<std::int64_t>(limit.limit) - count, 0));
             r.reset = ceil_to_ms(c.end - now);
         } else if (limit.algorithm == config::Algorithm::token_bucket ||
@@ -418,8 +465,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             if (consumed) r.wait = std::chrono::microseconds(c.wait_us);
             const std::int64_t tat = consumed ? c.next_tat : c.tat;
             if (consumed)
-                (existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state) =
-                    TokenBucket{c.next_tat, limit.keeps_used ? c.interval : 0};
+                written(i) = TokenBucket{c.next_tat, limit.keeps_used ? c.interval : 0};
             else if (c.rewrite && existing[i])
                 *existing[i] = TokenBucket{c.tat, limit.keeps_used ? c.interval : 0};
             r.remaining = static_cast<std::uint64_t>(floor_div_nonneg(now + c.tolerance - tat, c.interval));
@@ -427,13 +473,16 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         } else {
             const auto params = sliding_window_params(limit);
             if (consumed) {
-                State& state = existing[i] ? *existing[i] : insert(*shard[i], *keys[i]).state;
+                State& state = written(i);
                 if (!std::holds_alternative<SlidingWindow>(state)) state = SlidingWindow{};
                 auto& window = std::get<SlidingWindow>(state);
                 window.window_us = params.window_us;
-                auto& times = window.times;
-                times.erase(times.begin(), std::upper_bound(times.begin(), times.end(), now - params.window_us));
-                times.insert(std::upper_bound(times.begin(), times.end(), now), static_cast<std::size_t>(c.cost), now);
+                auto times = window.times();
+                window.drop_oldest(static_cast<std::size_t>(
+                    std::upper_bound(times.begin(), times.end(), now - params.window_us) - times.begin()));
+                times = window.times();
+                window.insert(static_cast<std::size_t>(std::upper_bound(times.begin(), times.end(), now) - times.begin()),
+                              static_cast<std::size_t>(c.cost), now);
                 r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(params.limit - c.count - c.cost, 0));
                 r.reset = ceil_to_ms(params.window_us);
             } else {
@@ -453,8 +502,10 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         }
     }
 
+    for (std::size_t i = 0; i < n; ++i)
+        if (entries[i]) account(*shard[i], *entries[i]);
     std::uint64_t evicted = 0;
-    for (auto* s : locked) evicted += evict(*s, now);
+    for (auto* s : locked) evicted += evict(*s, now, 2 * n);  // (a key and its ban key per limit at most)
     std::size_t held_after = 0;
     for (auto* s : locked) held_after += s->states.size();
     if (held_after != held_before) keys_ += held_after - held_before;  // (a shared line: written only when it changes)
@@ -464,9 +515,10 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         const std::int64_t wall = wall_microseconds();
         auto last = evictions_logged_at_.load(std::memory_order_relaxed);
         if (wall - last >= 10'000'000 && evictions_logged_at_.compare_exchange_strong(last, wall))
-            spdlog::warn("memory store full (store.memory.max_keys {}): evicting the least recently used keys, "
-                         "which start again from empty; {} evicted since start",
-                         max_keys_.load(std::memory_order_relaxed), total);
+            spdlog::warn("memory store full (store.memory.max_keys {}, or {} MB of keys and state): evicting the "
+                         "least recently used keys, which start again from empty; {} evicted since start",
+                         max_keys_.load(std::memory_order_relaxed),
+                         max_keys_.load(std::memory_order_relaxed) * bytes_per_key / 1'000'000, total);
     }
     count_decision(now);
     auto decision = Decision::from_results(std::move(results), now);
@@ -506,7 +558,8 @@ bool MemoryLimiter::is_empty(const State& state, std::int64_t now) {
     if (const auto* held = std::get_if<Concurrency>(&state))
         return std::all_of(held->slots.begin(), held->slots.end(), [now](const auto& slot) { return slot.second <= now; });
     const auto& window = std::get<SlidingWindow>(state);
-    return window.times.empty() || window.times.back() + window.window_us <= now;
+    const auto times = window.times();
+    return times.empty() || times.back() + window.window_us <= now;
 }
 
 }  // namespace sluice::limit

@@ -11,12 +11,15 @@
 // keys at 100,000 held, some 150 µs, during which the sweeping worker's other requests and
 // any other worker needing that shard waited).
 //
-// Bounded: each shard holds at most max_keys / shard_count keys (store.memory.max_keys). A
-// shard past its share evicts its least recently used keys (a decision that reads or
-// writes a key makes it the most recent), as nginx's limit_req zone does when full: an
-// evicted key starts again from empty, so a full store trades exactness for bounded memory,
-// and the keys it gives up first are those of clients idle the longest. Evictions are
-// counted (evictions()) and logged, at most once every 10 s.
+// Bounded: each shard holds at most max_keys / shard_count keys (store.memory.max_keys), and
+// at most bytes_per_key times that in keys and state (what an entry costs is counted as it is
+// written: the key's text, the state's own memory, and a fixed part for the map's node and
+// the recency links): keys are as long as clients make them (a header's value of 8 KB) and a
+// sliding window holds a log. A shard past either share evicts its least recently used keys
+// (a decision that reads or writes a key makes it the most recent), as nginx's limit_req zone
+// does when full: an evicted key starts again from empty, so a full store trades exactness
+// for bounded memory, and the keys it gives up first are those of clients idle the longest.
+// Evictions are counted (evictions()) and logged, at most once every 10 s.
 #pragma once
 
 #include <array>
@@ -24,10 +27,10 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <variant>
-#include <deque>
 #include <vector>
 
 #include "limit/decision.hpp"
@@ -44,6 +47,8 @@ public:
     static std::int64_t wall_microseconds();
 
     static constexpr std::uint64_t default_max_keys = 400'000;
+    // What max_keys allows per key in bytes, on average: 400,000 keys are about 100 MB.
+    static constexpr std::size_t bytes_per_key = 256;
     explicit MemoryLimiter(std::string key_prefix, Clock clock = &wall_microseconds,
                            std::uint64_t max_keys = default_max_keys);
     // A reload may change the bound: a store over it evicts as keys are added.
@@ -63,6 +68,8 @@ public:
 
     // Keys held; a key whose state is back to empty goes at the next sweep of its shard.
     std::size_t size() const;
+    // Their bytes, as counted against the bound (keys, state, a fixed part per key).
+    std::size_t bytes() const;
 
     static constexpr std::size_t shard_count = 64;
 
@@ -78,8 +85,34 @@ private:
         std::int64_t interval;
     };
     struct SlidingWindow {
-        std::deque<std::int64_t> times;  // admitted requests, ascending
+        // The admitted requests, ascending (one entry per unit of cost): log[first..]. A vector
+        // whose oldest entries are dropped by moving `first` (compacted once they are half of
+        // it): a deque took a block of 512 bytes for a window of one request (1,400 bytes a key
+        // in all), and erasing at a vector's front moved every entry of a large window.
+        std::vector<std::int64_t> log;
+        std::size_t first = 0;
         std::int64_t window_us = 1;
+
+        std::span<const std::int64_t> times() const { return {log.data() + first, log.size() - first}; }
+        void drop_oldest(std::size_t n) {
+            first += n;
+            if (first == log.size()) {
+                log.clear();
+                first = 0;
+            } else if (first >= 32 && 2 * first >= log.size()) {
+                log.erase(log.begin(), log.begin() + static_cast<std::ptrdiff_t>(first));
+                first = 0;
+            }
+            if (log.capacity() > 64 && 4 * log.size() < log.capacity()) log.shrink_to_fit();
+        }
+        // At `index` of times(): `count` entries of `value`; or `count` entries removed.
+        void insert(std::size_t index, std::size_t count, std::int64_t value) {
+            log.insert(log.begin() + static_cast<std::ptrdiff_t>(first + index), count, value);
+        }
+        void erase(std::size_t index, std::size_t count) {
+            const auto at = log.begin() + static_cast<std::ptrdiff_t>(first + index);
+            log.erase(at, at + static_cast<std::ptrdiff_t>(count));
+        }
     };
     struct FixedWindow {
         std::int64_t start = 0;  // the window this count belongs to
@@ -101,6 +134,7 @@ private:
         Entry* newer = nullptr;
         Entry* older = nullptr;
         const std::string* key = nullptr;
+        std::size_t bytes = 0;  // counted in its shard's bytes (account)
     };
     // A key with its hash worked out once: a decision picks the shard and finds the key in its
     // map with the same hash (the map looks it up by this, without hashing the text again).
@@ -127,6 +161,7 @@ private:
         Entry* newest = nullptr;
         Entry* oldest = nullptr;
         Entry* sweep_next = nullptr;  // the key the sweep looks at next (none: the oldest)
+        std::size_t bytes = 0;        // the entries' bytes, as last counted
     };
     Shard& shard_of(const std::string& key) { return shard_of_hash(KeyedHash{}(key)); }
     Shard& shard_of_hash(std::size_t hash) { return shards_[hash % shard_count]; }
@@ -136,8 +171,11 @@ private:
     static void touch(Shard& shard, Entry& entry);
     static void erase(Shard& shard, Map::iterator it);
     static Entry& insert(Shard& shard, const std::string& key);
-    // Evicts the shard's least recently used keys past its share; returns how many held state.
-    std::uint64_t evict(Shard& shard, std::int64_t now);
+    // Counts the entry's bytes again (after its state was written).
+    static void account(Shard& shard, Entry& entry);
+    // Evicts the shard's least recently used keys past its shares (past the bytes, all but the
+    // `keep` most recent); returns how many held state.
+    std::uint64_t evict(Shard& shard, std::int64_t now, std::size_t keep);
     // Whether a key's state is back to empty at `now` (as if Redis had expired the key).
     static bool is_empty(const State& state, std::int64_t now);
     static void give_back(State& state, const config::LimitConfig& limit, std::int64_t units, std::int64_t at,
@@ -151,6 +189,7 @@ private:
     std::atomic<std::size_t> keys_{0};  // held, in all shards (as of their last change)
     std::atomic<std::uint64_t> tokens_made_{0};
     std::atomic<std::size_t> per_shard_;  // max_keys / shard_count, at least min_per_shard
+    std::atomic<std::size_t> per_shard_bytes_;  // per_shard_ * bytes_per_key
     std::atomic<std::uint64_t> max_keys_;
     std::atomic<std::uint64_t> evictions_{0};
     std::atomic<std::int64_t> evictions_logged_at_{0};  // wall µs of the last eviction log line

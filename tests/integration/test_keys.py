@@ -118,7 +118,8 @@ class KeyPartsTest(SluiceTestCase):
         keys, evicted = m.get("sluice_memory_store_keys"), m.get("sluice_memory_store_evictions_total")
         self.assertLessEqual(keys, 4096)
         self.assertEqual(evicted, 6001 - keys)
-        self.sluice.wait_log(r"memory store full \(store.memory.max_keys 4096\): evicting the least recently used")
+        self.sluice.wait_log(r"memory store full \(store.memory.max_keys 4096, or 1 MB of keys and state\): evicting "
+                             r"the least recently used")
 
 
 def b64url(data):

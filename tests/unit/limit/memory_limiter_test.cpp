@@ -567,6 +567,47 @@ TEST_CASE("memory limiter: max_keys bounds the keys held, evicting the least rec
     CHECK(limiter.evictions() > before);
 }
 
+TEST_CASE("memory limiter: the bound holds in bytes too: long keys, large windows", "[memory_limiter]") {
+    // 40,000 keys: 10.24 MB (MemoryLimiter::bytes_per_key each, on average).
+    std::int64_t now = 1'700'000'000 * second;
+    MemoryLimiter limiter{"sluice", [&now] { return now; }, 40'000};
+    const std::size_t budget = 40'000 * MemoryLimiter::bytes_per_key;
+    // Keys of 4 KB (a header's value a client chose): about 2,500 fit, not 40,000 (160 MB).
+    const std::vector<config::LimitConfig> hourly{token_bucket("hourly", 1, 3600s, 1)};
+    for (int i = 0; i < 20'000; ++i) {
+        now += 1;
+        REQUIRE(limiter.decide(RouteLimits{"api", hourly},
+                               RequestKeyValues{std::to_string(i) + std::string(4000, 'k'), "GET", "/", {}})
+                    .outcome == Outcome::allowed);
+    }
+    CHECK(limiter.bytes() <= budget + MemoryLimiter::shard_count * 8'000);  // a share, and a key over it at most
+    CHECK(limiter.size() < 3'000);
+    CHECK(limiter.evictions() == 20'000 - limiter.size());
+    // A sliding window of a large limit holds a log per key (8 bytes a unit): counted too.
+    const std::vector<config::LimitConfig> windows{
+        [] {
+            auto limit = sliding_window("logged", 100'000, 3600s);
+            limit.cost = 1'000;  // 1,000 entries a request
+            return limit;
+        }()};
+    for (int i = 0; i < 5'000; ++i) {
+        now += 1;
+        REQUIRE(limiter.decide(RouteLimits{"api", windows}, RequestKeyValues{"10.1." + std::to_string(i), "GET", "/", {}})
+                    .outcome == Outcome::allowed);
+    }
+    CHECK(limiter.bytes() <= budget + MemoryLimiter::shard_count * 8'200);
+    CHECK(limiter.size() < 1'500);
+    // The client asking meanwhile keeps its window (the most recent keys stay): refused at its limit.
+    const std::vector<config::LimitConfig> small{sliding_window("small", 3, 3600s)};
+    for (int i = 0; i < 3; ++i) CHECK(limiter.decide(RouteLimits{"api", small}, RequestKeyValues{"198.51.100.9", "GET", "/", {}}).outcome == Outcome::allowed);
+    CHECK(limiter.decide(RouteLimits{"api", small}, RequestKeyValues{"198.51.100.9", "GET", "/", {}}).outcome == Outcome::limited);
+    // What is emptied or swept is counted out again.
+    now += 7200 * second;
+    for (int i = 0; i < 40'000; ++i) limiter.decide(RouteLimits{"api", small}, RequestKeyValues{"192.0.2.1", "GET", "/", {}});
+    CHECK(limiter.size() <= 2);
+    CHECK(limiter.bytes() <= 2 * 400);
+}
+
 TEST_CASE("memory limiter: reset and the sweep keep the recency list whole", "[memory_limiter]") {
     std::int64_t now = 1'700'000'000 * second;
     MemoryLimiter limiter{"sluice", [&now] { return now; }, 4096};
