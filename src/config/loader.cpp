@@ -473,7 +473,15 @@ std::optional<T> ConfigReader::choice(const Field& field, const Choices<T>& choi
 
 void ConfigReader::read_document(const YAML::Node& root) {
     const Field document{"", root, position_of(root.Mark()), position_of(root.Mark()), false};
-    if (!document.empty() && !root.IsMap()) {
+    if (document.empty()) {
+        // Every section may be left out, but not all of them: a file with nothing in it is most
+        // often one caught while it was being written (a reload during `cp`), and read as every
+        // default it would take every route away.
+        diagnostics_.error(Position{1, 1}, "the file is empty: no section is set (a file still being written? for "
+                                           "no routes on purpose, write `routes: []`)");
+        return;
+    }
+    if (!root.IsMap()) {
         diagnostics_.error(document.at, "the top level must be a map of sections (" + keys_list(top_level_keys) +
                                             "), got " + description_of(root));
         return;

@@ -268,6 +268,12 @@ class ReloadSemanticsTest(ReloadTestCase):
         self.assertEqual(self.reloads(), (0, 3))
         s.wait_log(rf"reload: {path}:1:1: invalid YAML: unexpected character")
 
+        # An empty file (one caught while `cp` writes it) is refused: read as every default it
+        # took every route away.
+        self.reload("", expect="refused")
+        self.assertEqual(self.reloads(), (0, 4))
+        s.wait_log(rf"reload: {path}:1:1: the file is empty")
+
         # The old config (burst 3, one token left) still decides.
         self.assertEqual([self.get("/api").status for _ in range(2)], [200, 429])
         self.assertTrue(s.running())
@@ -275,7 +281,7 @@ class ReloadSemanticsTest(ReloadTestCase):
         # A valid file afterwards is accepted.
         self.reload(self.config_with(routes + [route("more", "/more")]))
         s.wait_log(rf"reloaded {path}: 2 routes, 1 upstreams")
-        self.assertEqual(self.reloads(), (1, 3))
+        self.assertEqual(self.reloads(), (1, 4))
         self.assertEqual(self.get("/more").status, 200)
 
     def test_settings_that_need_a_restart_are_named(self):

@@ -66,6 +66,13 @@ TEST_CASE("loader errors: YAML syntax and document shape", "[config][loader]") {
           "exempt, jwt, plans, responses, logging), got 'just text'"}},
         {"server: {}\nserver: {}\n", {"2:1: duplicate key 'server' (first at line 1)"}},
         {"? [a]\n: 1\n", {"1:3: keys must be plain names, got a list"}},
+        // Nothing at all: a file caught while it is written, not every default (no routes).
+        {"", {"1:1: the file is empty: no section is set (a file still being written? for no routes on purpose, "
+              "write `routes: []`)"}},
+        {"# nothing but a comment\n\n", {"1:1: the file is empty: no section is set (a file still being written? for "
+                                         "no routes on purpose, write `routes: []`)"}},
+        {"~\n", {"1:1: the file is empty: no section is set (a file still being written? for no routes on purpose, "
+                 "write `routes: []`)"}},
     });
 }
 
