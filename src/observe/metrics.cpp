@@ -70,14 +70,21 @@ Histogram::Reading Histogram::reading() const {
 
 Metrics::Metrics()
     : wait_time(wait_buckets()), store_latency(store_buckets()), upstream_latency(upstream_buckets()) {
-    no_route_ = &routes_.emplace_back("-");
+    no_route_ = routes_.emplace_back(std::make_shared<RouteMetrics>("-")).get();
 }
 
-RouteMetrics& Metrics::route(const std::string& name) {
+std::shared_ptr<RouteMetrics> Metrics::route_held(const std::string& name) {
     std::lock_guard lock(mutex_);
     for (auto& r : routes_)
-        if (r.name == name) return r;
-    return routes_.emplace_back(name);
+        if (r->name == name) return r;
+    return routes_.emplace_back(std::make_shared<RouteMetrics>(name));
+}
+
+void Metrics::prune(std::size_t spare) {
+    std::lock_guard lock(mutex_);
+    auto unheld = [this](const std::shared_ptr<RouteMetrics>& r) { return r.get() != no_route_ && r.use_count() == 1; };
+    if (static_cast<std::size_t>(std::count_if(routes_.begin(), routes_.end(), unheld)) > spare)
+        std::erase_if(routes_, unheld);
 }
 
 LimitMetrics& Metrics::limit(RouteMetrics& route, const std::string& name) {
@@ -94,12 +101,12 @@ void Metrics::describe(RouteMetrics& route, std::vector<RouteMetrics::LimitShown
 
 void Metrics::forget_limits() {
     std::lock_guard lock(mutex_);
-    for (auto& r : routes_) r.shown.clear();
+    for (auto& r : routes_) r->shown.clear();
 }
 
 void Metrics::for_each_route(const std::function<void(const RouteMetrics&)>& f) const {
     std::lock_guard lock(mutex_);
-    for (const auto& r : routes_) f(r);
+    for (const auto& r : routes_) f(*r);
 }
 
 std::string prometheus_text(const Metrics& m) {

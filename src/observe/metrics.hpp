@@ -184,8 +184,16 @@ class Metrics {
 public:
     Metrics();
 
-    // Find or create (thread-safe; call when loading a config, not per request).
-    RouteMetrics& route(const std::string& name);
+    // Find or create (thread-safe; call when loading a config, not per request). A route's
+    // metrics live while something holds them (a configuration's snapshot: route_held) or
+    // until prune() finds nothing does: a route a reload took away goes with the last request
+    // that ran under it (routes named anew by each reload grew the registry for ever, 80 KB each).
+    RouteMetrics& route(const std::string& name) { return *route_held(name); }
+    std::shared_ptr<RouteMetrics> route_held(const std::string& name);
+    // Forgets the routes nothing holds but the registry ("-", requests without a route, stays),
+    // when there are more than `spare` of them (a reload: a removed route's last counts are
+    // left for the summary, unless reloads take many away faster than it runs).
+    void prune(std::size_t spare = 0);
     LimitMetrics& limit(RouteMetrics& route, const std::string& name);
     RouteMetrics& no_route() { return *no_route_; }
     // The route's limits in the configuration now running (each also made with limit()).
@@ -231,7 +239,7 @@ public:
 
 private:
     mutable std::mutex mutex_;
-    std::deque<RouteMetrics> routes_;
+    std::vector<std::shared_ptr<RouteMetrics>> routes_;
     RouteMetrics* no_route_;
 };
 

@@ -59,8 +59,11 @@ bool limited_share_jumped(const RouteInterval& now) {
 
 std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const LimitedClients::Counts& limited) {
     std::vector<RouteInterval> out;
+    std::unordered_map<std::string, Totals> last_seen;
+    std::unordered_map<std::string, std::uint64_t> limited_seen;
     metrics.for_each_route([&](const RouteMetrics& m) {
-        auto& last = last_[m.name];
+        auto& last = last_seen[m.name];
+        if (auto before = last_.find(m.name); before != last_.end()) last = before->second;
         RouteInterval r;
         r.route = m.name;
         auto delta = [](std::uint64_t now, std::uint64_t& before) {
@@ -77,7 +80,10 @@ std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const L
         r.exempt = delta(m.total(&RouteCounts::exempt), last.exempt);
         for (const auto& limit : m.limits) {
             const std::uint64_t refused = limit.decisions(DecisionKind::limited) + limit.decisions(DecisionKind::banned);
-            if (const auto d = delta(refused, last_limited_[&limit]); d > 0) r.limited_by.emplace_back(limit.name, d);
+            std::string id = m.name + '\0' + limit.name;
+            auto& before = limited_seen[id];
+            if (auto known = last_limited_.find(id); known != last_limited_.end()) before = known->second;
+            if (const auto d = delta(refused, before); d > 0) r.limited_by.emplace_back(limit.name, d);
         }
         std::stable_sort(r.limited_by.begin(), r.limited_by.end(),
                          [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -90,6 +96,8 @@ std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const L
         last.last_pct = r.limited_pct();
         out.push_back(std::move(r));
     });
+    last_ = std::move(last_seen);
+    last_limited_ = std::move(limited_seen);
     return out;
 }
 

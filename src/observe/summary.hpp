@@ -40,8 +40,10 @@ private:
         std::uint64_t requests = 0, forwarded = 0, limited = 0, shadow_limited = 0, store_errors = 0, delayed = 0, exempt = 0;
         double last_pct = 0;
     };
+    // By route name, and route name, NUL, limit name: a route's metrics go when a reload took
+    // the route away (Metrics::prune), and what is not seen in a call is forgotten.
     std::unordered_map<std::string, Totals> last_;
-    std::unordered_map<const LimitMetrics*, std::uint64_t> last_limited_;  // refusals counted so far
+    std::unordered_map<std::string, std::uint64_t> last_limited_;  // refusals counted so far
 };
 
 }  // namespace sluice::observe

@@ -88,8 +88,9 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
     auto snap = std::make_shared<Snapshot>();
     snap->metrics = &metrics;
     for (const auto& route : config->routes) {
-        auto& rm = metrics.route(route.name);
-        snap->route_metrics.push_back(&rm);
+        auto held = metrics.route_held(route.name);
+        auto& rm = *held;
+        snap->route_metrics.push_back(std::move(held));
         snap->key_kinds_read.push_back(route_key_kinds(route));
         auto& sets = snap->limit_sets.emplace_back();
         if (!route.plans) {

@@ -81,7 +81,7 @@ struct Snapshot {
     std::shared_ptr<const config::Config> config;
     std::vector<std::vector<UpstreamServer>> servers;  // per upstream, in config order
     observe::Metrics* metrics = nullptr;
-    std::vector<observe::RouteMetrics*> route_metrics;               // per route
+    std::vector<std::shared_ptr<observe::RouteMetrics>> route_metrics;  // per route (held: Metrics::prune)
     // Per route: one set for a route without plans (its limits, perhaps none), else one per
     // RoutePlans::sets entry, in that order.
     std::vector<std::vector<LimitSet>> limit_sets;

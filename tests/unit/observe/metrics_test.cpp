@@ -75,3 +75,31 @@ TEST_CASE("metrics: HTTP/2 connections ended for abuse are counted per defence",
     CHECK(text.find("sluice_http2_abuse_total{reason=\"continuation_flood\"} 0\n") != std::string::npos);
     CHECK(text.find("sluice_http2_abuse_total{reason=\"control_flood\"} 3\n") != std::string::npos);
 }
+
+TEST_CASE("route metrics go once nothing holds them: routes a reload took away", "[metrics]") {
+    observe::Metrics metrics;
+    auto names = [&] {
+        std::vector<std::string> out;
+        metrics.for_each_route([&](const observe::RouteMetrics& r) { out.push_back(r.name); });
+        return out;
+    };
+    auto kept = metrics.route_held("kept");
+    {
+        auto gone = metrics.route_held("gone");  // a snapshot's, until its last request ended
+        observe::add(gone->here().requests);
+        metrics.prune();
+        CHECK(names() == std::vector<std::string>{"-", "kept", "gone"});
+        CHECK(metrics.route_held("gone") == gone);  // the same again while held
+    }
+    metrics.prune();
+    CHECK(names() == std::vector<std::string>{"-", "kept"});
+    // A route named anew by each of many reloads does not grow the registry.
+    for (int i = 0; i < 1000; ++i) {
+        auto held = metrics.route_held("r" + std::to_string(i));
+        metrics.prune();
+    }
+    metrics.prune();
+    CHECK(names().size() == 2);
+    // Named again later: counted from zero.
+    CHECK(metrics.route_held("gone")->total(&observe::RouteCounts::requests) == 0);
+}
