@@ -47,26 +47,6 @@ constexpr std::string_view usage =
 
 // --check: every upstream server's name resolves now, as it must when sluice starts (nginx -t
 // resolves its upstreams too). A problem per name that does not, at the server's place.
-std::vector<sluice::config::Diagnostic> unresolved_upstreams(const sluice::config::Config& config) {
-    std::vector<sluice::config::Diagnostic> problems;
-    for (const auto& upstream : config.upstreams) {
-        for (std::size_t i = 0; i < upstream.servers.size(); ++i) {
-            const auto& server = upstream.servers[i];
-            try {
-                (void)sluice::server::resolve_endpoint(server);  // what the start does
-                continue;
-            } catch (const std::exception& e) {
-                const auto at = i < upstream.server_at.size() ? upstream.server_at[i] : sluice::config::Position{};
-                problems.push_back({config.source_path, at.line, at.column,
-                                    "upstream '" + upstream.name + "' server '" + server.str() + "' does not resolve (" +
-                                        e.what() + "; sluice would not start; --no-resolve skips this check)",
-                                    false});
-            }
-        }
-    }
-    return problems;
-}
-
 // --check: whether the Redis that would hold the keys may evict them (warnings, not errors:
 // sluice starts without Redis too, and the policy is the operator's to choose).
 void check_redis_memory_policy(const sluice::config::Config& config) {
@@ -190,7 +170,8 @@ int main(int argc, char** argv) {
     }
     if (check_only || reload) {
         const auto unresolved = no_resolve ? std::vector<sluice::config::Diagnostic>{}
-                                           : unresolved_upstreams(*loaded.config);
+                                           : sluice::server::unresolved_upstreams(
+                                                 *loaded.config, "sluice would not start; --no-resolve skips this check");
         for (const auto& d : unresolved) std::cerr << d.str() << "\n";
         if (!unresolved.empty()) {
             if (reload) std::cerr << "sluice: not reloaded: the configuration has errors\n";

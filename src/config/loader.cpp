@@ -2485,6 +2485,21 @@ std::vector<Diagnostic> read_plan_map_file(std::string_view text, const std::str
     return reader.diagnostics().sorted();
 }
 
+std::vector<Diagnostic> reread_plan_map(const std::vector<PlanConfig>& top, const RoutePlans& running,
+                                        std::shared_ptr<const RoutePlans>& out) {
+    // The route's sets are one per top-level plan, then one per client of the map with
+    // overrides; by_identity is the map's.
+    auto plans = std::make_shared<RoutePlans>(running);
+    plans->sets.resize(std::min(plans->sets.size(), top.size()));
+    plans->by_identity.clear();
+    std::string error;
+    const std::string content = tls::read_small_file(plans->map_file, 64u << 20, error);
+    if (!error.empty()) return {Diagnostic{plans->map_file, 0, 0, "'plan_map': " + error, false}};
+    auto problems = read_plan_map_file(content, plans->map_file, top, *plans);
+    if (std::none_of(problems.begin(), problems.end(), [](const Diagnostic& d) { return !d.warning; })) out = plans;
+    return problems;
+}
+
 LoadResult load_string(std::string_view yaml, const std::string& name) {
     ConfigReader reader(name);
     const auto root = parse_single_document(yaml, reader.diagnostics());

@@ -33,5 +33,9 @@ LoadResult load_string(std::string_view yaml, const std::string& name);
 // with overrides), whose sets already hold the top-level `top` plans. Errors leave the entry out.
 std::vector<Diagnostic> read_plan_map_file(std::string_view text, const std::string& name,
                                            const std::vector<PlanConfig>& top, RoutePlans& plans);
+// A running route's plans with its map file read again, the rest as they are (the top-level
+// `top` plans of the running configuration): set in `out` when the map has no errors.
+std::vector<Diagnostic> reread_plan_map(const std::vector<PlanConfig>& top, const RoutePlans& running,
+                                        std::shared_ptr<const RoutePlans>& out);
 
 }  // namespace sluice::config

@@ -144,6 +144,9 @@ public:
 private:
     bool start();
     void wait_signal();
+    // The configuration file read again, or only the plan maps (of the running configuration).
+    void reload_plan_maps();
+    void install(std::shared_ptr<const config::Config> config, const std::string& what);
     // SIGHUP or SIGUSR1 noted before the server took its signals over (note_early_signals).
     bool take_early_signals();
     void on_signal(int signo);
@@ -479,17 +482,52 @@ void Server::reload() {
         else
             spdlog::error("reload: {}", d.str());
     }
-    if (!loaded.ok()) {
+    // (Upstream names resolve as --check resolves them: the same FILE:LINE:COL messages.)
+    const auto unresolved = loaded.ok() ? unresolved_upstreams(*loaded.config, "the reload is refused")
+                                        : std::vector<config::Diagnostic>{};
+    for (const auto& d : unresolved) spdlog::error("reload: {}", d.str());
+    if (!loaded.ok() || !unresolved.empty()) {
         observe::add(metrics_.reloads_failed);
         spdlog::error("reload of {} refused; the running configuration stays", path);
         return;
     }
+    install(loaded.config, "reloaded " + path);
+}
+
+void Server::reload_plan_maps() {
+    // Only the maps: the configuration file may hold an edit not signalled yet (or be half
+    // written), which is not the maps' to apply.
+    auto next = std::make_shared<config::Config>(*snapshot_->config);
+    std::string refused;
+    for (auto& route : next->routes) {
+        if (!route.plans || route.plans->map_file.empty()) continue;
+        std::shared_ptr<const config::RoutePlans> plans;
+        for (const auto& d : config::reread_plan_map(next->plans, *route.plans, plans)) {
+            if (d.warning)
+                spdlog::warn("reload: {}", d.str());
+            else
+                spdlog::error("reload: {}", d.str());
+        }
+        if (plans)
+            route.plans = std::move(plans);
+        else if (refused.empty())
+            refused = route.plans->map_file;
+    }
+    if (!refused.empty()) {
+        observe::add(metrics_.reloads_failed);
+        spdlog::error("reload of {} refused; the running configuration stays", refused);
+        return;
+    }
+    install(next, "reloaded the plan maps (the configuration file as it was)");
+}
+
+void Server::install(std::shared_ptr<const config::Config> config, const std::string& what) {
     std::shared_ptr<const Snapshot> next;
     try {
-        next = make_snapshot(loaded.config, metrics_);
+        next = make_snapshot(std::move(config), metrics_);
     } catch (const std::exception& e) {
         observe::add(metrics_.reloads_failed);
-        spdlog::error("reload of {} refused: {}; the running configuration stays", path, e.what());
+        spdlog::error("reload refused: {}; the running configuration stays", e.what());
         return;
     }
     for (const auto& key : restart_only_changes(*config_, *next->config))
@@ -505,8 +543,7 @@ void Server::reload() {
     if (admin_) admin_->set_token(next->config->admin.token);
     observe::add(metrics_.reloads_ok);
     if (summary_changed) schedule_summary();
-    spdlog::info("reloaded {}: {} routes, {} upstreams", path, next->config->routes.size(),
-                 next->config->upstreams.size());
+    spdlog::info("{}: {} routes, {} upstreams", what, next->config->routes.size(), next->config->upstreams.size());
 }
 
 bool Server::plan_maps_changed() {
@@ -537,7 +574,7 @@ void Server::schedule_plan_map_watch() {
         if (ec || stopping_) return;
         // (The signatures were taken before the files are read: a write during the reload
         // is seen at the next tick.)
-        if (plan_maps_changed()) reload();
+        if (plan_maps_changed()) reload_plan_maps();
         schedule_plan_map_watch();
     });
 }

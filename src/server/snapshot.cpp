@@ -84,6 +84,26 @@ std::uint32_t route_key_kinds(const config::RouteConfig& route) {
     return kinds;
 }
 
+std::vector<config::Diagnostic> unresolved_upstreams(const config::Config& config, std::string_view consequence) {
+    std::vector<config::Diagnostic> problems;
+    for (const auto& upstream : config.upstreams) {
+        for (std::size_t i = 0; i < upstream.servers.size(); ++i) {
+            const auto& server = upstream.servers[i];
+            try {
+                (void)resolve_endpoint(server);  // what making the snapshot does
+                continue;
+            } catch (const std::exception& e) {
+                const auto at = i < upstream.server_at.size() ? upstream.server_at[i] : config::Position{};
+                problems.push_back({config.source_path, at.line, at.column,
+                                    "upstream '" + upstream.name + "' server '" + server.str() + "' does not resolve (" +
+                                        e.what() + "; " + std::string(consequence) + ")",
+                                    false});
+            }
+        }
+    }
+    return problems;
+}
+
 std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Config> config, observe::Metrics& metrics) {
     auto snap = std::make_shared<Snapshot>();
     snap->metrics = &metrics;

@@ -102,5 +102,8 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
 
 // Resolves "host:port" to one endpoint (numeric or by name). Throws std::runtime_error.
 boost::asio::ip::tcp::endpoint resolve_endpoint(const config::Endpoint& ep);
+// Every upstream server that does not resolve, at its FILE:LINE:COL (--check, and a reload
+// before it would be refused for it); `consequence` ends each message's parenthesis.
+std::vector<config::Diagnostic> unresolved_upstreams(const config::Config& config, std::string_view consequence);
 
 }  // namespace sluice::server

@@ -9,6 +9,7 @@ verified token's subject can be the identity; HTTP/2 requests are decided alike;
 bucket keeps the tokens a client used when the client's plan changes, in both stores.
 """
 
+import copy
 import json
 import os
 import re
@@ -20,7 +21,8 @@ import time
 import unittest
 
 from admin_api import admin_request, wait_admin
-from harness import RawClient, SluiceTestCase, decide_calls, free_port, proxy_config, redis_store, respond
+from harness import (RawClient, SluiceTestCase, decide_calls, free_port, proxy_config, redis_store, respond,
+                     wait_until)
 from test_keys import jwt_token
 
 SECRET = "a shared secret of at least 32 bytes!"
@@ -165,6 +167,29 @@ class PlansTest(SluiceTestCase):
             s.wait_log(r"reload of \S+ refused; the running configuration stays", timeout=5)
         self.assertEqual(self.statuses(2, "/api/x", "key-free"), [429, 429])
         self.assertEqual(self.statuses(4, "/api/x", "key-new"), [200] * 3 + [429])  # the default plan
+
+    def test_a_map_edit_applies_the_map_and_nothing_else(self):
+        # The configuration file may hold an edit nobody signalled yet, or be half written
+        # when the map changes: a map edit reads the map again, not the file.
+        port = free_port()
+        self.ports = [port, port]
+        config = self.config(port, {"type": "memory"})
+        s = self.start_sluice(config)
+        self.assertEqual(self.statuses(4, "/api/x", "key-free"), [200] * 3 + [429])
+        edited = copy.deepcopy(config)
+        edited["routes"].insert(0, {"name": "more", "match": {"path_prefix": "/more"}, "upstream": "app"})
+        s.write_config(edited)  # not signalled
+        self.write_map(MAP.replace("key-free: free", "key-free: pro"))
+        s.wait_log(r"reloaded the plan maps \(the configuration file as it was\): 2 routes", timeout=5)
+        self.assertEqual(self.statuses(4, "/api/x", "key-free"), [200] * 3 + [429])  # now on pro
+        self.assertEqual(self.request(0, "/more").status, 404)  # the unsignalled edit waits
+        # A half-written file does not stop the map either.
+        s.write_config("routes:\n  - {name: api, match: {path_prefix: /a")
+        self.write_map(MAP.replace("key-free: free", "key-free: pro") + "key-new: pro\n")
+        wait_until(lambda: len(re.findall(r"reloaded the plan maps", s.stderr_text())) == 2, 5,
+                   message="the second map edit read")
+        self.assertEqual(self.statuses(7, "/api/x", "key-new"), [200] * 6 + [429])  # pro, not the default free
+        self.assertNotIn("refused", s.stderr_text())
 
     def test_the_plan_header_counts_only_from_a_trusted_hop(self):
         self.start_two()

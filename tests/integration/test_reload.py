@@ -274,6 +274,14 @@ class ReloadSemanticsTest(ReloadTestCase):
         self.assertEqual(self.reloads(), (0, 4))
         s.wait_log(rf"reload: {path}:1:1: the file is empty")
 
+        # An upstream name that does not resolve: refused at its FILE:LINE:COL, as --check says.
+        unresolvable = self.config_with(routes)
+        unresolvable["upstreams"]["app"]["servers"] = ["no-such-host.invalid:80"]
+        line = next(i for i, l in enumerate(to_yaml(unresolvable).splitlines(), 1) if "no-such-host" in l)
+        self.reload(unresolvable, expect="refused")
+        self.assertEqual(self.reloads(), (0, 5))
+        s.wait_log(rf"reload: {path}:{line}:\d+: upstream 'app' server 'no-such-host.invalid:80' does not resolve")
+
         # The old config (burst 3, one token left) still decides.
         self.assertEqual([self.get("/api").status for _ in range(2)], [200, 429])
         self.assertTrue(s.running())
@@ -281,7 +289,7 @@ class ReloadSemanticsTest(ReloadTestCase):
         # A valid file afterwards is accepted.
         self.reload(self.config_with(routes + [route("more", "/more")]))
         s.wait_log(rf"reloaded {path}: 2 routes, 1 upstreams")
-        self.assertEqual(self.reloads(), (1, 4))
+        self.assertEqual(self.reloads(), (1, 5))
         self.assertEqual(self.get("/more").status, 200)
 
     def test_settings_that_need_a_restart_are_named(self):
