@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,30 @@ void check_redis_memory_policy(const sluice::config::Config& config) {
     for (const auto& warning : sluice::redis::memory_warnings(*settings)) std::cerr << "sluice: warning: " << warning << "\n";
 }
 
+// The configuration file a running sluice was started with (its -c, --config or the default,
+// from its working directory); nullopt when its command line cannot be read.
+std::optional<std::filesystem::path> running_config(long pid) {
+    const std::string proc = "/proc/" + std::to_string(pid);
+    std::ifstream cmdline(proc + "/cmdline", std::ios::binary);
+    if (!cmdline) return std::nullopt;
+    std::vector<std::string> args;
+    for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+    if (args.empty()) return std::nullopt;
+    std::string config = "conf/sluice.yaml";
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        if ((args[i] == "-c" || args[i] == "--config") && i + 1 < args.size()) config = args[++i];
+        else if (args[i].starts_with("--config=")) config = args[i].substr(9);
+    }
+    std::filesystem::path file(config);
+    if (file.is_relative()) {
+        std::error_code ec;
+        const auto cwd = std::filesystem::read_symlink(proc + "/cwd", ec);
+        if (ec) return std::nullopt;
+        file = cwd / file;
+    }
+    return file;
+}
+
 // --reload: the pid in server.pid_file, when it names a running sluice, gets SIGHUP.
 int signal_reload(const sluice::config::Config& config, const std::string& config_path) {
     const std::string& path = config.server.pid_file;
@@ -97,6 +122,21 @@ int signal_reload(const sluice::config::Config& config, const std::string& confi
                   << (theirs.empty() ? "a process whose program cannot be read" : theirs)
                   << ", not sluice: the pid file is stale; nothing was signalled\n";
         return 2;
+    }
+    // SIGHUP makes it read the file it was started with: another file is not what it would
+    // read (where its command line can be read; `ps` shows it too).
+    if (const auto theirs_path = running_config(pid)) {
+        std::error_code ec;
+        const auto mine = std::filesystem::weakly_canonical(std::filesystem::absolute(config_path), ec);
+        std::error_code ec2;
+        const auto running = std::filesystem::weakly_canonical(*theirs_path, ec2);
+        if (!ec && !ec2 && mine != running) {
+            std::cerr << "sluice: process " << pid << " (from " << path << ") runs with " << running.string()
+                      << ", and a reload reads that file again, not " << config_path
+                      << ": nothing was signalled (copy this file over it, or run --reload -c " << running.string()
+                      << ")\n";
+            return 2;
+        }
     }
     if (::kill(static_cast<pid_t>(pid), SIGHUP) != 0) {
         std::cerr << "sluice: cannot signal process " << pid << ": " << std::strerror(errno) << "\n";

@@ -317,6 +317,26 @@ class ReloadCommandTest(SluiceTestCase):
         self.assertEqual(s.stderr_text().count("reload"), before, "sluice was signalled anyway")
         self.assertIsNone(s.proc.poll())
 
+    def test_reload_refuses_a_file_other_than_the_one_the_instance_runs_with(self):
+        # SIGHUP re-reads the file sluice was started with: asked to reload another (with the
+        # same pid_file), it would have said so and applied nothing of it.
+        s, cfg = self.start_with_pid_file()
+        other = dict(cfg, routes=cfg["routes"] + [{"name": "added", "match": {"path_prefix": "/added"},
+                                                   "upstream": "app"}])
+        other_path = os.path.join(self.dir, "other.yaml")
+        with open(other_path, "w") as f:
+            f.write(to_yaml(other))
+        before = s.stderr_text().count("reload")
+        r = run_cli(["--reload", "-c", other_path])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"runs with {os.path.realpath(s.config_path)}", r.stderr)
+        self.assertIn("nothing was signalled", r.stderr)
+        self.assertEqual(s.stderr_text().count("reload"), before, "sluice was signalled anyway")
+        # The same file by another spelling of its path is the same file.
+        relative = os.path.relpath(s.config_path)
+        r = run_cli(["--reload", "-c", relative])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_reload_refuses_a_stale_pid_file_and_a_config_without_one(self):
         other = subprocess.Popen(["sleep", "30"])
         self.addCleanup(lambda: (other.kill(), other.wait()))
