@@ -124,6 +124,22 @@ class ResponseCountingTest(SluiceTestCase):
         # Each charge, the 502's too, was made before its response went to the client.
         self.assertEqual(counted, 3)
 
+    def test_sluices_own_502_for_a_body_invalid_before_anything_was_sent_is_what_is_charged(self):
+        # The upstream's 200 head comes with a body sluice cannot read (a chunk size "zz"):
+        # nothing has gone to the client yet, so it gets sluice's own 502, and a limit
+        # counting 5xx is charged for that 502 (the head's 200 counts nothing).
+        def bad_body(req, conn):
+            conn.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnot a chunk\r\n")
+            conn.close()
+        upstream = by_path({"/flaky/ok": respond(200, b"ok"), "/flaky/bad": bad_body})
+        limit = {"name": "errors", "algorithm": "fixed_window", "limit": 1, "window": "1h", "key": [],
+                 "count": {"statuses": ["5xx"]}}
+        self.start_instances(1, upstream, [limited_route("flaky", [limit])], {"type": "memory"})
+        port = self.instances[0].port
+        self.assertEqual(self.client(port).request("GET", "/flaky/ok").status, 200)
+        self.assertEqual(self.client(port).request("GET", "/flaky/bad").status, 502)
+        self.assertEqual(self.client(port).request("GET", "/flaky/ok").status, 429)
+
     def test_a_plans_counted_limit_is_charged_under_the_key_it_was_checked_under(self):
         # A route with plans: the hash tag is made of what every limit of every plan has
         # (here nothing: one limit is keyed on the client, the other on the identity), and the

@@ -152,6 +152,28 @@ class WebSocketTest(SluiceTestCase):
         statuses = run(burst())
         self.assertEqual(statuses, [101] * 10 + [429])
 
+    def test_a_limit_counting_101_is_charged_as_the_tunnel_opens(self):
+        # count: {statuses: [101]}: each tunnel opened is charged before its 101 goes, so the
+        # limit holds while the tunnels stay open (charged when they closed, every handshake
+        # meanwhile passed).
+        limit = {"name": "tunnels", "algorithm": "fixed_window", "limit": 2, "window": "1h", "key": [],
+                 "count": {"statuses": [101]}}
+        self.start_proxy(limits=[limit])
+
+        async def three_open_at_once():
+            statuses, held = [], []
+            for _ in range(3):
+                try:
+                    ws = await websockets.connect(self.url("/ws/echo"))
+                    held.append(ws)
+                    statuses.append(101)
+                except websockets.InvalidStatusCode as e:
+                    statuses.append(e.status_code)
+            for ws in held:
+                await ws.close()
+            return statuses
+        self.assertEqual(run(three_open_at_once()), [101, 101, 429])
+
     def test_an_upstream_refusing_the_handshake_is_relayed(self):
         self.start_proxy()
 
