@@ -50,7 +50,10 @@
 --                              "0" or "2" may be followed by
 --                              "b" and a duration in microseconds (`ban`, token_bucket,
 --                              sliding_window, fixed_window): a request this limit refuses
---                              bans the key for that long (below); "5" must be followed
+--                              bans the key for that long, or until the limit's retry time
+--                              when later (below); "B": for that long only (a limit whose
+--                              response reports its cost: room comes back as reservations
+--                              settle); "5" must be followed
 --                              by "t" and the reservation's Redis TIME in microseconds
 --                              (token_bucket, sliding_window, fixed_window)
 --                  cost        units the request takes (0 takes nothing and always fits)
@@ -192,11 +195,15 @@ local function parse_plan(text)
     n = n + 1
     local name, flags, more, cost, x, y = match(limit, '^(%S+) ([0-5])(%S*) (%d+) (%d+) (%S+)$')
     if not name then return nil, 'limit ' .. n .. ' is not "algorithm flags cost x y"' end
-    local ban, since, debt
+    local ban, exact_ban, since, debt
     if more ~= '' then
       local counted = name == 'token_bucket' or name == 'sliding_window' or name == 'fixed_window'
-      local d, letter, number = match(more, '^(d?)([bt]?)(%d*)$')
-      if letter == 'b' then ban = tonumber(number) elseif letter == 't' then since = tonumber(number) end
+      local d, letter, number = match(more, '^(d?)([bBt]?)(%d*)$')
+      if letter == 'b' or letter == 'B' then
+        ban, exact_ban = tonumber(number), letter == 'B'
+      elseif letter == 't' then
+        since = tonumber(number)
+      end
       debt = d == 'd'
       if not d or (letter == '') ~= (number == '') or (debt and (name ~= 'token_bucket' or (flags ~= '0' and flags ~= '1'))) or
          (ban and (ban < 1 or (flags ~= '0' and flags ~= '2') or not counted)) or (since and (flags ~= '5' or not counted)) then
@@ -226,7 +233,7 @@ local function parse_plan(text)
     local checked, charge, give_back = flags == '2' or flags == '3', flags == '4', flags == '5'
     plan[n] = { algorithm = algorithm, shadow = flags == '1' or flags == '3', cost = cost, x = x, y = y, kept = kept,
                 checked = checked, charge = charge, give_back = give_back, since = since, ban = ban,
-                debt = debt or checked or charge or give_back }
+                exact_ban = exact_ban, debt = debt or checked or charge or give_back }
     if ban then plan.banning = true end
     -- A give-back (a reservation's time) or a charge after the response (a settle's cost)
     -- comes once: such a plan is not kept, so it never pushes the routes' plans out.
@@ -351,7 +358,7 @@ end
 -- its return); its result says so (allowed 3).
 local function start_ban(limit, key, retry_us)
   local length = limit.ban
-  if retry_us > length then length = retry_us end
+  if retry_us > length and not limit.exact_ban then length = retry_us end
   local ends = now + length
   local _, ban_key = ban_of(key)
   redis.call('SET', ban_key, format('%d', ends), 'PXAT', format('%d', ceil(ends / 1000)))

@@ -80,9 +80,12 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
                         : limit.shadow        ? "1"
                                               : "0";
     if (limit.reports_cost() && !limit.charges && limit.algorithm == config::Algorithm::token_bucket) flags += "d";
-    // A ban (not of a charge): "b" and its length in microseconds.
+    // A ban (not of a charge): "b" and its length in microseconds; "B" where that is the whole
+    // ban, not the limit's retry time when later (a limit whose response reports its cost: its
+    // room comes back as the requests reserving it settle, sooner than a refusal can tell).
     if (limit.ban && !limit.charges)
-        flags += "b" + std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count());
+        flags += (limit.reports_cost() ? "B" : "b") +
+                 std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count());
     const std::string name(config::algorithm_name(limit.algorithm));  // decide.lua knows them by these names
     switch (limit.algorithm) {
     case config::Algorithm::token_bucket: {

@@ -493,8 +493,9 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         // A refusal by a limit with a ban starts it, until the later of the ban and the
         // limit's own retry time (not from a look-up, asked at cost 0: it writes nothing).
         if (!admit && !c.allowed && ban_shard[i] && c.cost > 0) {
-            const std::int64_t length = std::max<std::int64_t>(
-                std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count(), c.retry_us);
+            // (A limit whose response reports its cost: the ban alone, as lua/decide.lua's "B".)
+            const std::int64_t ban = std::chrono::duration_cast<std::chrono::microseconds>(*limit.ban).count();
+            const std::int64_t length = limit.reports_cost() ? ban : std::max<std::int64_t>(ban, c.retry_us);
             insert(*ban_shard[i], ban_keys[i]).state = Ban{now + length};
             r.banned = true;
             r.retry_after = ceil_to_ms(length);

@@ -6,6 +6,7 @@ and the memory store.
 """
 
 import json
+import threading
 import time
 
 from admin_api import Metrics
@@ -99,6 +100,45 @@ class BanTest(SluiceTestCase):
         self.start_instances(1, respond(200, b"ok"), self.routes(), {"type": "memory"})
         self.check_trip_hold_and_lift()
         self.check_the_end_ends_it()
+
+    def check_a_reservation_refusal_bans_for_the_ban_only(self):
+        # A limit whose response reports its cost: B is refused only because A's reservation
+        # (15 of 20) has not settled yet. Its ban lasts `ban` (1 s), not until the window's
+        # end (the store cannot know A will give 14 back): once A has settled and the ban
+        # ended, the client passes.
+        release = threading.Event()
+
+        def answer(req, conn):
+            if req.target == "/tokens/slow":
+                release.wait(10)
+            conn.send_response(200, headers=[("X-Tokens-Used", "1")], body=b"ok")
+        self.up.behaviour = answer
+        results = {}
+        slow = threading.Thread(target=lambda: results.setdefault("a", self.get(0, "/tokens/slow")))
+        slow.start()
+        wait_until(lambda: self.upstream_saw("/tokens/slow") == 1, 5.0, message="A's reservation taken")
+        refused = self.get(0, "/tokens/b")
+        self.assertEqual(refused.status, 429)
+        self.assertEqual(int(refused.header("Retry-After")), 1, "the ban's length, not the window's end")
+        release.set()
+        slow.join(10)
+        self.assertEqual(results["a"].status, 200)
+        wait_until(lambda: self.get(0, "/tokens/c").status == 200, 3.0, interval=0.1,
+                   message="admitted once the ban ended")
+
+    def reservation_route(self):
+        return limited_route("tokens", [{"name": "tokens", "algorithm": "fixed_window", "limit": 20, "window": "1h",
+                                         "key": ["client_ip"], "ban": "1s",
+                                         "cost": {"response_header": "X-Tokens-Used", "reserve": 15}}])
+
+    def test_a_reservation_refusal_bans_for_the_ban_only_on_redis(self):
+        self.redis = self.start_redis()
+        self.start_instances(1, respond(200, b"ok"), [self.reservation_route()], redis_store(self.redis))
+        self.check_a_reservation_refusal_bans_for_the_ban_only()
+
+    def test_a_reservation_refusal_bans_for_the_ban_only_on_the_memory_store(self):
+        self.start_instances(1, respond(200, b"ok"), [self.reservation_route()], {"type": "memory"})
+        self.check_a_reservation_refusal_bans_for_the_ban_only()
 
     def test_failed_logins_ban_the_client(self):
         # count and ban together: three failed logins in 15 minutes ban the client for an hour.
