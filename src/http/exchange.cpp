@@ -408,7 +408,7 @@ void abandon(Exchange& x) {
 bool finish(Exchange& x, bool keep) {
     if (x.finished) return keep;  // (abandoned: logged already)
     x.finished = true;
-    // A 101 (a tunnel opened), or any status not charged before its head was written:
+    // Any status not charged before its head was written (a 101 is, before the tunnel):
     // charged as the request ends, without waiting for the store. A request whose client
     // went away (499) got no response to count.
     if (x.charge_worker && x.rec.upstream_ms && x.rec.status != 499) {

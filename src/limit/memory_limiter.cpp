@@ -105,7 +105,7 @@ MemoryLimiter::MemoryLimiter(std::string key_prefix, Clock clock, std::uint64_t 
 void MemoryLimiter::set_max_keys(std::uint64_t max_keys) {
     max_keys_ = max_keys;
     per_shard_ = std::max<std::size_t>(static_cast<std::size_t>((max_keys + shard_count - 1) / shard_count), min_per_shard);
-    per_shard_bytes_ = per_shard_ * bytes_per_key;
+    max_bytes_ = static_cast<std::int64_t>(std::max<std::uint64_t>(max_keys, shard_count * min_per_shard) * bytes_per_key);
 }
 
 void MemoryLimiter::link_newest(Shard& shard, Entry& entry) {
@@ -169,17 +169,14 @@ MemoryLimiter::Entry& MemoryLimiter::insert(Shard& shard, const std::string& key
     return it->second;
 }
 
-std::uint64_t MemoryLimiter::evict(Shard& shard, std::int64_t now, std::size_t keep) {
+std::uint64_t MemoryLimiter::evict(Shard& shard, std::int64_t now, std::size_t keep, std::int64_t& over) {
     std::uint64_t evicted = 0;
     const std::size_t limit = per_shard_.load(std::memory_order_relaxed);
-    const std::size_t byte_limit = per_shard_bytes_.load(std::memory_order_relaxed);
     // At most this many steps per decision: a reload that lowers the bound a lot is caught up
     // with over the next decisions, not in one long hold of the shard's lock. Over the bytes,
-    // the `keep` most recent keys stay: they may be this decision's (one key's state may be
-    // larger than a share).
+    // the `keep` most recent keys stay: they may be this decision's.
     std::size_t steps = 64;
-    while ((shard.states.size() > limit || (shard.bytes > byte_limit && shard.states.size() > keep)) &&
-           shard.oldest && steps-- > 0) {
+    while ((shard.states.size() > limit || (over > 0 && shard.states.size() > keep)) && shard.oldest && steps-- > 0) {
         Entry& victim = *shard.oldest;
         // Slots held now are requests under way: forgetting them would let the concurrency
         // limit be exceeded, so such a key goes to the recent end instead.
@@ -188,6 +185,7 @@ std::uint64_t MemoryLimiter::evict(Shard& shard, std::int64_t now, std::size_t k
             continue;
         }
         if (!is_empty(victim.state, now)) ++evicted;  // an empty one was only waiting for the sweep
+        over -= static_cast<std::int64_t>(victim.bytes);
         erase(shard, shard.states.find(*victim.key));
     }
     return evicted;
@@ -218,6 +216,7 @@ std::int64_t MemoryLimiter::reset(const std::vector<std::string>& keys) {
         std::lock_guard lock(shard.mutex);
         const auto found = shard.states.find(key);
         if (found == shard.states.end()) continue;
+        bytes_ -= static_cast<std::int64_t>(found->second.bytes);
         erase(shard, found);
         keys_ -= 1;
         deleted += 1;
@@ -239,12 +238,13 @@ void MemoryLimiter::count_decision(std::int64_t now) {
     if (++decisions % step != 0) return;
     auto& shard = shards_[current % shard_count];
     std::lock_guard lock(shard.mutex);
-    std::size_t swept = 0;
+    std::size_t swept = 0, swept_bytes = 0;
     for (std::size_t looked = 0; looked < sweep_batch; ++looked) {
         Entry* entry = shard.sweep_next ? shard.sweep_next : shard.oldest;
         if (entry == nullptr) break;  // an empty shard
         shard.sweep_next = entry->newer;  // past it before it may be erased
         if (is_empty(entry->state, now)) {
+            swept_bytes += entry->bytes;
             erase(shard, shard.states.find(*entry->key));
             ++swept;
         }
@@ -252,6 +252,7 @@ void MemoryLimiter::count_decision(std::int64_t now) {
     }
     if (shard.sweep_next == nullptr) ++current;
     keys_ -= swept;
+    if (swept_bytes > 0) bytes_ -= static_cast<std::int64_t>(swept_bytes);
 }
 
 Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues& request, bool inspect) {
@@ -309,7 +310,11 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         std::span<Shard* const> shards_;  // `locked`, which outlives it
     } locks(locked);
     std::size_t held_before = 0;  // (keys_ moves by held_after - held_before, either way)
-    for (auto* s : locked) held_before += s->states.size();
+    std::int64_t bytes_before = 0;  // (and bytes_ so)
+    for (auto* s : locked) {
+        held_before += s->states.size();
+        bytes_before += static_cast<std::int64_t>(s->bytes);
+    }
     const std::int64_t now = clock_();
 
     // A key banned now: refused at once, nothing else asked or written (lua/decide.lua).
@@ -505,11 +510,21 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
 
     for (std::size_t i = 0; i < n; ++i)
         if (entries[i]) account(*shard[i], *entries[i]);
+    std::int64_t written_bytes = 0;
+    for (auto* s : locked) written_bytes += static_cast<std::int64_t>(s->bytes);
+    std::int64_t over = bytes_.load(std::memory_order_relaxed) + (written_bytes - bytes_before) -
+                        max_bytes_.load(std::memory_order_relaxed);
     std::uint64_t evicted = 0;
-    for (auto* s : locked) evicted += evict(*s, now, 2 * n);  // (a key and its ban key per limit at most)
+    for (auto* s : locked) evicted += evict(*s, now, 2 * n, over);  // (a key and its ban key per limit at most)
     std::size_t held_after = 0;
-    for (auto* s : locked) held_after += s->states.size();
-    if (held_after != held_before) keys_ += held_after - held_before;  // (a shared line: written only when it changes)
+    std::int64_t bytes_after = 0;
+    for (auto* s : locked) {
+        held_after += s->states.size();
+        bytes_after += static_cast<std::int64_t>(s->bytes);
+    }
+    // (Shared lines: written only when they change.)
+    if (held_after != held_before) keys_ += held_after - held_before;
+    if (bytes_after != bytes_before) bytes_ += bytes_after - bytes_before;
     locks.unlock();
     if (evicted > 0) {
         const auto total = evictions_.fetch_add(evicted, std::memory_order_relaxed) + evicted;

@@ -12,12 +12,14 @@
 // any other worker needing that shard waited).
 //
 // Bounded: each shard holds at most max_keys / shard_count keys (store.memory.max_keys), and
-// at most bytes_per_key times that in keys and state (what an entry costs is counted as it is
-// written: the key's text, the state's own memory, and a fixed part for the map's node and
-// the recency links): keys are as long as clients make them (a header's value of 8 KB) and a
-// sliding window holds a log. A shard past either share evicts its least recently used keys
-// (a decision that reads or writes a key makes it the most recent), as nginx's limit_req zone
-// does when full: an evicted key starts again from empty, so a full store trades exactness
+// the store at most bytes_per_key * max_keys bytes of keys and state (what an entry costs is
+// counted as it is written: the key's text, the state's own memory, and a fixed part for the
+// map's node and the recency links): keys are as long as clients make them (a header's value
+// of 8 KB) and a sliding window holds a log. A shard past its share of keys, or any shard a
+// decision locks while the store is past its bytes, evicts its least recently used keys (a
+// decision that reads or writes a key makes it the most recent; the bytes are the whole
+// store's, not a shard's share: one large key, a site-wide window's log, does not empty its
+// shard), as nginx's limit_req zone does when full: an evicted key starts again from empty, so a full store trades exactness
 // for bounded memory, and the keys it gives up first are those of clients idle the longest.
 // Evictions are counted (evictions()) and logged, at most once every 10 s.
 #pragma once
@@ -173,9 +175,10 @@ private:
     static Entry& insert(Shard& shard, const std::string& key);
     // Counts the entry's bytes again (after its state was written).
     static void account(Shard& shard, Entry& entry);
-    // Evicts the shard's least recently used keys past its shares (past the bytes, all but the
-    // `keep` most recent); returns how many held state.
-    std::uint64_t evict(Shard& shard, std::int64_t now, std::size_t keep);
+    // Evicts the shard's least recently used keys past its share, and while `over` (the store's
+    // bytes past its bound, lowered by what goes) is above 0, all but the `keep` most recent;
+    // returns how many held state.
+    std::uint64_t evict(Shard& shard, std::int64_t now, std::size_t keep, std::int64_t& over);
     // Whether a key's state is back to empty at `now` (as if Redis had expired the key).
     static bool is_empty(const State& state, std::int64_t now);
     static void give_back(State& state, const config::LimitConfig& limit, std::int64_t units, std::int64_t at,
@@ -189,7 +192,8 @@ private:
     std::atomic<std::size_t> keys_{0};  // held, in all shards (as of their last change)
     std::atomic<std::uint64_t> tokens_made_{0};
     std::atomic<std::size_t> per_shard_;  // max_keys / shard_count, at least min_per_shard
-    std::atomic<std::size_t> per_shard_bytes_;  // per_shard_ * bytes_per_key
+    std::atomic<std::int64_t> max_bytes_;       // max_keys * bytes_per_key
+    std::atomic<std::int64_t> bytes_{0};         // in all shards (as of their last change)
     std::atomic<std::uint64_t> max_keys_;
     std::atomic<std::uint64_t> evictions_{0};
     std::atomic<std::int64_t> evictions_logged_at_{0};  // wall µs of the last eviction log line

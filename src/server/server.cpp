@@ -647,6 +647,7 @@ extern "C" void note_early_signal(int signo) {
 void note_early_signals() {
     struct sigaction action {};
     action.sa_handler = note_early_signal;
+    action.sa_flags = SA_RESTART;  // (system calls of the start interrupted by it go on)
     sigemptyset(&action.sa_mask);
     ::sigaction(SIGHUP, &action, nullptr);
     ::sigaction(SIGUSR1, &action, nullptr);

@@ -608,6 +608,32 @@ TEST_CASE("memory limiter: the bound holds in bytes too: long keys, large window
     CHECK(limiter.bytes() <= 2 * 400);
 }
 
+TEST_CASE("memory limiter: the bytes bound is the store's, not a shard's: a large key empties nothing",
+          "[memory_limiter]") {
+    // A site-wide window whose log grows to 2.4 MB (its capacity more), far past a shard's
+    // 64th of the 10 MB bound, beside 2,000 clients' own windows: nothing is evicted, and
+    // every count stays exact.
+    std::int64_t now = 1'700'000'000 * second;
+    MemoryLimiter limiter{"sluice", [&now] { return now; }, 40'000};
+    const std::vector<config::LimitConfig> limits{sliding_window("site", 1'000'000, 3600s, {}),
+                                                  sliding_window("client", 200, 3600s)};
+    auto decide = [&](int client) {
+        now += 1;
+        return limiter.decide(RouteLimits{"api", limits},
+                              RequestKeyValues{"10.2." + std::to_string(client / 256) + "." + std::to_string(client % 256),
+                                               "GET", "/", {}});
+    };
+    for (int round = 0; round < 150; ++round)
+        for (int client = 0; client < 2'000; ++client) REQUIRE(decide(client).outcome == Outcome::allowed);
+    CHECK(limiter.evictions() == 0);
+    CHECK(limiter.size() == 2'001);
+    const auto last = decide(7);
+    CHECK(last.limits[0].remaining == 1'000'000 - 300'001);
+    CHECK(last.limits[1].remaining == 200 - 151);
+    for (int i = 0; i < 49; ++i) CHECK(decide(7).outcome == Outcome::allowed);
+    CHECK(decide(7).outcome == Outcome::limited);
+}
+
 TEST_CASE("memory limiter: reset and the sweep keep the recency list whole", "[memory_limiter]") {
     std::int64_t now = 1'700'000'000 * second;
     MemoryLimiter limiter{"sluice", [&now] { return now; }, 4096};
