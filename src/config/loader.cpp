@@ -2495,6 +2495,26 @@ std::vector<Diagnostic> reread_plan_map(const std::vector<PlanConfig>& top, cons
     std::string error;
     const std::string content = tls::read_small_file(plans->map_file, 64u << 20, error);
     if (!error.empty()) return {Diagnostic{plans->map_file, 0, 0, "'plan_map': " + error, false}};
+    // A file with nothing in it (no line but blanks and comments) where the running map names
+    // clients: most likely one caught while it is being written (an editor saves within the
+    // second the watch looks), which would move every client to the default plan.
+    const bool nothing = [&] {
+        std::string_view rest(content);
+        if (rest.starts_with("\xEF\xBB\xBF")) rest.remove_prefix(3);  // a byte order mark
+        while (!rest.empty()) {
+            const std::size_t end = std::min(rest.find('\n'), rest.size());
+            const std::string_view line = rest.substr(0, end);
+            const std::size_t first = line.find_first_not_of(" \t\r");
+            if (first != std::string_view::npos && line[first] != '#') return false;
+            rest.remove_prefix(std::min(end + 1, rest.size()));
+        }
+        return true;
+    }();
+    if (nothing && !running.by_identity.empty())
+        return {Diagnostic{plans->map_file, 1, 1,
+                           "the plan map is empty (a file still being written?): the running map stays; for a map "
+                           "with no clients write {} (YAML) or the header line alone (CSV)",
+                           false}};
     auto problems = read_plan_map_file(content, plans->map_file, top, *plans);
     if (std::none_of(problems.begin(), problems.end(), [](const Diagnostic& d) { return !d.warning; })) out = plans;
     return problems;

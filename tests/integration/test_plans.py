@@ -189,6 +189,17 @@ class PlansTest(SluiceTestCase):
                    message="the second map edit read")
         self.assertEqual(self.statuses(7, "/api/x", "key-new"), [200] * 6 + [429])  # pro, not the default free
         self.assertNotIn("refused", s.stderr_text())
+        # A map caught empty (truncated while it is being written) is refused: its clients
+        # would all fall to the default plan. `{}` is a map with no clients.
+        with open(self.map_path, "w", encoding="utf-8"):
+            pass
+        s.wait_log(re.escape(self.map_path) + r":1:1: the plan map is empty", timeout=5)
+        s.wait_log(r"reload of \S+ refused; the running configuration stays", timeout=5)
+        self.assertEqual(self.statuses(4, "/api/x", "key-pro"), [200] * 4)  # still pro (6), not free (3)
+        self.write_map("{}\n")
+        wait_until(lambda: len(re.findall(r"reloaded the plan maps", s.stderr_text())) == 3, 5,
+                   message="the map with no clients read")
+        self.assertEqual(self.statuses(1, "/api/x", "key-pro"), [429])  # free now, 4 used of 3
 
     def test_the_plan_header_counts_only_from_a_trusted_hop(self):
         self.start_two()
