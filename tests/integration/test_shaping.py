@@ -317,27 +317,33 @@ class ScheduleTest(ShapingTestCase):
 
 
 class HangUpTest(ShapingTestCase):
-    def test_a_client_that_hangs_up_while_waiting_gets_nothing_forwarded(self):
-        # 2/s: the second request waits 500 ms; its client closes once it waits.
-        interval = 0.5
-        self.start_stack(leaky_bucket("shape", 2, "1s", 5, key=[]), admin=True)
+    def hang_up_while_held(self, rate, request, target):
+        """A first request at `rate`/s goes at once; `request` (to `target`) waits its turn,
+        and its client closes while it waits: logged 499 `delayed`, ended when its client
+        went, not at its turn, and nothing of it reaches the upstream. Returns the first's
+        arrival time."""
+        interval = 1.0 / rate
+        self.start_stack(leaky_bucket("shape", rate, "1s", 5, key=[]), admin=True)
         first = self.client(self.port)
         self.assertEqual(first.request("GET", "/first").status, 200)
         first_at = self.arrivals.at("/first")
-
         leaver = RawClient(self.port)
-        leaver.send(build_request("GET", "/leaver"))
+        leaver.send(request)
         self.wait_metric(lambda m: self.waiting_now(m) == 1, "the request waiting")
         leaver.close()
         self.wait_metric(lambda m: self.waiting_now(m) == 0, "the hold ended", timeout=interval + 2)
-        entry = self.entry_for("/leaver", timeout=interval + 2)
+        entry = self.entry_for(target, timeout=interval + 2)
         self.assertEqual((entry["status"], entry["decision"]), ("499", "delayed"), entry["line"])
-        # It ended when its client went, not at its turn.
         self.assertLess(float(entry["wait_ms"]), (interval - TOLERANCE) * 1000, entry["line"])
-
         # Its turn comes and goes: nothing reaches the upstream for it.
         wait_until(lambda: time.monotonic() > first_at + interval + 0.3, 3)
         self.assertEqual(self.arrivals.targets(), ["/first"])
+        return first_at
+
+    def test_a_client_that_hangs_up_while_waiting_gets_nothing_forwarded(self):
+        # 2/s: the second request waits 500 ms; its client closes once it waits.
+        interval = 0.5
+        first_at = self.hang_up_while_held(2, build_request("GET", "/leaver"), "/leaver")
         self.assertEqual(len(self.up.requests), 1)
 
         # Its place in the bucket stays taken: the next request gets the turn after it.
@@ -346,25 +352,10 @@ class HangUpTest(ShapingTestCase):
         self.assert_arrival(self.arrivals.at("/after") - first_at, 2 * interval, interval, "/after")
         self.assertEqual(self.entry_for("/after")["decision"], "delayed")
 
-
     def test_a_client_that_hangs_up_with_its_body_unread_gets_nothing_forwarded(self):
         # The body waits in the socket while the request is held: a peek sees those bytes,
         # not the close behind them. 100 KB: more than a read would have taken in.
-        interval = 1.0
-        self.start_stack(leaky_bucket("shape", 1, "1s", 5, key=[]), admin=True)
-        first = self.client(self.port)
-        self.assertEqual(first.request("GET", "/first").status, 200)
-        first_at = self.arrivals.at("/first")
-        leaver = RawClient(self.port)
-        leaver.send(build_request("POST", "/upload", body=b"x" * 100_000))
-        self.wait_metric(lambda m: self.waiting_now(m) == 1, "the request waiting")
-        leaver.close()
-        self.wait_metric(lambda m: self.waiting_now(m) == 0, "the hold ended", timeout=interval + 2)
-        entry = self.entry_for("/upload", timeout=interval + 2)
-        self.assertEqual((entry["status"], entry["decision"]), ("499", "delayed"), entry["line"])
-        self.assertLess(float(entry["wait_ms"]), (interval - TOLERANCE) * 1000, entry["line"])
-        wait_until(lambda: time.monotonic() > first_at + interval + 0.3, 3)
-        self.assertEqual(self.arrivals.targets(), ["/first"])
+        self.hang_up_while_held(1, build_request("POST", "/upload", body=b"x" * 100_000), "/upload")
 
 
 class CapsTest(ShapingTestCase):
