@@ -148,7 +148,7 @@ private:
     void reload_plan_maps();
     void install(std::shared_ptr<const config::Config> config, const std::string& what);
     // SIGHUP or SIGUSR1 noted before the server took its signals over (note_early_signals).
-    bool take_early_signals();
+    void take_early_signals();
     void on_signal(int signo);
     void reload();
     void begin_stop(int signo);
@@ -473,19 +473,25 @@ void Server::wait_drained(std::chrono::steady_clock::time_point deadline, bool c
     if (admin_) admin_->stop();
 }
 
+namespace {
+
+void log_reload_problem(const config::Diagnostic& d) {
+    if (d.warning)
+        spdlog::warn("reload: {}", d.str());
+    else
+        spdlog::error("reload: {}", d.str());
+}
+
+}  // namespace
+
 void Server::reload() {
     const auto& path = config_->source_path;
     auto loaded = config::load_file(path);
-    for (const auto& d : loaded.diagnostics) {
-        if (d.warning)
-            spdlog::warn("reload: {}", d.str());
-        else
-            spdlog::error("reload: {}", d.str());
-    }
+    for (const auto& d : loaded.diagnostics) log_reload_problem(d);
     // (Upstream names resolve as --check resolves them: the same FILE:LINE:COL messages.)
     const auto unresolved = loaded.ok() ? unresolved_upstreams(*loaded.config, "the reload is refused")
                                         : std::vector<config::Diagnostic>{};
-    for (const auto& d : unresolved) spdlog::error("reload: {}", d.str());
+    for (const auto& d : unresolved) log_reload_problem(d);
     if (!loaded.ok() || !unresolved.empty()) {
         observe::add(metrics_.reloads_failed);
         spdlog::error("reload of {} refused; the running configuration stays", path);
@@ -502,12 +508,7 @@ void Server::reload_plan_maps() {
     for (auto& route : next->routes) {
         if (!route.plans || route.plans->map_file.empty()) continue;
         std::shared_ptr<const config::RoutePlans> plans;
-        for (const auto& d : config::reread_plan_map(next->plans, *route.plans, plans)) {
-            if (d.warning)
-                spdlog::warn("reload: {}", d.str());
-            else
-                spdlog::error("reload: {}", d.str());
-        }
+        for (const auto& d : config::reread_plan_map(next->plans, *route.plans, plans)) log_reload_problem(d);
         if (plans)
             route.plans = std::move(plans);
         else if (refused.empty())
@@ -653,7 +654,7 @@ void note_early_signals() {
     ::sigaction(SIGUSR1, &action, nullptr);
 }
 
-bool Server::take_early_signals() {
+void Server::take_early_signals() {
     // (Asio's handlers are in place: what comes from now on is theirs.)
     const bool hup = early_hup != 0, usr1 = early_usr1 != 0;
     early_hup = 0;
@@ -663,7 +664,6 @@ bool Server::take_early_signals() {
         spdlog::info("SIGHUP came while sluice was starting: reloading now");
         reload();
     }
-    return hup || usr1;
 }
 
 int run_server(std::shared_ptr<const config::Config> config) {
