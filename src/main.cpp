@@ -61,20 +61,34 @@ void check_redis_memory_policy(const sluice::config::Config& config) {
     for (const auto& warning : sluice::redis::memory_warnings(*settings)) std::cerr << "sluice: warning: " << warning << "\n";
 }
 
+constexpr std::string_view default_config_path = "conf/sluice.yaml";
+
+// Whether args[i] names the configuration file (-c FILE, --config FILE, --config=FILE): then
+// `path` is FILE, or empty when FILE is missing, and i is past it.
+bool config_argument(const std::vector<std::string_view>& args, std::size_t& i, std::string& path) {
+    const std::string_view arg = args[i];
+    if (arg.starts_with("--config=")) {
+        path = arg.substr(9);
+        return true;
+    }
+    if (arg != "-c" && arg != "--config") return false;
+    path = i + 1 < args.size() ? std::string(args[++i]) : std::string();
+    return true;
+}
+
 // The configuration file a running sluice was started with (its -c, --config or the default,
 // from its working directory); nullopt when its command line cannot be read.
 std::optional<std::filesystem::path> running_config(long pid) {
     const std::string proc = "/proc/" + std::to_string(pid);
     std::ifstream cmdline(proc + "/cmdline", std::ios::binary);
     if (!cmdline) return std::nullopt;
-    std::vector<std::string> args;
-    for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
-    if (args.empty()) return std::nullopt;
-    std::string config = "conf/sluice.yaml";
-    for (std::size_t i = 1; i < args.size(); ++i) {
-        if ((args[i] == "-c" || args[i] == "--config") && i + 1 < args.size()) config = args[++i];
-        else if (args[i].starts_with("--config=")) config = args[i].substr(9);
-    }
+    std::vector<std::string> words;
+    for (std::string word; std::getline(cmdline, word, '\0');) words.push_back(word);
+    if (words.empty()) return std::nullopt;
+    const std::vector<std::string_view> args(words.begin(), words.end());
+    std::string config(default_config_path);
+    for (std::size_t i = 1; i < args.size(); ++i)
+        if (std::string named; config_argument(args, i, named) && !named.empty()) config = named;
     std::filesystem::path file(config);
     if (file.is_relative()) {
         std::error_code ec;
@@ -151,12 +165,13 @@ int signal_reload(const sluice::config::Config& config, const std::string& confi
 
 int main(int argc, char** argv) {
     sluice::server::note_early_signals();
-    std::string config_path = "conf/sluice.yaml";
+    std::string config_path(default_config_path);
     bool check_only = false;
     bool no_resolve = false;
     bool reload = false;
-    for (int i = 1; i < argc; ++i) {
-        std::string_view arg = argv[i];
+    const std::vector<std::string_view> args(argv, argv + argc);
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        std::string_view arg = args[i];
         if (arg == "-h" || arg == "--help") {
             std::cout << usage;
             return 0;
@@ -172,20 +187,17 @@ int main(int argc, char** argv) {
         } else if (arg == "--reload") {
             reload = true;
         } else if (arg == "-s") {
-            if (i + 1 >= argc || std::string_view(argv[i + 1]) != "reload") {
+            if (i + 1 >= args.size() || args[i + 1] != "reload") {
                 std::cerr << "sluice: -s takes 'reload'\n" << usage;
                 return 2;
             }
             ++i;
             reload = true;
-        } else if (arg == "-c" || arg == "--config") {
-            if (i + 1 >= argc) {
+        } else if (config_argument(args, i, config_path)) {
+            if (config_path.empty()) {
                 std::cerr << "sluice: " << arg << " needs a file name\n" << usage;
                 return 2;
             }
-            config_path = argv[++i];
-        } else if (arg.starts_with("--config=")) {
-            config_path = std::string(arg.substr(9));
         } else {
             std::cerr << "sluice: unknown argument '" << arg << "'\n" << usage;
             return 2;
