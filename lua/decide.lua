@@ -61,7 +61,10 @@
 --                                  "burst,kept": the bucket keeps what was used when its
 --                                  key is read under another interval (a route with plans:
 --                                  token_bucket.lua)
---                  sliding_window: limit, window_us
+--                  sliding_window: limit, window_us, or "window_us,weighted": a request of
+--                                  cost 2 or more is one member of that weight, where the
+--                                  limit's requests may cost more than one unit
+--                                  (sliding_window.lua)
 --                  fixed_window:   limit, then either window_us (windows aligned to the
 --                                  epoch) or "b0,b1,b2,b3": ascending boundaries of three
 --                                  consecutive calendar windows, in microseconds, which the
@@ -216,9 +219,11 @@ local function parse_plan(text)
     cost, x = tonumber(cost), tonumber(x)
     -- (The proxy bounds every cost far below this: a larger one would not count exactly.)
     if cost >= 2^53 or x >= 2^53 then return nil, 'parameters of limit ' .. n .. ' are not valid' end
-    local kept = false
+    local kept = false  -- (passed to the algorithm as its variant: a bucket's `kept`, a window's `weighted`)
     if (name == 'token_bucket' or name == 'leaky_bucket') and y:sub(-5) == ',kept' then
       kept, y = true, y:sub(1, -6)
+    elseif name == 'sliding_window' and y:sub(-9) == ',weighted' then
+      kept, y = true, y:sub(1, -10)
     end
     if name == 'fixed_window' then
       y = fixed_window_spec(y)

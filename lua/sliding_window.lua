@@ -14,6 +14,19 @@
 -- nothing); the set never holds more than `limit` members after a write. The key expires
 -- when its newest member leaves the window. A key of another type (the limit's algorithm
 -- changed on reload) reads as empty and is replaced when written.
+-- Weighted members (`weighted`: a limit whose requests may cost more than one unit, a cost
+-- from a header, a response's or a fixed cost above 1; the plan says so): a request of cost
+-- w >= 2 is ONE member "<t>-<n>*<w>" (n to n + w - 1 are its), not w members, so what a
+-- request costs Redis does not grow with the cost a client names (10,000 members were a ZADD
+-- of 10 ms: a client sending the largest cost the limit allows held Redis 2,000 times as
+-- long as a request of one). The set then also holds the member MARK, scored minus the sum
+-- of w - 1 over its weighted members: ZCOUNT over the window (times, positive) does not see
+-- it, and the units in the window are the members counted plus that sum once the members
+-- that left the window are gone, so a weighted key with a mark is trimmed (and its mark
+-- lowered) when a call first counts it, refused or not. A limit's requests of cost 1, and
+-- every request of a limit that is not weighted, stay one member each as above. (A key
+-- written by a weighted limit and then by one that is not, a reload dropping the cost
+-- header, counts each weighted member as one, and its mark goes at the next trim.)
 -- `read_failed(error)`: as for token_bucket_algorithm.
 -- A set's members counted once per call, for sliding_window and concurrency (concurrency.lua
 -- comes later in the same script): those scored above `above` (a ZCOUNT bound), and whether
@@ -57,9 +70,10 @@ end
 local function sliding_window_algorithm(read_failed)
   local sliding_window = {}
 
-  local format = string.format
+  local format, match = string.format, string.match
   -- Globals used per request, as upvalues (see token_bucket.lua).
   local ceil, tonumber, unpack = math.ceil, tonumber, unpack
+  local MARK = 'w'  -- a weighted set's sum of w - 1 (above)
   local redis_call, redis_pcall = redis.call, redis.pcall
 
   -- What this call knows of its keys. A call decides every request at one `now` and nothing
@@ -74,6 +88,9 @@ local function sliding_window_algorithm(read_failed)
   --   missing       the key was not there (counted_set): nothing to take away before a write,
   --   adds          members admitted and not yet written (all scored `now`),
   --   written       whether this call has trimmed the set already,
+  --   weighted      whether the limit counting it is weighted (above),
+  --   extra, mark   the units beyond one of the weighted members in the window, as this call
+  --                 left them and as the MARK in Redis holds them,
   --   refused, refusal   the limit of the last refusal and its figures, while nothing changed }
   local sets = {}
   function sliding_window.begin() sets = {} end
@@ -94,21 +111,60 @@ local function sliding_window_algorithm(read_failed)
     above_text, expire_text = '(' .. trim_text, format('%d', ceil((now + window) / 1000))
   end
 
+  -- A weighted set's units beyond one per member, in the window (the set counted some):
+  -- its mark's, less those of the weighted members that left, which go now (a few hundred a
+  -- command). Returns extra, the mark's (what Redis holds: written again at the end of the
+  -- call when the trim lowered it) and whether the set is trimmed. (`trim_text` placed.)
+  local function weighted_extra(key)
+    local mark = redis_call('ZSCORE', key, MARK)
+    if not mark then return 0, 0, false end
+    mark = -(tonumber(mark) or 0)
+    local extra = mark
+    while true do
+      -- (the mark, scored below every time, is rank 0; those that left come next)
+      local gone = redis_call('ZRANGEBYSCORE', key, '0', trim_text, 'LIMIT', 0, 500)
+      if #gone == 0 then break end
+      for i = 1, #gone do
+        local w = match(gone[i], '%*(%d+)$')
+        if w then extra = extra - tonumber(w) + 1 end
+      end
+      redis_call('ZREMRANGEBYRANK', key, 1, #gone)
+    end
+    if not (extra > 0) then extra = 0 end  -- (not a mark of ours)
+    return extra, mark, true
+  end
+
   -- The set of `key` as this call knows it, counted with `window` (`seen`: counted_set).
   local write
-  local function entry(key, now, window, seen)
+  local function entry(key, now, window, seen, weighted)
     local e = sets[key]
     if e then
-      if e.window == window then return e end
-      write(key, e)  -- the window changed on reload within this call: count afresh
+      if e.window == window and e.weighted == weighted then return e end
+      write(key, e)  -- the window (or the cost) changed on reload within this call: count afresh
       seen = nil  -- (what the key holds is known: this call wrote it)
     end
     if now ~= texts_now or window ~= texts_window then place(now, window) end
     local count, foreign, missing = counted_set(key, above_text, seen, read_failed, redis_pcall)
+    local extra, mark, trimmed = 0, 0, false
+    if weighted and count > 0 then
+      extra, mark, trimmed = weighted_extra(key)
+      count = count + extra
+    end
     e = { now = now, window = window, count = count, held = count, foreign = foreign, missing = missing, adds = {},
-          next = count }
+          next = count, weighted = weighted, extra = extra, mark = mark, written = trimmed }
     sets[key] = e
     return e
+  end
+
+  -- A weighted set's mark, as `e` has its extra now.
+  local function write_mark(key, e)
+    if e.extra == e.mark then return end
+    if e.extra > 0 then
+      redis_call('ZADD', key, format('%d', -e.extra), MARK)
+    else
+      redis_call('ZREM', key, MARK)
+    end
+    e.mark = e.extra
   end
 
   -- Writes the members `e` admitted: first what no longer counts goes (the whole key when
@@ -116,15 +172,21 @@ local function sliding_window_algorithm(read_failed)
   -- the newest member leaves the window (absolute, rounded up to the ms).
   write = function(key, e)
     local n = #e.adds
-    if n == 0 then return end
+    if n == 0 then
+      if e.extra ~= e.mark then write_mark(key, e) end  -- (a give-back's)
+      return
+    end
     if e.now ~= texts_now or e.window ~= texts_window then place(e.now, e.window) end
     if not e.written then
       if e.missing then
         e.missing = false  -- (nothing to take away from a key that is not there)
       elseif e.foreign or e.held == 0 then
         redis_call('DEL', key)
+        e.mark = 0
       else
+        -- (a set with a mark and a weighted limit was trimmed when counted: entry)
         redis_call('ZREMRANGEBYSCORE', key, '-inf', trim_text)
+        e.mark = 0
       end
       e.written, e.foreign = true, false
     end
@@ -138,6 +200,7 @@ local function sliding_window_algorithm(read_failed)
       end
       redis_call('ZADD', key, unpack(args))
     end
+    write_mark(key, e)
     redis_call('PEXPIREAT', key, expire_text)
     e.held, e.adds = e.count, {}
   end
@@ -150,10 +213,16 @@ local function sliding_window_algorithm(read_failed)
 
   -- Admits one request of `cost` units: a member per unit, each "<now>-<members held
   -- before it>" (with small counts, the call's time and the count are not formatted per
-  -- member).
+  -- member); for a weighted limit, one member "<now>-<n>*<cost>".
   local function admit(e, cost)
     local adds, n = e.adds, e.next
     local last = n + cost - 1
+    if e.weighted and cost > 1 then
+      adds[#adds + 1] = format('%d-%d*%d', e.now, n, cost)
+      e.extra = e.extra + cost - 1
+      e.count, e.next, e.refused = e.count + cost, last + 1, nil
+      return
+    end
     if last < kept_counts then
       if e.now ~= texts_now then place(e.now, e.window) end
       for i = n, last do
@@ -170,6 +239,34 @@ local function sliding_window_algorithm(read_failed)
     e.count, e.next, e.refused = e.count + cost, last + 1, nil
   end
 
+  -- When `need` of the `count` units of a weighted set (written, trimmed) have left the
+  -- window: read from the oldest member on, or back from the newest (the units after the one
+  -- wanted are at most count - need), 256 members each way at most (a refusal of a cost from
+  -- a header is asked of Redis every time: its work is bounded); nil past them.
+  local function leaving_weighted(key, need, count, start)
+    local part = redis_call('ZRANGE', key, 0, 255, 'WITHSCORES')
+    local units = 0
+    for i = 1, #part, 2 do
+      local score = tonumber(part[i + 1])
+      if score > start then  -- (not the mark)
+        local w = match(part[i], '%*(%d+)$')
+        units = units + (w and tonumber(w) or 1)
+        if units >= need then return score end
+      end
+    end
+    if #part < 512 then return nil end
+    part = redis_call('ZRANGE', key, -256, -1, 'WITHSCORES')
+    local after = 0
+    for i = #part - 1, 1, -2 do
+      local score = tonumber(part[i + 1])
+      if score <= start then return nil end
+      local w = match(part[i], '%*(%d+)$')
+      after = after + (w and tonumber(w) or 1)
+      if after > count - need then return score end
+    end
+    return nil
+  end
+
   -- Retry and reset of a request of `cost` units that does not fit `limit`.
   -- Returns remaining, retry_after_us, reset_us.
   local function refusal(key, e, limit, cost)
@@ -183,19 +280,30 @@ local function sliding_window_algorithm(read_failed)
       -- The request fits once count + cost - limit of the counted members have left (the
       -- proxy refuses a cost above the limit before asking).
       if now ~= texts_now or window ~= texts_window then place(now, window) end
-      local leaving = redis_call('ZRANGEBYSCORE', key, above_text, '+inf',
-                                 'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
-      if leaving[2] then retry_us = tonumber(leaving[2]) + window - now end
+      local need = count + cost - limit
+      local left_at = e.extra > 0 and leaving_weighted(key, need, count, now - window)
+      if not left_at then
+        -- (every member one unit: the need-th; else, past what leaving_weighted reads, the
+        -- need-th member, by which at least `need` units have left: never early)
+        local leaving = redis_call('ZRANGEBYSCORE', key, above_text, '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
+        left_at = leaving[2] and tonumber(leaving[2])
+      end
       local newest = redis_call('ZRANGE', key, -1, -1, 'WITHSCORES')
       reset_us = tonumber(newest[2]) + window - now
+      if left_at then
+        retry_us = left_at + window - now
+      elseif e.extra > 0 then
+        retry_us = reset_us  -- (fewer members than `need`: when the newest has left)
+      end
     end
     e.refused, e.refused_cost, e.refusal = limit, cost, { remaining, retry_us, reset_us }
     return remaining, retry_us, reset_us
   end
 
-  -- Reads the state and works out whether one more request fits. Writes nothing.
-  function sliding_window.check(key, now, limit, window, cost)
-    local e = entry(key, now, window)
+  -- Reads the state and works out whether one more request fits. Writes nothing (but the
+  -- trim of a weighted set with a mark: entry).
+  function sliding_window.check(key, now, limit, window, cost, _, weighted)
+    local e = entry(key, now, window, nil, weighted)
     local count = e.count
     local c = {
       e = e, limit = limit, window = window, count = count, cost = cost,
@@ -219,12 +327,13 @@ local function sliding_window_algorithm(read_failed)
     admit(c.e, c.cost)
   end
 
-  -- A reservation's give-back (decide.lua, flags 5): `cost` of the members the reservation
-  -- added at `at` (microseconds of TIME) go, as far as they are still in the window. Members
-  -- of one instant are alike (each leaves the window at at + window): any of them will do.
-  function sliding_window.give_back(key, now, limit, window, cost, at)
+  -- A reservation's give-back (decide.lua, flags 5): `cost` of the units the reservation
+  -- added at `at` (microseconds of TIME) go, as far as they are still in the window. Units
+  -- of one instant are alike (each leaves the window at at + window): any of them will do. A
+  -- weighted member giving back part of its units stays, with fewer.
+  function sliding_window.give_back(key, now, limit, window, cost, at, weighted)
     if at <= now - window then return end  -- they have left already
-    local e = entry(key, now, window)
+    local e = entry(key, now, window, nil, weighted)
     if e.foreign then return end
     write(key, e)  -- what this call admitted is in Redis first
     local stamp, gone = format('%d', at), 0
@@ -233,10 +342,33 @@ local function sliding_window_algorithm(read_failed)
       if take > 1000 then take = 1000 end
       local members = redis_call('ZRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, take)
       if #members == 0 then break end
-      redis_call('ZREM', key, unpack(members))
-      gone = gone + #members
+      if weighted then
+        -- (a member keeping units is the last one read: the give-back ends with it)
+        for i = 1, #members do
+          local member = members[i]
+          local name, w = match(member, '^(.-)%*(%d+)$')
+          local units = w and tonumber(w) or 1
+          local taken = cost - gone
+          if taken > units then taken = units end
+          redis_call('ZREM', key, member)
+          local left = units - taken
+          if left > 1 then
+            redis_call('ZADD', key, stamp, name .. '*' .. format('%d', left))
+          elseif left == 1 then
+            redis_call('ZADD', key, stamp, name)
+          end
+          if units > 1 then e.extra = e.extra - (units - 1) + (left > 1 and left - 1 or 0) end
+          gone = gone + taken
+          if gone >= cost then break end
+        end
+      else
+        redis_call('ZREM', key, unpack(members))
+        gone = gone + #members
+      end
     end
     if gone == 0 then return end
+    if e.extra < 0 then e.extra = 0 end  -- (a set written without a mark: a reload)
+    write_mark(key, e)
     e.count, e.held, e.refused = e.count - gone, e.held - gone, nil
   end
 
@@ -253,8 +385,8 @@ local function sliding_window_algorithm(read_failed)
 
   -- The whole decision when this is the request's only limit (most routes): count, admit if
   -- it fits, report, without the check table. Returns allowed, remaining, retry_after_us, reset_us.
-  function sliding_window.alone(key, now, limit, window, cost, _, seen)
-    local e = entry(key, now, window, seen)
+  function sliding_window.alone(key, now, limit, window, cost, _, seen, weighted)
+    local e = entry(key, now, window, seen, weighted)
     local count = e.count
     if count + cost > limit then
       return false, refusal(key, e, limit, cost)

@@ -224,6 +224,10 @@ struct LimitConfig {
     std::string response_cost_field;      // lower-case; empty: no response cost
     bool response_cost_trailer = false;  // the field is a trailer (the end of the body), not a header
     bool reports_cost() const { return !response_cost_field.empty(); }
+    // Whether a request may take more than one unit: a cost from a header, from the response,
+    // or a fixed one above 1 (a sliding window on Redis keeps such a request as one member
+    // of that weight: lua/sliding_window.lua).
+    bool weighted() const { return !cost_header.empty() || reports_cost() || cost > 1; }
     // A token bucket charged after the response (counted, a charge, a response cost) keeps
     // a debt below empty rather than reading it as merely empty (lua/token_bucket.lua).
     bool keeps_debt() const { return counted() || charges || reports_cost(); }

@@ -84,11 +84,78 @@ void MemoryLimiter::give_back(State& state, const config::LimitConfig& limit, st
         fixed->count = std::max<std::int64_t>(fixed->count - units, 0);
     } else if (auto* sliding = std::get_if<SlidingWindow>(&state)) {
         if (at <= now - sliding_window_params(limit).window_us) return;  // they have left already
-        const auto times = sliding->times();
-        const auto [first, last] = std::equal_range(times.begin(), times.end(), at);
-        sliding->erase(static_cast<std::size_t>(first - times.begin()),
-                       static_cast<std::size_t>(std::min<std::int64_t>(last - first, units)));
+        sliding->take_back(at, units);
     }
+}
+
+std::size_t MemoryLimiter::SlidingWindow::reaching(std::size_t from, std::int64_t need) const {
+    const std::size_t n = log.size() - first;
+    if (sums.empty()) return static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(n),
+                                                                             static_cast<std::int64_t>(from) + need - 1));
+    const std::int64_t base = first == 0 ? 0 : sums[first - 1];
+    const auto begin = sums.begin() + static_cast<std::ptrdiff_t>(first);
+    const auto it = std::lower_bound(begin + static_cast<std::ptrdiff_t>(from), sums.end(),
+                                     base + units_before(from) + need);
+    return static_cast<std::size_t>(it - begin);
+}
+
+void MemoryLimiter::SlidingWindow::drop_oldest(std::size_t n) {
+    first += n;
+    if (first == log.size()) {
+        log.clear();
+        sums.clear();
+        first = 0;
+    } else if (first >= 32 && 2 * first >= log.size()) {
+        const auto gone = static_cast<std::ptrdiff_t>(first);
+        log.erase(log.begin(), log.begin() + gone);
+        if (!sums.empty()) {
+            const std::int64_t base = sums[first - 1];
+            sums.erase(sums.begin(), sums.begin() + gone);
+            for (auto& sum : sums) sum -= base;
+        }
+        first = 0;
+    }
+    if (log.capacity() > 64 && 4 * log.size() < log.capacity()) log.shrink_to_fit();
+    if (sums.capacity() > 64 && 4 * sums.size() < sums.capacity()) sums.shrink_to_fit();
+}
+
+void MemoryLimiter::SlidingWindow::insert(std::size_t index, std::int64_t units, std::int64_t time) {
+    const std::size_t at = first + index;
+    const bool numbered = !sums.empty() || units != 1;
+    if (numbered && sums.empty()) {
+        sums.resize(log.size());
+        for (std::size_t i = 0; i < sums.size(); ++i) sums[i] = static_cast<std::int64_t>(i) + 1;
+    }
+    log.insert(log.begin() + static_cast<std::ptrdiff_t>(at), time);
+    if (!numbered) return;
+    const std::int64_t before = at == 0 ? 0 : sums[at - 1];
+    sums.insert(sums.begin() + static_cast<std::ptrdiff_t>(at), before + units);
+    for (std::size_t i = at + 1; i < sums.size(); ++i) sums[i] += units;
+}
+
+std::int64_t MemoryLimiter::SlidingWindow::take_back(std::int64_t time, std::int64_t units) {
+    const auto held = times();
+    const auto [lo, hi] = std::equal_range(held.begin(), held.end(), time);
+    const std::size_t a = first + static_cast<std::size_t>(lo - held.begin());
+    const std::size_t b = first + static_cast<std::size_t>(hi - held.begin());
+    if (sums.empty()) {
+        const auto n = static_cast<std::ptrdiff_t>(std::min<std::int64_t>(static_cast<std::int64_t>(b - a), units));
+        log.erase(log.begin() + static_cast<std::ptrdiff_t>(a), log.begin() + static_cast<std::ptrdiff_t>(a) + n);
+        return n;
+    }
+    std::int64_t taken = 0;
+    for (std::size_t j = b; j > a && taken < units; --j) {  // (requests of one instant are alike)
+        const std::size_t i = j - 1;
+        const std::int64_t own = sums[i] - (i == 0 ? 0 : sums[i - 1]);
+        const std::int64_t take = std::min(own, units - taken);
+        for (std::size_t k = i; k < sums.size(); ++k) sums[k] -= take;
+        taken += take;
+        if (take == own) {
+            log.erase(log.begin() + static_cast<std::ptrdiff_t>(i));
+            sums.erase(sums.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+    }
+    return taken;
 }
 
 std::int64_t MemoryLimiter::wall_microseconds() {
@@ -148,7 +215,7 @@ void MemoryLimiter::account(Shard& shard, Entry& entry) {
     // with the allocator's overhead: about what a token bucket with a short key measured.
     std::size_t bytes = 160 + text_bytes(*entry.key);
     if (const auto* window = std::get_if<SlidingWindow>(&entry.state)) {
-        bytes += window->log.capacity() * sizeof(std::int64_t);
+        bytes += window->bytes();
     } else if (const auto* held = std::get_if<Concurrency>(&entry.state)) {
         bytes += held->slots.capacity() * sizeof(held->slots[0]);
         for (const auto& slot : held->slots) bytes += text_bytes(slot.first);
@@ -411,19 +478,20 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
             const auto params = sliding_window_params(limit);
             const SlidingWindow* window = nullptr;
             if (found) window = std::get_if<SlidingWindow>(found);
-            std::int64_t first_counted = 0;  // index of the oldest request still in the window
+            std::size_t first_counted = 0;  // index of the oldest request still in the window
             if (window) {
                 const auto times = window->times();
-                first_counted = std::upper_bound(times.begin(), times.end(), now - params.window_us) - times.begin();
-                c.count = static_cast<std::int64_t>(times.size()) - first_counted;
+                first_counted = static_cast<std::size_t>(
+                    std::upper_bound(times.begin(), times.end(), now - params.window_us) - times.begin());
+                c.count = window->units_before(times.size()) - window->units_before(first_counted);
                 if (c.count > 0) c.newest = times.back();
             }
             c.allowed = c.count + c.cost <= params.limit;
             if (!c.allowed) {
-                // It fits once count + cost - limit of the counted requests have left.
-                const std::int64_t leaving = first_counted + c.count + c.cost - params.limit - 1;
-                c.retry_us = window && leaving < static_cast<std::int64_t>(window->times().size())
-                                 ? window->times()[static_cast<std::size_t>(leaving)] + params.window_us - now
+                // It fits once count + cost - limit of the counted units have left.
+                const std::size_t leaving = window ? window->reaching(first_counted, c.count + c.cost - params.limit) : 0;
+                c.retry_us = window && leaving < window->times().size()
+                                 ? window->times()[leaving] + params.window_us - now
                                  : params.window_us;
             }
         }
@@ -487,7 +555,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                     std::upper_bound(times.begin(), times.end(), now - params.window_us) - times.begin()));
                 times = window.times();
                 window.insert(static_cast<std::size_t>(std::upper_bound(times.begin(), times.end(), now) - times.begin()),
-                              static_cast<std::size_t>(c.cost), now);
+                              c.cost, now);
                 r.remaining = static_cast<std::uint64_t>(std::max<std::int64_t>(params.limit - c.count - c.cost, 0));
                 r.reset = ceil_to_ms(params.window_us);
             } else {

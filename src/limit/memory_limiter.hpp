@@ -87,34 +87,34 @@ private:
         std::int64_t interval;
     };
     struct SlidingWindow {
-        // The admitted requests, ascending (one entry per unit of cost): log[first..]. A vector
-        // whose oldest entries are dropped by moving `first` (compacted once they are half of
-        // it): a deque took a block of 512 bytes for a window of one request (1,400 bytes a key
-        // in all), and erasing at a vector's front moved every entry of a large window.
+        // The admitted requests, ascending: log[first..], one entry per request. A vector whose
+        // oldest entries are dropped by moving `first` (compacted once they are half of it): a
+        // deque took a block of 512 bytes for a window of one request (1,400 bytes a key in
+        // all), and erasing at a vector's front moved every entry of a large window.
+        // A request of more than one unit is one entry too (a cost a client names must not make
+        // it allocate or walk that many): `sums` then numbers the units, sums[i] being those of
+        // log[0..i] together; empty while every entry is one unit (most limits: no more memory).
         std::vector<std::int64_t> log;
+        std::vector<std::int64_t> sums;
         std::size_t first = 0;
         std::int64_t window_us = 1;
 
         std::span<const std::int64_t> times() const { return {log.data() + first, log.size() - first}; }
-        void drop_oldest(std::size_t n) {
-            first += n;
-            if (first == log.size()) {
-                log.clear();
-                first = 0;
-            } else if (first >= 32 && 2 * first >= log.size()) {
-                log.erase(log.begin(), log.begin() + static_cast<std::ptrdiff_t>(first));
-                first = 0;
-            }
-            if (log.capacity() > 64 && 4 * log.size() < log.capacity()) log.shrink_to_fit();
+        // The units of times()[0..i).
+        std::int64_t units_before(std::size_t i) const {
+            if (sums.empty()) return static_cast<std::int64_t>(i);
+            const std::int64_t start = first == 0 ? 0 : sums[first - 1];
+            return (first + i == 0 ? 0 : sums[first + i - 1]) - start;
         }
-        // At `index` of times(): `count` entries of `value`; or `count` entries removed.
-        void insert(std::size_t index, std::size_t count, std::int64_t value) {
-            log.insert(log.begin() + static_cast<std::ptrdiff_t>(first + index), count, value);
-        }
-        void erase(std::size_t index, std::size_t count) {
-            const auto at = log.begin() + static_cast<std::ptrdiff_t>(first + index);
-            log.erase(at, at + static_cast<std::ptrdiff_t>(count));
-        }
+        // The index in times() of the entry with which the units from index `from` on reach
+        // `need` (>= 1); times().size() when they never do.
+        std::size_t reaching(std::size_t from, std::int64_t need) const;
+        void drop_oldest(std::size_t n);
+        // At `index` of times(): a request of `units` at `time`.
+        void insert(std::size_t index, std::int64_t units, std::int64_t time);
+        // Up to `units` of the requests at `time` go; returns how many went.
+        std::int64_t take_back(std::int64_t time, std::int64_t units);
+        std::size_t bytes() const { return (log.capacity() + sums.capacity()) * sizeof(std::int64_t); }
     };
     struct FixedWindow {
         std::int64_t start = 0;  // the window this count belongs to

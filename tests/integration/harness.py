@@ -1714,6 +1714,16 @@ def decide_calls(redis):
     return sum(int(c) for c in re.findall(r"cmdstat_(?:fcall|evalsha):calls=(\d+)", stats))
 
 
+def window_units(redis, key):
+    """The units a sliding window's set `key` holds: a request of several units is one member
+    where the limit's costs may exceed 1, and the member "w" holds minus the units beyond one
+    of those (lua/sliding_window.lua)."""
+    beyond = redis.command("ZSCORE", key, "w")
+    if beyond is None:
+        return redis.command("ZCARD", key)
+    return redis.command("ZCARD", key) - 1 - int(float(beyond))
+
+
 def redis_store(redis, *, timeout="2s", on_error="allow", key_prefix="sluice"):
     """The `store` section for a RedisServer (merge it with extra={"store": ...}).
 

@@ -14,7 +14,7 @@ import socket
 import threading
 
 from admin_api import Metrics
-from harness import LOOPBACK, SluiceTestCase, limited_route, redis_store, retry_after, wait_until
+from harness import LOOPBACK, SluiceTestCase, limited_route, redis_store, retry_after, wait_until, window_units
 
 RESERVE = 10
 INTERVAL_US = 86_400 * 1_000_000  # the buckets here refill one token a day: none while a test runs
@@ -85,7 +85,7 @@ class ResponseCostTest(SluiceTestCase):
 
     def used(self, limit):
         """What Redis holds for the client's `limit`: tokens taken (the bucket's tat ahead of
-        Redis TIME, in intervals), members of the window, the fixed window's count."""
+        Redis TIME, in intervals), units in the window, the fixed window's count."""
         keys = [k for k in self.redis.command("KEYS", "sluice:*") if k.endswith(":" + limit)]
         self.assertEqual(len(keys), 1, keys)
         key = keys[0]
@@ -94,7 +94,7 @@ class ResponseCostTest(SluiceTestCase):
             now = int(seconds) * 1_000_000 + int(micros)
             return round((int(self.redis.command("GET", key)) - now) / INTERVAL_US)
         if limit == "tokens_window":
-            return self.redis.command("ZCARD", key)
+            return window_units(self.redis, key)
         return int(self.redis.command("GET", key).split(":")[1])
 
     def metric(self, name, **labels):

@@ -1039,6 +1039,111 @@ TEST_CASE("decide script: a refusal by a limit with a ban bans the key; nothing 
     }
 }
 
+// A sliding window whose requests may cost more than one unit (its plan says ",weighted").
+ScriptLimit weighted(std::string key, std::int64_t limit, std::int64_t window_us, std::int64_t cost,
+                     std::string flags = {}) {
+    return {std::move(key), "sliding_window", false, limit, window_us, cost, std::to_string(window_us) + ",weighted",
+            {}, std::move(flags)};
+}
+
+TEST_CASE("decide script: a weighted sliding window keeps a request of any cost as one member", "[lua][redis]") {
+    RedisServer server;
+    SyncRedis redis(server.port());
+    const bool library = GENERATE(true, false);
+    CAPTURE(library);
+    Script decide{redis, false, library};
+    const std::int64_t minute = 60'000'000;
+    // 10,000 units: one member, and the mark holding the units beyond one (scored -9,999),
+    // where they were 10,000 members (a ZADD of about 10 ms).
+    auto r = decide({weighted("w", 20'000, minute, 10'000)});
+    REQUIRE(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 10'000);
+    const std::int64_t first = r.now_us;
+    CHECK(redis.integer({"ZCARD", "w"}) == 2);
+    CHECK(redis.text({"ZSCORE", "w", "w"}) == "-9999");
+    // Requests of one unit and of more beside it, counted in units.
+    r = decide({weighted("w", 20'000, minute, 1)});
+    CHECK(r.results[0].remaining == 9'999);
+    const std::int64_t second = r.now_us;
+    r = decide({weighted("w", 20'000, minute, 9'000)});
+    CHECK(r.results[0].remaining == 999);
+    const std::int64_t third = r.now_us;
+    CHECK(redis.integer({"ZCARD", "w"}) == 4);
+    CHECK(redis.text({"ZSCORE", "w", "w"}) == "-18998");
+    // Refused, nothing written: 1 unit must leave (the first request's 10,000 go together),
+    // then 10,001 (the first's and the second's), then 19,001 (all three).
+    r = decide({weighted("w", 20'000, minute, 1'000)});
+    CHECK_FALSE(r.results[0].allowed);
+    CHECK(r.results[0].remaining == 999);
+    CHECK(r.results[0].retry_after.count() == ceil_ms(first + minute - r.now_us));
+    r = decide({weighted("w", 20'000, minute, 11'000)});
+    CHECK(r.results[0].retry_after.count() == ceil_ms(second + minute - r.now_us));
+    r = decide({weighted("w", 20'000, minute, 20'000)});
+    CHECK(r.results[0].retry_after.count() == ceil_ms(third + minute - r.now_us));
+    CHECK(r.results[0].reset.count() == ceil_ms(third + minute - r.now_us));
+    CHECK(redis.integer({"ZCARD", "w"}) == 4);
+    // A give-back of part of the 9,000 leaves it as one member of 5,000; the rest, and more
+    // than it holds, removes it (the one-unit member beside it is another instant's).
+    r = decide({weighted("w", 20'000, minute, 4'000, "5t" + std::to_string(third))});
+    CHECK(r.results[0].remaining == 4'999);
+    CHECK(redis.integer({"ZCARD", "w"}) == 4);
+    CHECK(redis.text({"ZSCORE", "w", "w"}) == "-14998");
+    r = decide({weighted("w", 20'000, minute, 6'000, "5t" + std::to_string(third))});
+    CHECK(r.results[0].remaining == 9'999);
+    CHECK(redis.integer({"ZCARD", "w"}) == 3);
+    CHECK(redis.text({"ZSCORE", "w", "w"}) == "-9999");
+    // Of 3 units given back, 2 leave a member of one unit: a plain member again.
+    r = decide({weighted("w", 20'000, minute, 3)});
+    const std::int64_t small = r.now_us;
+    r = decide({weighted("w", 20'000, minute, 2, "5t" + std::to_string(small))});
+    CHECK(r.results[0].remaining == 9'998);
+    CHECK(redis.text({"ZSCORE", "w", "w"}) == "-9999");
+    CHECK(redis.integer({"ZCOUNT", "w", std::to_string(small), std::to_string(small)}) == 1);
+
+    // Members leaving the window take their units with them: the mark is lowered as the set
+    // is counted, by a refused request too, and goes with the last weighted member.
+    const std::int64_t short_window = 600'000;
+    r = decide({weighted("s", 100, short_window, 60)});
+    const std::int64_t heavy = r.now_us;
+    while (redis_time_us(redis) < heavy + short_window / 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    r = decide({weighted("s", 100, short_window, 30)});
+    const std::int64_t light = r.now_us;
+    REQUIRE(light < heavy + short_window);
+    CHECK(r.results[0].remaining == 10);
+    CHECK(redis.text({"ZSCORE", "s", "w"}) == "-88");
+    while (redis_time_us(redis) <= heavy + short_window) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    r = decide({weighted("s", 100, short_window, 80)});
+    if (r.now_us < light + short_window) {  // (the 30 still count, for 300 ms: 70 fit, not 80)
+        CHECK_FALSE(r.results[0].allowed);
+        CHECK(r.results[0].remaining == 70);
+        CHECK(redis.integer({"ZCARD", "s"}) == 2);
+        CHECK(redis.text({"ZSCORE", "s", "w"}) == "-29");
+    }
+
+    // A refusal's retry reads at most 256 members from the oldest and 256 back from the
+    // newest: exact there; between them, when the need-th member has left (never early).
+    r = decide({weighted("long", 700, minute, 100)});
+    const std::int64_t oldest = r.now_us;
+    std::vector<std::int64_t> at;
+    for (int i = 0; i < 599; ++i) at.push_back(decide({weighted("long", 700, minute, 1)}).now_us);
+    auto retry = [&](std::int64_t cost) {
+        const auto refused = decide({weighted("long", 700, minute, cost)});
+        REQUIRE_FALSE(refused.results[0].allowed);
+        return std::pair{refused.results[0].retry_after.count(), refused.now_us};
+    };
+    auto [ms, now] = retry(2);  // 1 unit must leave: the oldest's 100 go
+    CHECK(ms == ceil_ms(oldest + minute - now));
+    std::tie(ms, now) = retry(102);  // 101: and the first of one unit
+    CHECK(ms == ceil_ms(at[0] + minute - now));
+    std::tie(ms, now) = retry(700);  // all 699
+    CHECK(ms == ceil_ms(at[598] + minute - now));
+    std::tie(ms, now) = retry(650);  // 649: the 51st from the newest
+    CHECK(ms == ceil_ms(at[548] + minute - now));
+    std::tie(ms, now) = retry(401);  // 400: the 301st member, read from neither end: the 400th's
+    CHECK(ms == ceil_ms(at[398] + minute - now));
+    CHECK(redis.integer({"ZCARD", "long"}) == 601);
+}
+
 TEST_CASE("decide script: a reservation settled after the response: a charge past it, or a give-back",
           "[lua][redis][settle]") {
     RedisServer server;

@@ -583,20 +583,43 @@ TEST_CASE("memory limiter: the bound holds in bytes too: long keys, large window
     CHECK(limiter.bytes() <= budget + MemoryLimiter::shard_count * 8'000);  // a share, and a key over it at most
     CHECK(limiter.size() < 3'000);
     CHECK(limiter.evictions() == 20'000 - limiter.size());
-    // A sliding window of a large limit holds a log per key (8 bytes a unit): counted too.
+    // A request of 1,000 units is one entry of a sliding window's log, not 1,000 (a cost a
+    // client names in a header must not make the store allocate it): 5,000 such keys fit.
     const std::vector<config::LimitConfig> windows{
         [] {
             auto limit = sliding_window("logged", 100'000, 3600s);
-            limit.cost = 1'000;  // 1,000 entries a request
+            limit.cost = 1'000;
             return limit;
         }()};
+    const std::size_t size_before = limiter.size();
+    const std::uint64_t evicted_before = limiter.evictions();
     for (int i = 0; i < 5'000; ++i) {
         now += 1;
         REQUIRE(limiter.decide(RouteLimits{"api", windows}, RequestKeyValues{"10.1." + std::to_string(i), "GET", "/", {}})
                     .outcome == Outcome::allowed);
     }
     CHECK(limiter.bytes() <= budget + MemoryLimiter::shard_count * 8'200);
-    CHECK(limiter.size() < 1'500);
+    CHECK(limiter.size() + (limiter.evictions() - evicted_before) == size_before + 5'000);
+    CHECK(limiter.size() > 5'000);  // (keys of 4 KB made room)
+    {
+        // Counted as 1,000 each: the 100th request of a key is its last.
+        const RequestKeyValues one{"10.1.0", "GET", "/", {}};
+        for (int i = 1; i < 100; ++i) REQUIRE(limiter.decide(RouteLimits{"api", windows}, one).outcome == Outcome::allowed);
+        CHECK(limiter.decide(RouteLimits{"api", windows}, one).outcome == Outcome::limited);
+    }
+    {
+        // A log of many requests (8 bytes each) is counted: 600 keys of 1,000 requests are 5
+        // MB, over the 2 MB of a store of 8,000 keys.
+        MemoryLimiter logs{"sluice", [&now] { return now; }, 8'000};
+        const std::vector<config::LimitConfig> large{sliding_window("large", 100'000, 3600s)};
+        for (int key = 0; key < 600; ++key)
+            for (int i = 0; i < 1'000; ++i) {
+                now += 1;
+                logs.decide(RouteLimits{"api", large}, RequestKeyValues{"10.2." + std::to_string(key), "GET", "/", {}});
+            }
+        CHECK(logs.bytes() <= 8'000 * MemoryLimiter::bytes_per_key + MemoryLimiter::shard_count * 8'400);
+        CHECK(logs.size() < 320);
+    }
     // The client asking meanwhile keeps its window (the most recent keys stay): refused at its limit.
     const std::vector<config::LimitConfig> small{sliding_window("small", 3, 3600s)};
     for (int i = 0; i < 3; ++i) CHECK(limiter.decide(RouteLimits{"api", small}, RequestKeyValues{"198.51.100.9", "GET", "/", {}}).outcome == Outcome::allowed);

@@ -105,6 +105,31 @@ TEST_CASE("redis limiter: one round trip decides every limit of the route", "[re
     CHECK(check.integer({"ZCARD", "sluice:{login:203.0.113.7}:minute"}) == 2);
 }
 
+TEST_CASE("redis limiter: a sliding window whose cost comes from a header keeps a request as one member",
+          "[redis_limiter][redis]") {
+    // A client naming the largest cost the limit allows made Redis add that many members (10
+    // ms of Redis for 10,000). Limits whose requests may cost more than 1 are weighted
+    // (lua/sliding_window.lua): one member and the mark. A limit of cost 1 is as before.
+    RedisServer server;
+    SyncRedis check(server.port());
+    Fixture f(server.port());
+    f.wait_ready();
+    const std::vector<config::LimitConfig> limits{costing(sliding_window("units", 20'000, 60s), "x-user"),
+                                                  sliding_window("plain", 5, 60s)};
+    auto first = f.decide(limits, "10000");
+    REQUIRE(first.outcome == Outcome::allowed);
+    CHECK(first.limits[0].remaining == 10'000);
+    CHECK(check.integer({"ZCARD", "sluice:{login:203.0.113.7}:units"}) == 2);
+    CHECK(check.text({"ZSCORE", "sluice:{login:203.0.113.7}:units", "w"}) == "-9999");
+    CHECK(check.integer({"ZCARD", "sluice:{login:203.0.113.7}:plain"}) == 1);
+    auto second = f.decide(limits, "10001");
+    CHECK(second.outcome == Outcome::limited);
+    CHECK(second.limits[0].remaining == 10'000);
+    CHECK(f.decide(limits, "10000").limits[0].remaining == 0);
+    CHECK(check.integer({"ZCARD", "sluice:{login:203.0.113.7}:units"}) == 3);
+    CHECK(check.integer({"ZCARD", "sluice:{login:203.0.113.7}:plain"}) == 2);
+}
+
 TEST_CASE("redis limiter: shadow limits and limits that do not apply", "[redis_limiter][redis]") {
     RedisServer server;
     Fixture f(server.port());
