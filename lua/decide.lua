@@ -100,7 +100,10 @@
 -- A limit with a ban: a request it refuses bans the key (SET KEY:ban END PXAT END, the ban's
 -- end in microseconds of TIME, in the key's slot). While the ban lasts every request with
 -- that key is refused at once: nothing else is checked or written for it, and only the
--- banning limit's result means anything (the others read 1, 0, 0, 0).
+-- banning limit's result means anything (the others read 1, 0, 0, 0). A request that costs
+-- nothing in any limit (a look-up: the admin's GET /limits, or a free route) writes nothing
+-- either way: it is decided as usual, every limit reported as it stands, and each limit
+-- whose key is banned then reads as refused by its ban.
 --
 -- Reply: one string of little-endian signed 64-bit integers (struct.pack '<i8': neither Lua
 -- nor Redis formats a number, and the proxy reads one bulk string rather than an array of
@@ -240,6 +243,7 @@ local function parse_plan(text)
                 checked = checked, charge = charge, give_back = give_back, since = since, ban = ban,
                 exact_ban = exact_ban, debt = debt or checked or charge or give_back }
     if ban then plan.banning = true end
+    if cost ~= 0 then plan.costly = true end
     -- A give-back (a reservation's time) or a charge after the response (a settle's cost)
     -- comes once: such a plan is not kept, so it never pushes the routes' plans out.
     if give_back or charge then plan.once = true end
@@ -388,7 +392,7 @@ local function decide_request(plan, n, token)
     if #built > 1 then hand_over(plan[1].algorithm, key) end
     put(plan.alone(key, now, plan.x, plan.y, plan.cost, token, plan.seen, plan.kept))
   else
-    if plan.banning and refused_by_ban(plan, n) then return end
+    if plan.banning and plan.costly and refused_by_ban(plan, n) then return end
     local admit = true
     for i = 1, n do
       local limit = plan[i]
@@ -421,6 +425,15 @@ local function decide_request(plan, n, token)
       if consumed then limit.algorithm.commit(c) end
       local remaining, retry_us, reset_us = limit.algorithm.report(c, consumed)
       put(c.allowed, remaining, retry_us, reset_us)
+      if limit.ban and not plan.costly then
+        -- (a look-up: the ban, if any, over what the limit holds)
+        local ends = ban_of(call_keys[k + i])
+        if ends and ends > now then
+          local left = ceil((ends - now) / 1000)
+          reply[m - 3], reply[m - 2], reply[m - 1] = 3, 0, left
+          if reply[m] < left then reply[m] = left end
+        end
+      end
       -- (Not from a look-up, which asks at cost 0 and must write nothing.)
       if limit.ban and not c.allowed and not admit and limit.cost > 0 then
         start_ban(limit, call_keys[k + i], retry_us)

@@ -11,13 +11,13 @@ bool Decision::shadow_limited() const {
     return false;
 }
 
-Decision Decision::from_results(std::vector<LimitResult> limits, std::int64_t time_us) {
+Decision Decision::from_results(std::vector<LimitResult> limits, std::int64_t time_us, bool inspected) {
     Decision decision;
     decision.time_us = time_us;
     for (std::size_t i = 0; i < limits.size(); ++i) {
         if (!limits[i].applies || !limits[i].banned) continue;
         for (std::size_t j = 0; j < limits.size(); ++j)
-            if (j != i) limits[j] = LimitResult{false, limits[j].shadow};
+            if (j != i && !inspected) limits[j] = LimitResult{false, limits[j].shadow};
         limits[i].allowed = false;
         decision.outcome = Outcome::limited;
         decision.limited_by = i;

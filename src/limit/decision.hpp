@@ -58,8 +58,9 @@ struct Decision {
     std::chrono::microseconds wait() const;
 
     // Builds the route-level decision from per-limit results. A banned limit decides alone:
-    // the others were not asked (their results no longer apply).
-    static Decision from_results(std::vector<LimitResult> limits, std::int64_t time_us);
+    // the others were not asked (their results no longer apply), but in an inspection
+    // (`inspected`: the admin's look-up, which costs nothing), where they were.
+    static Decision from_results(std::vector<LimitResult> limits, std::int64_t time_us, bool inspected = false);
     static Decision store_failure(std::string error);
 };
 

@@ -384,9 +384,19 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     }
     const std::int64_t now = clock_();
 
-    // A key banned now: refused at once, nothing else asked or written (lua/decide.lua).
+    // A key banned now: refused at once, nothing else asked or written (lua/decide.lua). A
+    // request that costs nothing in any limit (a look-up, a free route) is decided as usual,
+    // and each limit banned then reads as refused by its ban (`bans_over`).
     for (std::size_t i = 0; i < n; ++i) results[i].shadow = route.limits[i].shadow;
     std::optional<std::size_t> banned;
+    Small<std::int64_t> bans_over(n, 0);  // (the ban's end)
+    bool costly = false;
+    if (!inspect)
+        for (std::size_t i = 0; i < n && !costly; ++i)
+            if (ban_shard[i])
+                for (std::size_t j = 0; j < n && !costly; ++j)
+                    costly = keys[j] && (route.limits[j].algorithm == config::Algorithm::concurrency ||
+                                         bounded_cost(route.limits[j], request) > 0);
     for (std::size_t i = 0; i < n && !banned; ++i) {
         if (!ban_shard[i]) continue;
         auto& states = ban_shard[i]->states;
@@ -395,6 +405,10 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         const auto* ban = std::get_if<Ban>(&found->second.state);
         if (!ban || ban->until <= now) continue;
         touch(*ban_shard[i], found->second);
+        if (!costly) {
+            bans_over[i] = ban->until;
+            continue;
+        }
         banned = i;
         LimitResult& r = results[i];
         r.applies = true;
@@ -576,6 +590,15 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         }
     }
 
+    for (std::size_t i = 0; i < n; ++i) {
+        if (bans_over[i] == 0) continue;
+        LimitResult& r = results[i];  // (a look-up: the ban over what the limit holds)
+        r.allowed = false;
+        r.banned = true;
+        r.remaining = 0;
+        r.retry_after = ceil_to_ms(bans_over[i] - now);
+        r.reset = std::max(r.reset, r.retry_after);
+    }
     for (std::size_t i = 0; i < n; ++i)
         if (entries[i]) account(*shard[i], *entries[i]);
     std::int64_t written_bytes = 0;
@@ -605,7 +628,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
                          max_keys_.load(std::memory_order_relaxed) * bytes_per_key / 1'000'000, total);
     }
     count_decision(now);
-    auto decision = Decision::from_results(std::move(results), now);
+    auto decision = Decision::from_results(std::move(results), now, inspect);
     slots.token = std::move(token);
     decision.slots = std::move(slots);
     return decision;

@@ -117,6 +117,7 @@ struct RedisLimiter::Pending {
 
     RedisLimiter::Callback callback;
     bool answered = false;
+    bool inspect = false;  // an inspection (decide's `inspect`)
     std::vector<LimitResult> results;  // one per route limit; `applies` and `shadow` filled in
     boost::container::small_vector<std::size_t, 4> sent;  // route index of each key sent
     boost::container::small_vector<std::uint64_t, 4> ids;  // KeyPlan::Limit::id of each key sent
@@ -488,6 +489,7 @@ void RedisLimiter::decide(const RouteLimits& route, const RequestKeyValues& requ
         return;
     }
     auto pending = std::make_shared<Pending>(std::move(callback));
+    pending->inspect = inspect;
     pending->results.resize(route.limits.size());
     std::size_t applying = 0;
     for (std::size_t i = 0; i < route.limits.size(); ++i) {
@@ -876,7 +878,7 @@ void RedisLimiter::conclude(Pending& pending, const redis::RedisReply& reply, st
         slot = decide_result(reply, first + k);
         slot.shadow = shadow;
     }
-    auto decision = Decision::from_results(std::move(pending.results), decide_time(reply));
+    auto decision = Decision::from_results(std::move(pending.results), decide_time(reply), pending.inspect);
     const std::size_t by = decision.limited_by.value_or(0);
     if (remember_rejections_ && decision.outcome == Decision::Outcome::limited &&
         !(pending.not_remembered >> std::min<std::size_t>(by, 63) & 1)) {

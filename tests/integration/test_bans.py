@@ -85,9 +85,28 @@ class BanTest(SluiceTestCase):
         self.assertGreaterEqual(first_ok - tripped_at, 1.5)
         self.assertEqual(self.upstream_saw("/short/"), 3)
 
+    def check_a_look_up_during_a_ban_shows_every_limit(self):
+        # The admin look-up of a banned client: the banning limit refuses (remaining 0, its
+        # ban's end), and the route's other limits are shown as they stand, not as if they
+        # did not apply.
+        for k in range(2):
+            self.assertEqual(self.get(k, f"/guarded/{k}").status, 200)
+        self.assertEqual(self.get(0, "/guarded/trip").status, 429)
+        state = self.admin_json("GET", "/limits?route=guarded&client=127.0.0.1")
+        limits = {limit["name"]: limit for limit in state["limits"]}
+        self.assertEqual((limits["tries"]["banned"], limits["tries"]["remaining"]), (True, 0))
+        self.assertGreater(limits["tries"]["reset_ms"], 55_000)
+        self.assertEqual((limits["hourly"]["applies"], limits["hourly"]["remaining"]), (True, 98), limits["hourly"])
+        # (and the look-up took nothing)
+        state = self.admin_json("GET", "/limits?route=guarded&client=127.0.0.1")
+        self.assertEqual([limit["remaining"] for limit in state["limits"]], [0, 98])
+
     def routes(self):
         return [limited_route("login", [banning_window(2, "1s", "1m")]),
-                limited_route("short", [banning_window(2, "2s", "1500ms")])]
+                limited_route("short", [banning_window(2, "2s", "1500ms")]),
+                limited_route("guarded", [banning_window(2, "1s", "1m"),
+                                          {"name": "hourly", "algorithm": "token_bucket", "rate": 100, "per": "1h",
+                                           "burst": 100, "key": ["client_ip"]}])]
 
     def test_redis_two_instances(self):
         self.redis = self.start_redis()
@@ -95,11 +114,13 @@ class BanTest(SluiceTestCase):
         self.check_trip_hold_and_lift()
         self.check_the_end_ends_it()
         self.assertEqual(self.redis.command("EXISTS", "sluice:{login:127.0.0.1}:tries:ban"), 0)
+        self.check_a_look_up_during_a_ban_shows_every_limit()
 
     def test_memory_store(self):
         self.start_instances(1, respond(200, b"ok"), self.routes(), {"type": "memory"})
         self.check_trip_hold_and_lift()
         self.check_the_end_ends_it()
+        self.check_a_look_up_during_a_ban_shows_every_limit()
 
     def check_a_reservation_refusal_bans_for_the_ban_only(self):
         # A limit whose response reports its cost: B is refused only because A's reservation

@@ -1004,6 +1004,21 @@ TEST_CASE("decide script: a refusal by a limit with a ban bans the key; nothing 
     CHECK(replies[0].results[0].retry_after.count() > 590'000);
     CHECK(redis.integer({"EXISTS", "w"}) == 0);
     CHECK(std::stoll(redis.text({"GET", "other"})) < replies[0].now_us + 3 * minute);  // still 2 taken
+    // A look-up (every cost 0) during the ban: the ban over the window's own figures, and
+    // the other limit as it stands (98 left, not 1, 0, 0, 0); nothing written.
+    {
+        ScriptLimit tight_look = tight, other_look = bucket("other", minute, 100);
+        tight_look.cost = other_look.cost = 0;
+        const std::string other_before = redis.text({"GET", "other"});
+        const auto look = decide.batch({{tight_look, other_look}});
+        CHECK(look[0].results[0].banned);
+        CHECK(look[0].results[0].remaining == 0);
+        CHECK(look[0].results[0].retry_after.count() > 590'000);
+        CHECK(look[0].results[1].allowed);
+        CHECK(look[0].results[1].remaining == 98);
+        CHECK(redis.text({"GET", "other"}) == other_before);
+        CHECK(redis.integer({"EXISTS", "w"}) == 0);
+    }
     // Lifted (the admin reset deletes it): the window decides again.
     redis.must({"DEL", "w:ban"});
     replies = decide.batch({{tight, bucket("other", minute, 100)}});
