@@ -92,7 +92,8 @@
 -- every enforced limit allows it; then every enforced limit consumes, and every shadow limit
 -- that allows it consumes too (a shadow limit that would reject consumes nothing, as if it
 -- were enforced alone). When the request is rejected, nothing is taken for it (a token bucket
--- read beyond empty, after a reload, is written as read: token_bucket.lua's read). A
+-- read beyond empty, after a reload, is written as read: token_bucket.lua's read; a weighted
+-- sliding window's members that left the window go when it is counted: sliding_window.lua). A
 -- limit checked only (flags 2, 3) can refuse the request like any other but never consumes:
 -- the proxy charges it after the response when its status is counted, with a request of its
 -- own whose limits all have flags 4 (always consumes, never refuses).
@@ -102,7 +103,7 @@
 -- that key is refused at once: nothing else is checked or written for it, and only the
 -- banning limit's result means anything (the others read 1, 0, 0, 0). A request that costs
 -- nothing in any limit (a look-up: the admin's GET /limits, or a free route) writes nothing
--- either way: it is decided as usual, every limit reported as it stands, and each limit
+-- either way (but a weighted sliding window's trim of what left it, sliding_window.lua): it is decided as usual, every limit reported as it stands, and each limit
 -- whose key is banned then reads as refused by its ban.
 --
 -- Reply: one string of little-endian signed 64-bit integers (struct.pack '<i8': neither Lua

@@ -138,10 +138,12 @@ local function sliding_window_algorithm(read_failed)
   local write
   local function entry(key, now, window, seen, weighted)
     local e = sets[key]
+    local next_before = 0
     if e then
       if e.window == window and e.weighted == weighted then return e end
       write(key, e)  -- the window (or the cost) changed on reload within this call: count afresh
       seen = nil  -- (what the key holds is known: this call wrote it)
+      next_before = e.next  -- (members of this instant up to it are taken: named on from there)
     end
     if now ~= texts_now or window ~= texts_window then place(now, window) end
     local count, foreign, missing = counted_set(key, above_text, seen, read_failed, redis_pcall)
@@ -150,8 +152,10 @@ local function sliding_window_algorithm(read_failed)
       extra, mark, trimmed = weighted_extra(key)
       count = count + extra
     end
+    local next = count
+    if next < next_before then next = next_before end
     e = { now = now, window = window, count = count, held = count, foreign = foreign, missing = missing, adds = {},
-          next = count, weighted = weighted, extra = extra, mark = mark, written = trimmed }
+          next = next, weighted = weighted, extra = extra, mark = mark, written = trimmed }
     sets[key] = e
     return e
   end
@@ -241,28 +245,34 @@ local function sliding_window_algorithm(read_failed)
 
   -- When `need` of the `count` units of a weighted set (written, trimmed) have left the
   -- window: read from the oldest member on, or back from the newest (the units after the one
-  -- wanted are at most count - need), 256 members each way at most (a refusal of a cost from
-  -- a header is asked of Redis every time: its work is bounded); nil past them.
+  -- wanted are at most count - need), in pages of 16 then 48 members, 64 each way at most (a
+  -- refusal of a cost from a header is asked of Redis every time: its work is bounded, about
+  -- what an unweighted refusal's walk costs); nil past them.
+  local pages = { { 0, 15 }, { 16, 63 } }
   local function leaving_weighted(key, need, count, start)
-    local part = redis_call('ZRANGE', key, 0, 255, 'WITHSCORES')
     local units = 0
-    for i = 1, #part, 2 do
-      local score = tonumber(part[i + 1])
-      if score > start then  -- (not the mark)
-        local w = match(part[i], '%*(%d+)$')
-        units = units + (w and tonumber(w) or 1)
-        if units >= need then return score end
+    for p = 1, 2 do
+      local part = redis_call('ZRANGE', key, pages[p][1], pages[p][2], 'WITHSCORES')
+      for i = 1, #part, 2 do
+        local score = tonumber(part[i + 1])
+        if score > start then  -- (not the mark)
+          local w = match(part[i], '%*(%d+)$')
+          units = units + (w and tonumber(w) or 1)
+          if units >= need then return score end
+        end
       end
+      if #part < 2 * (pages[p][2] - pages[p][1] + 1) then return nil end  -- (all read)
     end
-    if #part < 512 then return nil end
-    part = redis_call('ZRANGE', key, -256, -1, 'WITHSCORES')
     local after = 0
-    for i = #part - 1, 1, -2 do
-      local score = tonumber(part[i + 1])
-      if score <= start then return nil end
-      local w = match(part[i], '%*(%d+)$')
-      after = after + (w and tonumber(w) or 1)
-      if after > count - need then return score end
+    for p = 1, 2 do
+      local part = redis_call('ZRANGE', key, -1 - pages[p][2], -1 - pages[p][1], 'WITHSCORES')
+      for i = #part - 1, 1, -2 do
+        local score = tonumber(part[i + 1])
+        if score <= start then return nil end
+        local w = match(part[i], '%*(%d+)$')
+        after = after + (w and tonumber(w) or 1)
+        if after > count - need then return score end
+      end
     end
     return nil
   end
@@ -301,7 +311,8 @@ local function sliding_window_algorithm(read_failed)
   end
 
   -- Reads the state and works out whether one more request fits. Writes nothing (but the
-  -- trim of a weighted set with a mark: entry).
+  -- trim of a weighted set with a mark, a refusal's or a look-up's too: entry; what left
+  -- the window goes, which changes no count, and later counts do not read it again).
   function sliding_window.check(key, now, limit, window, cost, _, weighted)
     local e = entry(key, now, window, nil, weighted)
     local count = e.count

@@ -226,8 +226,10 @@ struct LimitConfig {
     bool reports_cost() const { return !response_cost_field.empty(); }
     // Whether a request may take more than one unit: a cost from a header, from the response,
     // or a fixed one above 1 (a sliding window on Redis keeps such a request as one member
-    // of that weight: lua/sliding_window.lua).
-    bool weighted() const { return !cost_header.empty() || reports_cost() || cost > 1; }
+    // of that weight: lua/sliding_window.lua); and every limit of a route with plans
+    // (`keeps_used`), whose plans share a limit's key: one plan's limit may take a header's
+    // cost and another's one unit, and both must count the key alike.
+    bool weighted() const { return !cost_header.empty() || reports_cost() || cost > 1 || keeps_used; }
     // A token bucket charged after the response (counted, a charge, a response cost) keeps
     // a debt below empty rather than reading it as merely empty (lua/token_bucket.lua).
     bool keeps_debt() const { return counted() || charges || reports_cost(); }

@@ -1135,7 +1135,7 @@ TEST_CASE("decide script: a weighted sliding window keeps a request of any cost 
         CHECK(redis.text({"ZSCORE", "s", "w"}) == "-29");
     }
 
-    // A refusal's retry reads at most 256 members from the oldest and 256 back from the
+    // A refusal's retry reads at most 64 members from the oldest and 64 back from the
     // newest: exact there; between them, when the need-th member has left (never early).
     r = decide({weighted("long", 700, minute, 100)});
     const std::int64_t oldest = r.now_us;
@@ -1157,6 +1157,20 @@ TEST_CASE("decide script: a weighted sliding window keeps a request of any cost 
     std::tie(ms, now) = retry(401);  // 400: the 301st member, read from neither end: the 400th's
     CHECK(ms == ceil_ms(at[398] + minute - now));
     CHECK(redis.integer({"ZCARD", "long"}) == 601);
+}
+
+TEST_CASE("decide script: a key counted again within a call (its window changed on reload) names its members on",
+          "[lua][redis]") {
+    // The batch holds requests of both configurations: the set is written and counted again,
+    // and the members of this instant go on from those already named (two of "<t>-1" were one).
+    RedisServer server;
+    SyncRedis redis(server.port());
+    Script decide{redis};
+    const auto replies = decide.batch({{window("w", 100, 60'000'000)},
+                                       {window("w", 100, 30'000'000)},
+                                       {window("w", 100, 60'000'000)}});
+    CHECK(replies[2].results[0].remaining == 97);
+    CHECK(redis.integer({"ZCARD", "w"}) == 3);
 }
 
 TEST_CASE("decide script: a reservation settled after the response: a charge past it, or a give-back",

@@ -15,6 +15,7 @@
 #include "../support/io_loop.hpp"
 #include "../support/limit_configs.hpp"
 #include "../support/redis_server.hpp"
+#include "limit/decide_script.hpp"
 #include "limit/redis_limiter.hpp"
 #include "limit/shared_batches.hpp"
 #include "redis/topology.hpp"
@@ -128,6 +129,30 @@ TEST_CASE("redis limiter: a sliding window whose cost comes from a header keeps 
     CHECK(f.decide(limits, "10000").limits[0].remaining == 0);
     CHECK(check.integer({"ZCARD", "sluice:{login:203.0.113.7}:units"}) == 3);
     CHECK(check.integer({"ZCARD", "sluice:{login:203.0.113.7}:plain"}) == 2);
+}
+
+TEST_CASE("decide script: a sliding window is weighted where a request may cost more than one unit, and on "
+          "routes with plans",
+          "[lua]") {
+    auto y = [](const config::LimitConfig& limit) {
+        std::vector<std::string> args;
+        limit::append_decide_args(limit, args);
+        return args.back();
+    };
+    const auto plain = sliding_window("w", 5, 1s);
+    CHECK(y(plain) == "1000000");
+    CHECK(y(costing(plain, "x-cost")) == "1000000,weighted");
+    auto fixed = plain;
+    fixed.cost = 2;
+    CHECK(y(fixed) == "1000000,weighted");
+    auto reported = plain;
+    reported.response_cost_field = "x-tokens";
+    CHECK(y(reported) == "1000000,weighted");
+    // One limit name on a route with plans shares its key across the plans (one may take a
+    // header's cost, another one unit): every plan's counts it alike.
+    auto planned = plain;
+    planned.keeps_used = true;
+    CHECK(y(planned) == "1000000,weighted");
 }
 
 TEST_CASE("redis limiter: shadow limits and limits that do not apply", "[redis_limiter][redis]") {
