@@ -244,35 +244,37 @@ local function sliding_window_algorithm(read_failed)
   end
 
   -- When `need` of the `count` units of a weighted set (written, trimmed) have left the
-  -- window: read from the oldest member on, or back from the newest (the units after the one
-  -- wanted are at most count - need), in pages of 16 then 48 members, 64 each way at most (a
-  -- refusal of a cost from a header is asked of Redis every time: its work is bounded, about
-  -- what an unweighted refusal's walk costs); nil past them.
-  local pages = { { 0, 15 }, { 16, 63 } }
-  local function leaving_weighted(key, need, count, start)
+  -- window: read from the oldest member on (16 members, then 32), then back from the newest
+  -- (16: the units after the one wanted are at most count - need), names only (a member's
+  -- score is asked once found); nil past them. (A refusal of a cost from a header is asked
+  -- of Redis every time: its work is bounded, about twice an unweighted refusal's at most.)
+  local pages = { { 0, 15 }, { 16, 47 } }
+  local find, sub = string.find, string.sub
+  local function units_of(name)  -- (a member's; "*" only ever in a weighted one's name)
+    local star = find(name, '*', 1, true)
+    if star then return tonumber(sub(name, star + 1)) or 1 end
+    return 1
+  end
+  local function leaving_weighted(key, need, count)
     local units = 0
     for p = 1, 2 do
-      local part = redis_call('ZRANGE', key, pages[p][1], pages[p][2], 'WITHSCORES')
-      for i = 1, #part, 2 do
-        local score = tonumber(part[i + 1])
-        if score > start then  -- (not the mark)
-          local w = match(part[i], '%*(%d+)$')
-          units = units + (w and tonumber(w) or 1)
-          if units >= need then return score end
+      local names = redis_call('ZRANGE', key, pages[p][1], pages[p][2])
+      for i = 1, #names do
+        local name = names[i]
+        if name ~= MARK then
+          units = units + units_of(name)
+          if units >= need then return tonumber(redis_call('ZSCORE', key, name)) end
         end
       end
-      if #part < 2 * (pages[p][2] - pages[p][1] + 1) then return nil end  -- (all read)
+      if #names < pages[p][2] - pages[p][1] + 1 then return nil end  -- (all read)
     end
     local after = 0
-    for p = 1, 2 do
-      local part = redis_call('ZRANGE', key, -1 - pages[p][2], -1 - pages[p][1], 'WITHSCORES')
-      for i = #part - 1, 1, -2 do
-        local score = tonumber(part[i + 1])
-        if score <= start then return nil end
-        local w = match(part[i], '%*(%d+)$')
-        after = after + (w and tonumber(w) or 1)
-        if after > count - need then return score end
-      end
+    local names = redis_call('ZRANGE', key, -16, -1)
+    for i = #names, 1, -1 do
+      local name = names[i]
+      if name == MARK then return nil end
+      after = after + units_of(name)
+      if after > count - need then return tonumber(redis_call('ZSCORE', key, name)) end
     end
     return nil
   end
@@ -291,7 +293,7 @@ local function sliding_window_algorithm(read_failed)
       -- proxy refuses a cost above the limit before asking).
       if now ~= texts_now or window ~= texts_window then place(now, window) end
       local need = count + cost - limit
-      local left_at = e.extra > 0 and leaving_weighted(key, need, count, now - window)
+      local left_at = e.extra > 0 and leaving_weighted(key, need, count)
       if not left_at then
         -- (every member one unit: the need-th; else, past what leaving_weighted reads, the
         -- need-th member, by which at least `need` units have left: never early)

@@ -1135,7 +1135,7 @@ TEST_CASE("decide script: a weighted sliding window keeps a request of any cost 
         CHECK(redis.text({"ZSCORE", "s", "w"}) == "-29");
     }
 
-    // A refusal's retry reads at most 64 members from the oldest and 64 back from the
+    // A refusal's retry reads at most 48 members from the oldest and 16 back from the
     // newest: exact there; between them, when the need-th member has left (never early).
     r = decide({weighted("long", 700, minute, 100)});
     const std::int64_t oldest = r.now_us;
@@ -1152,8 +1152,10 @@ TEST_CASE("decide script: a weighted sliding window keeps a request of any cost 
     CHECK(ms == ceil_ms(at[0] + minute - now));
     std::tie(ms, now) = retry(700);  // all 699
     CHECK(ms == ceil_ms(at[598] + minute - now));
-    std::tie(ms, now) = retry(650);  // 649: the 51st from the newest
-    CHECK(ms == ceil_ms(at[548] + minute - now));
+    std::tie(ms, now) = retry(131);  // 130: the 31st member, on the second page
+    CHECK(ms == ceil_ms(at[29] + minute - now));
+    std::tie(ms, now) = retry(690);  // 689: the 11th from the newest
+    CHECK(ms == ceil_ms(at[588] + minute - now));
     std::tie(ms, now) = retry(401);  // 400: the 301st member, read from neither end: the 400th's
     CHECK(ms == ceil_ms(at[398] + minute - now));
     CHECK(redis.integer({"ZCARD", "long"}) == 601);
