@@ -22,7 +22,9 @@
 # code's; `perf report -i DIR/SCENARIO/perf.data` shows the rest. CPU time moves with the
 # neighbours (10-20 % between runs here): alternate builds, compare shares.
 #
-# Scenarios: none (no limits), token_bucket (one Redis key), concurrency (one Redis
+# Scenarios: none (no limits), token_bucket (one Redis key), sliding_window (one Redis key,
+# limit 1,000,000 a second), sliding_window_weighted (the same with `cost: header:x-cost`, which
+# wrk does not send: requests of cost 1 on a weighted window), concurrency (one Redis
 # concurrency key, never full: a slot taken and given back per request), clients100k (a Redis token bucket
 # per client, 100,000 clients behind a trusted X-Forwarded-For, as loadtest/run.sh),
 # clients100k_memory (the same on the memory store), nginx (the reference: nginx as a reverse
@@ -223,6 +225,12 @@ for scenario in $SCENARIOS; do
     concurrency) limits="
     limits:
       - { name: in_flight, algorithm: concurrency, limit: 100000 }" ;;
+    sliding_window) limits="
+    limits:
+      - { name: per_client, algorithm: sliding_window, limit: 1000000, window: 1s, key: [client_ip] }" ;;
+    sliding_window_weighted) limits="
+    limits:
+      - { name: per_client, algorithm: sliding_window, limit: 1000000, window: 1s, key: [client_ip], cost: \"header:x-cost\" }" ;;
     clients100k) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" ;;
     clients100k_memory) trusted='"127.0.0.1/32"' limits=$clients script="-s $HERE/clients.lua" store="
   type: memory" ;;
