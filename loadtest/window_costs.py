@@ -6,7 +6,7 @@ sliding_window, fixed_window, concurrency, decide, standalone_keys), registered 
 name, and called with FCALL as a worker calls it, one request per call, over KEYS keys (a
 request each in turn). Per case: Redis's time per call (INFO commandstats) and its memory
 after the run (INFO memory). With BASE=<git revision>, the same cases run on that revision's
-library first (a revision before the weighted windows does not know ",weighted": its rows
+library first (a revision before the weighted windows does not know ",w": its rows
 send the plain plan, one member per unit).
 
     python3 loadtest/window_costs.py            (about 30 s; needs redis-server)
@@ -88,7 +88,7 @@ def free_port():
 def measure(redis, weighted, cost):
     redis("FLUSHALL")
     redis("CONFIG", "RESETSTAT")
-    y = f"{WINDOW_US},weighted" if weighted else str(WINDOW_US)
+    y = f"{WINDOW_US},w" if weighted else str(WINDOW_US)
     for i in range(CALLS):
         redis("FCALL", "window_costs", 1, f"k{i % KEYS}", 1, f"sliding_window 0 {cost} {LIMIT} {y}")
     stats = redis("INFO", "commandstats").decode()
@@ -121,7 +121,7 @@ def main():
             redis("FUNCTION", "LOAD", "REPLACE", library(revision))
             for cost in (1, 2000, 10000):
                 if cost > 1 and revision is None and not weighted:
-                    continue  # (this tree sends ",weighted" wherever a cost can exceed 1)
+                    continue  # (this tree sends ",w" wherever a cost can exceed 1)
                 per_call, memory = measure(redis, weighted, cost)
                 name = revision or "this tree"
                 plan = "weighted" if weighted else "plain"

@@ -61,7 +61,7 @@
 --                                  "burst,kept": the bucket keeps what was used when its
 --                                  key is read under another interval (a route with plans:
 --                                  token_bucket.lua)
---                  sliding_window: limit, window_us, or "window_us,weighted": a request of
+--                  sliding_window: limit, window_us, or "window_us,w" (weighted): a request of
 --                                  cost 2 or more is one member of that weight, where the
 --                                  limit's requests may cost more than one unit
 --                                  (sliding_window.lua)
@@ -226,8 +226,8 @@ local function parse_plan(text)
     local kept = false  -- (passed to the algorithm as its variant: a bucket's `kept`, a window's `weighted`)
     if (name == 'token_bucket' or name == 'leaky_bucket') and y:sub(-5) == ',kept' then
       kept, y = true, y:sub(1, -6)
-    elseif name == 'sliding_window' and y:sub(-9) == ',weighted' then
-      kept, y = true, y:sub(1, -10)
+    elseif name == 'sliding_window' and y:sub(-2) == ',w' then
+      kept, y = true, y:sub(1, -3)
     end
     if name == 'fixed_window' then
       y = fixed_window_spec(y)

@@ -97,7 +97,8 @@ void append_decide_args(const config::LimitConfig& limit, std::uint64_t cost, st
     case config::Algorithm::sliding_window: {
         const auto params = sliding_window_params(limit);
         args.insert(args.end(), {name, flags, std::to_string(cost), std::to_string(params.limit),
-                                 std::to_string(params.window_us) + (limit.weighted() ? ",weighted" : "")});
+                                 // (",w": short enough for the string's own buffer)
+                                 std::to_string(params.window_us) + (limit.weighted() ? ",w" : "")});
         break;
     }
     case config::Algorithm::fixed_window:

@@ -1054,10 +1054,10 @@ TEST_CASE("decide script: a refusal by a limit with a ban bans the key; nothing 
     }
 }
 
-// A sliding window whose requests may cost more than one unit (its plan says ",weighted").
+// A sliding window whose requests may cost more than one unit (its plan says ",w").
 ScriptLimit weighted(std::string key, std::int64_t limit, std::int64_t window_us, std::int64_t cost,
                      std::string flags = {}) {
-    return {std::move(key), "sliding_window", false, limit, window_us, cost, std::to_string(window_us) + ",weighted",
+    return {std::move(key), "sliding_window", false, limit, window_us, cost, std::to_string(window_us) + ",w",
             {}, std::move(flags)};
 }
 
