@@ -1135,8 +1135,9 @@ TEST_CASE("decide script: a weighted sliding window keeps a request of any cost 
         CHECK(redis.text({"ZSCORE", "s", "w"}) == "-29");
     }
 
-    // A refusal's retry reads at most 48 members from the oldest and 16 back from the
-    // newest: exact there; between them, when the need-th member has left (never early).
+    // A refusal's retry reads at most 48 members from the oldest (47 and the mark) and 16
+    // back from the newest: exact there; between them, when the need-th member has left
+    // (never early).
     r = decide({weighted("long", 700, minute, 100)});
     const std::int64_t oldest = r.now_us;
     std::vector<std::int64_t> at;
