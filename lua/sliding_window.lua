@@ -244,10 +244,10 @@ local function sliding_window_algorithm(read_failed)
   end
 
   -- When `need` of the `count` units of a weighted set (written, trimmed) have left the
-  -- window: read from the oldest member on (16 members, then 32: the mark and 47), then back from the newest
-  -- (16: the units after the one wanted are at most count - need), names only (a member's
-  -- score is asked once found); nil past them. (A refusal of a cost from a header is asked
-  -- of Redis every time: its work is bounded, about twice an unweighted refusal's at most.)
+  -- window: read from the oldest member on (16 members, then 32: the mark and 47), then back
+  -- from the newest (16: the units after the one wanted are at most count - need), names only
+  -- (a member's score is asked once found); nil past them. (A refusal of a cost from a header
+  -- is asked of Redis every time: its work is bounded, about twice an unweighted refusal's.)
   local pages = { { 0, 15 }, { 16, 47 } }
   local find, sub = string.find, string.sub
   local function units_of(name)  -- (a member's; "*" only ever in a weighted one's name)
