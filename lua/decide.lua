@@ -103,8 +103,9 @@
 -- that key is refused at once: nothing else is checked or written for it, and only the
 -- banning limit's result means anything (the others read 1, 0, 0, 0). A request that costs
 -- nothing in any limit (a look-up: the admin's GET /limits, or a free route) writes nothing
--- either way (but a weighted sliding window's trim of what left it, sliding_window.lua): it is decided as usual, every limit reported as it stands, and each limit
--- whose key is banned then reads as refused by its ban.
+-- either way (but a weighted sliding window's trim of what left it, sliding_window.lua): it
+-- is decided as usual, every limit reported as it stands, and each limit whose key is banned
+-- then reads as refused by its ban.
 --
 -- Reply: one string of little-endian signed 64-bit integers (struct.pack '<i8': neither Lua
 -- nor Redis formats a number, and the proxy reads one bulk string rather than an array of
@@ -223,7 +224,7 @@ local function parse_plan(text)
     cost, x = tonumber(cost), tonumber(x)
     -- (The proxy bounds every cost far below this: a larger one would not count exactly.)
     if cost >= 2^53 or x >= 2^53 then return nil, 'parameters of limit ' .. n .. ' are not valid' end
-    local kept = false  -- (passed to the algorithm as its variant: a bucket's `kept`, a window's `weighted`)
+    local kept = false  -- (the algorithm's variant: a bucket's `kept`, a window's `weighted`)
     if (name == 'token_bucket' or name == 'leaky_bucket') and y:sub(-5) == ',kept' then
       kept, y = true, y:sub(1, -6)
     elseif name == 'sliding_window' and y:sub(-2) == ',w' then
