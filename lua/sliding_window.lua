@@ -15,7 +15,8 @@
 -- when its newest member leaves the window. A key of another type (the limit's algorithm
 -- changed on reload) reads as empty and is replaced when written.
 -- Weighted members (`weighted`: a limit whose requests may cost more than one unit, a cost
--- from a header, a response's or a fixed cost above 1; the plan says so): a request of cost
+-- from a header, a response's or a fixed cost above 1, and every limit of a route with plans,
+-- whose plans share its key; the plan says so): a request of cost
 -- w >= 2 is ONE member "<t>-<n>*<w>" (n to n + w - 1 are its), not w members, so what a
 -- request costs Redis does not grow with the cost a client names (10,000 members were a ZADD
 -- of 10 ms: a client sending the largest cost the limit allows held Redis 2,000 times as

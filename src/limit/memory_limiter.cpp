@@ -112,6 +112,8 @@ void MemoryLimiter::SlidingWindow::drop_oldest(std::size_t n) {
             const std::int64_t base = sums[first - 1];
             sums.erase(sums.begin(), sums.begin() + gone);
             for (auto& sum : sums) sum -= base;
+            // Once every request of several units has left, the sums go (8 bytes a request).
+            if (sums.back() == static_cast<std::int64_t>(sums.size())) sums = {};
         }
         first = 0;
     }

@@ -694,3 +694,28 @@ TEST_CASE("memory limiter: a concurrency slot held is never evicted", "[memory_l
     CHECK(limiter.decide(RouteLimits{"slow", one_at_a_time}, RequestKeyValues{"198.51.100.2", "GET", "/", {}}).outcome ==
           Outcome::allowed);
 }
+
+TEST_CASE("memory limiter: a sliding window's sums of units go once its requests of several units have left",
+          "[memory_limiter]") {
+    // A request of 5 units among requests of one: the log numbers its units (16 bytes a
+    // request) while it is there, and goes back to 8 bytes a request once it has left.
+    std::int64_t now = 1'700'000'000 * second;
+    MemoryLimiter limiter{"sluice", [&now] { return now; }, 1'000};
+    auto heavy = sliding_window("w", 1'000, 1s);
+    heavy.cost = 5;
+    const std::vector<config::LimitConfig> heavy_route{heavy}, light_route{sliding_window("w", 1'000, 1s)};
+    auto ask = [&](const std::vector<config::LimitConfig>& limits) {
+        return limiter.decide(RouteLimits{"api", limits}, RequestKeyValues{"192.0.2.1", "GET", "/", {}});
+    };
+    REQUIRE(ask(heavy_route).limits[0].remaining == 995);
+    for (int i = 1; i <= 100; ++i) {
+        now += 1'000;
+        REQUIRE(ask(light_route).limits[0].remaining == static_cast<std::uint64_t>(995 - i));
+    }
+    const std::size_t with_sums = limiter.bytes();
+    now += 950'000;  // the 5 units and the first 50 of one have left
+    CHECK(ask(light_route).limits[0].remaining == 1'000 - 50 - 1);
+    CHECK(limiter.bytes() + 100 * 8 <= with_sums);
+    now += 1'000;
+    CHECK(ask(light_route).limits[0].remaining == 1'000 - 50 - 1);  // (one more left, one more came)
+}
