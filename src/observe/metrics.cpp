@@ -83,15 +83,20 @@ std::shared_ptr<RouteMetrics> Metrics::route_held(const std::string& name) {
 void Metrics::prune(std::size_t spare) {
     std::lock_guard lock(mutex_);
     auto unheld = [this](const std::shared_ptr<RouteMetrics>& r) { return r.get() != no_route_ && r.use_count() == 1; };
-    if (static_cast<std::size_t>(std::count_if(routes_.begin(), routes_.end(), unheld)) > spare)
-        std::erase_if(routes_, unheld);
+    auto unheld_limit = [](const std::shared_ptr<LimitMetrics>& l) { return l.use_count() == 1; };
+    std::size_t count = 0;
+    for (const auto& r : routes_)
+        count += unheld(r) + static_cast<std::size_t>(std::count_if(r->limits.begin(), r->limits.end(), unheld_limit));
+    if (count <= spare) return;
+    std::erase_if(routes_, unheld);
+    for (auto& r : routes_) std::erase_if(r->limits, unheld_limit);
 }
 
-LimitMetrics& Metrics::limit(RouteMetrics& route, const std::string& name) {
+std::shared_ptr<LimitMetrics> Metrics::limit_held(RouteMetrics& route, const std::string& name) {
     std::lock_guard lock(mutex_);
     for (auto& l : route.limits)
-        if (l.name == name) return l;
-    return route.limits.emplace_back(name);
+        if (l->name == name) return l;
+    return route.limits.emplace_back(std::make_shared<LimitMetrics>(name));
 }
 
 void Metrics::describe(RouteMetrics& route, std::vector<RouteMetrics::LimitShown> limits) {
@@ -124,9 +129,9 @@ std::string prometheus_text(const Metrics& m) {
     m.for_each_route([&](const RouteMetrics& r) {
         for (const auto& l : r.limits)
             for (std::size_t d = 0; d < decision_names.size(); ++d)
-                if (auto n = l.decisions(static_cast<DecisionKind>(d)))
+                if (auto n = l->decisions(static_cast<DecisionKind>(d)))
                     fmt::format_to(it, "sluice_ratelimit_decisions_total{{route=\"{}\",limit=\"{}\",decision=\"{}\"}} {}\n",
-                                   label(r.name), label(l.name), decision_names[d], n);
+                                   label(r.name), label(l->name), decision_names[d], n);
     });
     fmt::format_to(it, "# HELP sluice_ratelimit_exempt_total Requests that skipped every limit of their route (exempt).\n"
                        "# TYPE sluice_ratelimit_exempt_total counter\n");
@@ -139,9 +144,9 @@ std::string prometheus_text(const Metrics& m) {
                    "# TYPE sluice_limit_resets_total counter\n");
     m.for_each_route([&](const RouteMetrics& r) {
         for (const auto& l : r.limits)
-            if (auto n = l.resets())
+            if (auto n = l->resets())
                 fmt::format_to(it, "sluice_limit_resets_total{{route=\"{}\",limit=\"{}\"}} {}\n", label(r.name),
-                               label(l.name), n);
+                               label(l->name), n);
     });
     fmt::format_to(it,
                    "# HELP sluice_ratelimit_charges_total Charges after the response to limits that count statuses "
@@ -150,15 +155,15 @@ std::string prometheus_text(const Metrics& m) {
                    "# TYPE sluice_ratelimit_charges_total counter\n");
     m.for_each_route([&](const RouteMetrics& r) {
         for (const auto& l : r.limits) {
-            if (auto n = l.charged())
+            if (auto n = l->charged())
                 fmt::format_to(it, "sluice_ratelimit_charges_total{{route=\"{}\",limit=\"{}\",result=\"charged\"}} {}\n",
-                               label(r.name), label(l.name), n);
-            if (auto n = l.refunded())
+                               label(r.name), label(l->name), n);
+            if (auto n = l->refunded())
                 fmt::format_to(it, "sluice_ratelimit_charges_total{{route=\"{}\",limit=\"{}\",result=\"refunded\"}} {}\n",
-                               label(r.name), label(l.name), n);
-            if (auto n = l.charge_failures())
+                               label(r.name), label(l->name), n);
+            if (auto n = l->charge_failures())
                 fmt::format_to(it, "sluice_ratelimit_charges_total{{route=\"{}\",limit=\"{}\",result=\"failed\"}} {}\n",
-                               label(r.name), label(l.name), n);
+                               label(r.name), label(l->name), n);
         }
     });
     fmt::format_to(it,
@@ -167,9 +172,9 @@ std::string prometheus_text(const Metrics& m) {
                    "# TYPE sluice_ratelimit_reported_cost_total counter\n");
     m.for_each_route([&](const RouteMetrics& r) {
         for (const auto& l : r.limits)
-            if (auto n = l.reported_units())
+            if (auto n = l->reported_units())
                 fmt::format_to(it, "sluice_ratelimit_reported_cost_total{{route=\"{}\",limit=\"{}\"}} {}\n",
-                               label(r.name), label(l.name), n);
+                               label(r.name), label(l->name), n);
     });
     fmt::format_to(it,
                    "# HELP sluice_store_errors_total Rate-limit decisions the store could not make in time.\n"

@@ -78,7 +78,8 @@ std::vector<RouteInterval> SummaryReporter::take(const Metrics& metrics, const L
         r.store_errors = delta(m.total(&RouteCounts::store_errors), last.store_errors);
         r.delayed = delta(m.total(&RouteCounts::delayed), last.delayed);
         r.exempt = delta(m.total(&RouteCounts::exempt), last.exempt);
-        for (const auto& limit : m.limits) {
+        for (const auto& held : m.limits) {
+            const LimitMetrics& limit = *held;
             const std::uint64_t refused = limit.decisions(DecisionKind::limited) + limit.decisions(DecisionKind::banned);
             std::string id = m.name + '\0' + limit.name;
             auto& before = limited_seen[id];

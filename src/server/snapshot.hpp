@@ -47,6 +47,7 @@ struct LimitSet {
     std::span<const config::LimitConfig> limits;
     limit::KeyPlan key_plan;
     std::vector<observe::LimitMetrics*> metrics;  // per limit
+    std::vector<std::shared_ptr<observe::LimitMetrics>> metrics_held;  // (what keeps them: Metrics::prune)
     // Where some limits count statuses: one charge set per group of them that a status
     // charges together, and which one a response of each status (100 to 599) charges.
     std::vector<ChargeSet> charges;

@@ -102,4 +102,25 @@ TEST_CASE("route metrics go once nothing holds them: routes a reload took away",
     CHECK(names().size() == 2);
     // Named again later: counted from zero.
     CHECK(metrics.route_held("gone")->total(&observe::RouteCounts::requests) == 0);
+    // A kept route's limits alike: a limit named anew by each reload does not grow it, one
+    // held stays with its counts.
+    auto limit_names = [&] {
+        std::vector<std::string> out;
+        metrics.for_each_route([&](const observe::RouteMetrics& r) {
+            if (r.name == "kept")
+                for (const auto& l : r.limits) out.push_back(l->name);
+        });
+        return out;
+    };
+    auto burst = metrics.limit_held(*kept, "burst");
+    burst->count(observe::DecisionKind::limited);
+    for (int i = 0; i < 1000; ++i) {
+        auto held = metrics.limit_held(*kept, "l" + std::to_string(i));
+        metrics.prune(64);
+    }
+    CHECK(limit_names().size() <= 66);
+    metrics.prune();
+    CHECK(limit_names() == std::vector<std::string>{"burst"});
+    CHECK(metrics.limit_held(*kept, "burst") == burst);
+    CHECK(burst->decisions(observe::DecisionKind::limited) == 1);
 }
