@@ -392,13 +392,16 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
     for (std::size_t i = 0; i < n; ++i) results[i].shadow = route.limits[i].shadow;
     std::optional<std::size_t> banned;
     Small<std::int64_t> bans_over(n, 0);  // (the ban's end)
-    bool costly = false;
-    if (!inspect)
-        for (std::size_t i = 0; i < n && !costly; ++i)
-            if (ban_shard[i])
-                for (std::size_t j = 0; j < n && !costly; ++j)
-                    costly = keys[j] && (route.limits[j].algorithm == config::Algorithm::concurrency ||
-                                         bounded_cost(route.limits[j], request) > 0);
+    std::optional<bool> costly;  // whether the request costs anything: asked once a ban is found
+    auto costs = [&] {
+        if (!costly) {
+            costly = false;
+            for (std::size_t j = 0; j < n && !inspect && !*costly; ++j)
+                *costly = keys[j] && (route.limits[j].algorithm == config::Algorithm::concurrency ||
+                                      bounded_cost(route.limits[j], request) > 0);
+        }
+        return *costly;
+    };
     for (std::size_t i = 0; i < n && !banned; ++i) {
         if (!ban_shard[i]) continue;
         auto& states = ban_shard[i]->states;
@@ -407,7 +410,7 @@ Decision MemoryLimiter::decide(const RouteLimits& route, const RequestKeyValues&
         const auto* ban = std::get_if<Ban>(&found->second.state);
         if (!ban || ban->until <= now) continue;
         touch(*ban_shard[i], found->second);
-        if (!costly) {
+        if (!costs()) {
             bans_over[i] = ban->until;
             continue;
         }
