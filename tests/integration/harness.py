@@ -410,9 +410,15 @@ class Sluice:
             self.wait_ready(timeout)
         return self
 
+    def _start_line_expected(self):
+        """Whether the configuration logs at info, so that the start line comes."""
+        return not re.search(r"^\s*level:\s*[\"']?(warn|error|critical|off)\b", self.config_text, re.M)
+
     def wait_ready(self, timeout=READY_TIMEOUT):
-        """Waits until the listen port accepts a connection; fails early if the process
-        exits."""
+        """Waits until the listen port accepts a connection and the start line ("listening
+        on ...") is out; fails early if the process exits. The port accepts as soon as it is
+        bound; the other listeners, the admin port and the pid file come just after it, and
+        the start line once they all are."""
         if self.port is None:
             raise AssertionError("Sluice.wait_ready needs the listen port (port=...)")
         deadline = time.monotonic() + timeout
@@ -421,7 +427,9 @@ class Sluice:
                 self.returncode = self.proc.returncode
                 raise AssertionError(f"sluice exited with {self.returncode} before listening:\n"
                                      + self.log_text())
-            if _port_accepts(LOOPBACK, self.port):
+            if _port_accepts(LOOPBACK, self.port) and (
+                    not self._start_line_expected()
+                    or "listening on" in self.stdout_text() + self.stderr_text()):
                 return
             if time.monotonic() >= deadline:
                 raise WaitTimeout(f"sluice did not listen on port {self.port} within "

@@ -27,6 +27,15 @@ from test_keys import jwt_token
 
 SECRET = "a shared secret of at least 32 bytes!"
 
+
+def catches_sighup(pid):
+    """Whether process `pid` has a handler for SIGHUP (SigCgt in /proc: bit 0 is signal 1)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return int(line.split()[1], 16) & 1 == 1
+    return False
+
 MAP = """key-pro: pro
 key-vip: {plan: pro, overrides: {quota: {limit: 9}}}
 key-free: free
@@ -99,7 +108,9 @@ class PlansTest(SluiceTestCase):
         self.write_map("".join(f"key-{i}: big\n" for i in range(200_000)))
         port = free_port()
         s = self.start_sluice(self.config(port, {"type": "memory"}), wait=False, port=port)
-        time.sleep(0.2)  # into the load (1.6 s here); a machine done sooner reloads the usual way
+        # Once sluice catches SIGHUP (the first thing it does), into the load (1.6 s here); a
+        # machine done sooner reloads the usual way.
+        wait_until(lambda: catches_sighup(s.proc.pid), 5, message="sluice catching SIGHUP")
         s.send_signal(signal.SIGHUP)
         s.send_signal(signal.SIGUSR1)
         s.wait_ready()

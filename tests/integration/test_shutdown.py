@@ -5,6 +5,7 @@ import socket
 import time
 import unittest
 
+from admin_api import Metrics
 from harness import (LOOPBACK, RawClient, SluiceTestCase, build_request, by_path, delayed, free_port,
                      limited_route, proxy_config, redis_store, respond, token_bucket, wait_until)
 
@@ -106,10 +107,12 @@ class StoreStopTest(SluiceTestCase):
 class MaxConnectionsTest(SluiceTestCase):
     def test_connection_beyond_max_connections_is_closed_without_response(self):
         up = self.start_upstream(respond(200, b"ok"))
-        port = free_port()
-        self.start_sluice(proxy_config(port, {"app": up.address},
-                                       server={"max_connections": 2}))
-        time.sleep(0.3)  # let the readiness probe connection be noticed as closed
+        port, admin_port = free_port(), free_port()
+        self.start_sluice(proxy_config(port, {"app": up.address}, server={"max_connections": 2},
+                                       extra={"admin": {"listen": f"{LOOPBACK}:{admin_port}"}}))
+        # The readiness probe's connection, closed by the harness, is seen closed.
+        wait_until(lambda: Metrics.fetch(admin_port).get("sluice_connections_active") == 0, 5,
+                   message="the readiness probe's connection seen closed")
         first = self.client(port)
         second = self.client(port)
         self.assertEqual(first.request("GET", "/1").status, 200)

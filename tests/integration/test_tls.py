@@ -167,9 +167,6 @@ class TlsListenerTest(PkiMixin, SluiceTestCase):
             srv.update(server)
         s = self.start_sluice(proxy_config(plain, {"app": self.upstream.address}, server=srv, extra=extra),
                               port=plain)
-        # The plain port accepts as soon as it is bound; the TLS one is bound just after it, and
-        # the start line comes once every listener is.
-        s.wait_log(rf"listening on .*:{secure}\b")
         if admin:
             wait_admin(admin_port)
         self.plain_port = plain

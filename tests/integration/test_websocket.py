@@ -34,7 +34,8 @@ class EchoServer:
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
-        self.ready.wait(10)
+        if not self.ready.wait(10):
+            raise AssertionError(f"the websocket echo server did not listen on {self.port} within 10 s")
 
     @property
     def address(self):
