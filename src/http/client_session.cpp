@@ -947,10 +947,10 @@ net::awaitable<bool> Session::forward(Exchange& x) {
     const unsigned status = response.status;
     if (status == 101) {
         snap.metrics->upstream_latency.observe(*rec.upstream_ms / 1000.0);
-        if (x.unsettled) co_await settle_head(x, response.fields);
-        // Limits that count 101 ("1xx"): charged before the 101 goes, as any status (not when
-        // the tunnel closes, an hour later: every tunnel opened meanwhile passed).
-        if (x.charge_worker) co_await charge_response(x, status);
+        // A cost the head reports, and limits that count 101 ("1xx"): charged before the 101
+        // goes, as any status (not when the tunnel closes, an hour later: every tunnel opened
+        // meanwhile passed).
+        if (x.unsettled || x.charge_worker) co_await settle_and_charge(x, &response.fields, status);
         co_return co_await tunnel(cfg, snap, std::move(conn), response, rate_headers, rec);
     }
     const auto framing = check_response_framing(response.fields, response.version, status, is_head);
@@ -964,8 +964,6 @@ net::awaitable<bool> Session::forward(Exchange& x) {
 
     using Body = Framing::Body;
     const bool upstream_keeps = response.keep_alive;
-    // A cost the head reports, and limits that count the status: before the head goes.
-    if (x.unsettled) co_await settle_head(x, response.fields);
     head_.clear();
     const ResponseOnward back =
         response_onward(response, framing, client_version, keep_alive && !body_refused && !worker_.stopping(), rate_headers, head_);
@@ -992,15 +990,17 @@ net::awaitable<bool> Session::forward(Exchange& x) {
                                                              : std::string(body.problem()));
                 if (!first) co_return false;
                 // Nothing sent yet: the head is still ours to replace, and the 502 is what
-                // limits counting statuses are charged for (sluice's own 502, as any).
-                co_await charge_response(x, 502);
+                // limits counting statuses are charged for (sluice's own 502, as any); a cost
+                // the head reported is settled all the same.
+                if (x.unsettled || x.charge_worker) co_await settle_and_charge(x, &response.fields, 502);
                 co_return co_await reply(cfg.server, local_problem(502, "upstream sent an invalid response body"), false, rec);
             }
             n = got.n;
         }
-        // Limits that count the status: charged before the head goes (with the first bytes
-        // of the body that came with it: a body invalid in those is a 502 instead, above).
-        if (first && x.charge_worker) co_await charge_response(x, status);
+        // A cost the head reports, and limits that count the status: before the head goes
+        // (with the first bytes of the body that came with it: a body invalid in those is a
+        // 502 instead, above), in one store round trip.
+        if (first && (x.unsettled || x.charge_worker)) co_await settle_and_charge(x, &response.fields, status);
         const bool body_done = body.done();
         if (!first && n == 0 && !body_done) continue;
         // A cost the trailer reports: settled before the body's end goes.

@@ -300,12 +300,7 @@ void count_charge(const server::Snapshot& snap, std::size_t route_index, const s
 }  // namespace
 
 net::awaitable<void> charge_response(Exchange& x, unsigned status) {
-    const auto [charge, worker] = take_charge(x, status);
-    if (!charge) co_return;
-    const limit::RouteLimits limits = charge->route_limits(x.route->name);
-    const limit::RequestKeyValues values = key_values(x);
-    const limit::Decision outcome = co_await worker->decide(limits, values);
-    count_charge(x.snap, x.route_index(), *x.limit_set, *charge, status, outcome);
+    if (x.charge_worker) co_await settle_and_charge(x, nullptr, status);
 }
 
 namespace {
@@ -327,17 +322,20 @@ void warn_settle_failed(std::string_view route, std::string_view error) {
                  error, gate.suppressed());
 }
 
-// Settles the reserved limits whose cost comes in the head (`trailer` false) or the trailer,
-// as `report` reads them: each one's difference to its reservation charged or given back, in
-// one store call, awaited.
+// What a settle asks of the store: the reserved limits whose cost comes in the head
+// (`trailer` false) or the trailer, as `report` reads them, each one's difference to its
+// reservation charged or given back (`limits` empty: nothing to settle), and which of them
+// changed (indexes into limit_set->settles).
+struct SettleCall {
+    std::vector<config::LimitConfig> limits;
+    std::vector<std::size_t> changed;
+};
+
 template <class Report>
-net::awaitable<void> settle(Exchange& x, bool trailer, Report report) {
-    server::Worker* worker = x.settle_worker;
-    if (x.unsettled == 0) co_return;
+SettleCall plan_settle(Exchange& x, bool trailer, Report report) {
+    SettleCall call;
     const server::ChargeSet& settles = x.limit_set->settles;
     const auto& route = *x.route;
-    std::vector<config::LimitConfig> limits;  // the settle: made when there is something to settle
-    std::vector<std::size_t> changed;
     for (std::size_t j = 0; j < settles.limits.size() && j < 64; ++j) {
         const std::uint64_t bit = std::uint64_t{1} << j;
         const auto& limit = settles.limits[j];
@@ -351,40 +349,62 @@ net::awaitable<void> settle(Exchange& x, bool trailer, Report report) {
         x.limit_set->metrics[settles.index[j]]->count_reported(units);
         // (A give-back needs its reservation's time; without one it would read as a charge.)
         if (units == limit.cost || (units < limit.cost && x.reserved_at_us <= 0)) continue;
-        if (limits.empty()) {
+        if (call.limits.empty()) {
             // Every settle limit, those with nothing to settle at cost 0 (they take nothing):
             // the set's key plan names them all.
-            limits = settles.limits;
-            for (auto& l : limits) l.cost = 0;
+            call.limits = settles.limits;
+            for (auto& l : call.limits) l.cost = 0;
         }
-        auto& settle = limits[j];
+        auto& settle = call.limits[j];
         if (units > limit.cost) {
             settle.cost = units - limit.cost;
         } else {
             settle.cost = limit.cost - units;
             settle.refund_at_us = x.reserved_at_us;
         }
-        changed.push_back(j);
+        call.changed.push_back(j);
     }
-    if (limits.empty()) co_return;
-    const limit::RouteLimits settle_limits{route.name, limits, &settles.key_plan};
-    const limit::RequestKeyValues values = key_values(x);
-    const limit::Decision outcome = co_await worker->decide(settle_limits, values);
+    return call;
+}
+
+// Counts what the store answered to a settle (and logs a failure).
+void count_settle(const Exchange& x, const SettleCall& call, const limit::Decision& outcome) {
     const bool failed = outcome.outcome == limit::Decision::Outcome::store_error;
-    for (const std::size_t j : changed) {
+    const server::ChargeSet& settles = x.limit_set->settles;
+    for (const std::size_t j : call.changed) {
         if (!failed && (j >= outcome.limits.size() || !outcome.limits[j].applies)) continue;
         auto* metrics = x.limit_set->metrics[settles.index[j]];
         if (failed) metrics->count_charge(false);
-        else if (limits[j].refund_at_us > 0) metrics->count_refund();
+        else if (call.limits[j].refund_at_us > 0) metrics->count_refund();
         else metrics->count_charge(true);
     }
-    if (failed) warn_settle_failed(route.name, outcome.error);
+    if (failed) warn_settle_failed(x.route->name, outcome.error);
 }
 
 }  // namespace
 
-net::awaitable<void> settle_head(Exchange& x, const FieldList& fields) {
-    co_await settle(x, false, [&fields](std::string_view name) { return cost_in_fields(fields, name); });
+net::awaitable<void> settle_and_charge(Exchange& x, const FieldList* head, unsigned status) {
+    SettleCall settle;
+    if (head && x.unsettled)
+        settle = plan_settle(x, false, [head](std::string_view name) { return cost_in_fields(*head, name); });
+    const auto [charge, worker] = take_charge(x, status);
+    if (settle.limits.empty() && !charge) co_return;
+    const limit::RequestKeyValues values = key_values(x);
+    limit::Decision settled, charged;
+    if (settle.limits.empty()) {
+        charged = co_await worker->decide(charge->route_limits(x.route->name), values);
+    } else {
+        const limit::RouteLimits settle_limits{x.route->name, settle.limits, &x.limit_set->settles.key_plan};
+        if (charge) {
+            // Both at once: a stalled store holds the response up once, not once for each.
+            co_await worker->decide_both(settle_limits, values, settled, charge->route_limits(x.route->name), values,
+                                         charged);
+        } else {
+            settled = co_await x.settle_worker->decide(settle_limits, values);
+        }
+        count_settle(x, settle, settled);
+    }
+    if (charge) count_charge(x.snap, x.route_index(), *x.limit_set, *charge, status, charged);
 }
 
 bool settles_trailer(const Exchange& x) {
@@ -396,7 +416,13 @@ bool settles_trailer(const Exchange& x) {
 }
 
 net::awaitable<void> settle_trailer(Exchange& x, std::string_view trailers) {
-    co_await settle(x, true, [trailers](std::string_view name) { return cost_in_trailers(trailers, name); });
+    if (x.unsettled == 0) co_return;
+    const SettleCall settle =
+        plan_settle(x, true, [trailers](std::string_view name) { return cost_in_trailers(trailers, name); });
+    if (settle.limits.empty()) co_return;
+    const limit::RouteLimits settle_limits{x.route->name, settle.limits, &x.limit_set->settles.key_plan};
+    const limit::Decision outcome = co_await x.settle_worker->decide(settle_limits, key_values(x));
+    count_settle(x, settle, outcome);
 }
 
 void abandon(Exchange& x) {

@@ -171,9 +171,11 @@ std::optional<LocalReply> read_decision(Exchange& x, limit::Decision& decision, 
 boost::asio::awaitable<void> charge_response(Exchange& x, unsigned status);
 // Before the response head goes to the client: the limits whose cost the head reports
 // (`cost: {response_header}`) are settled against their reservations, once per request,
-// and the settle awaited (as a charge). `fields`: the upstream's head. (Callers skip it, and
-// its coroutine frame, when x.unsettled is 0.)
-boost::asio::awaitable<void> settle_head(Exchange& x, const FieldList& fields);
+// and the settle awaited (as a charge), in one store round trip with the charge of the
+// limits that count `status` (charge_response): a store that stalls holds the response up
+// once. `head`: the upstream's head (null: only the charge). (Callers skip it, and its
+// coroutine frame, when x.unsettled is 0 and x.charge_worker null.)
+boost::asio::awaitable<void> settle_and_charge(Exchange& x, const FieldList* head, unsigned status);
 // Whether a limit the request reserved waits for a trailer (`cost: {response_trailer}`):
 // the response body's trailer section is then kept (BodyReader::keep_trailers).
 bool settles_trailer(const Exchange& x);

@@ -687,9 +687,8 @@ private:
         using Body = Framing::Body;
         const bool with_body = framing.body != Body::none && !(framing.body == Body::length && framing.length == 0);
         if (x.charge_worker || x.unsettled) {
-            // Counted before the client has the head (as over HTTP/1.1).
-            if (x.charge_worker) co_await charge_response(x, status);
-            if (x.unsettled) co_await settle_head(x, response.fields);
+            // Counted before the client has the head (as over HTTP/1.1), in one store round trip.
+            co_await settle_and_charge(x, &response.fields, status);
             if (s.closed) {
                 rec.status = 499;
                 co_return;

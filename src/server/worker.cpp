@@ -5,6 +5,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <memory>
+#include <tuple>
 #include <spdlog/spdlog.h>
 
 #include "http/client_session.hpp"
@@ -81,6 +83,39 @@ net::awaitable<void> Worker::ask_store(const limit::RouteLimits& route, const li
                 *out = std::move(d);
                 std::move(handler)();
             });
+        },
+        net::use_awaitable);
+}
+
+net::awaitable<void> Worker::decide_both(const limit::RouteLimits& a, const limit::RequestKeyValues& a_request,
+                                         limit::Decision& a_out, const limit::RouteLimits& b,
+                                         const limit::RequestKeyValues& b_request, limit::Decision& b_out) {
+    std::optional<limit::Decision> a_now = store_->decide_now(a, a_request);
+    std::optional<limit::Decision> b_now = store_->decide_now(b, b_request);
+    if (a_now) a_out = std::move(*a_now);
+    if (b_now) b_out = std::move(*b_now);
+    if (a_now && b_now) co_return;
+    if (a_now || b_now) {
+        if (a_now) co_await ask_store(b, b_request, b_out);
+        else co_await ask_store(a, a_request, a_out);
+        co_return;
+    }
+    co_await net::async_initiate<decltype(net::use_awaitable), void()>(
+        [&, this](auto handler) {
+            // The handler runs once both decisions are in (a shared count: either may come first).
+            using Handler = decltype(handler);
+            struct Both {
+                explicit Both(Handler&& h) : done(std::move(h)) {}
+                Handler done;
+                int left = 2;
+            };
+            auto both = std::make_shared<Both>(std::move(handler));
+            for (auto [route, request, out] : {std::tuple{&a, &a_request, &a_out}, std::tuple{&b, &b_request, &b_out}}) {
+                store_->decide(*route, *request, [both, out](limit::Decision&& d) {
+                    *out = std::move(d);
+                    if (--both->left == 0) std::move(both->done)();
+                });
+            }
         },
         net::use_awaitable);
 }

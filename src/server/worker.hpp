@@ -95,6 +95,12 @@ public:
     std::optional<limit::Decision> decide_now(const limit::RouteLimits& route, const limit::RequestKeyValues& request);
     boost::asio::awaitable<void> ask_store(const limit::RouteLimits& route, const limit::RequestKeyValues& request,
                                            limit::Decision& out);
+    // Two store round trips at once, awaited together (on Redis both go in one call, with one
+    // deadline): a response's settle and its charge, which a stalled store would otherwise
+    // hold up one after the other. `a`, `b` and their requests are read when it starts.
+    boost::asio::awaitable<void> decide_both(const limit::RouteLimits& a, const limit::RequestKeyValues& a_request,
+                                             limit::Decision& a_out, const limit::RouteLimits& b,
+                                             const limit::RequestKeyValues& b_request, limit::Decision& b_out);
     // The same without waiting: a response's charge to the limits that count its status
     // (http::finish). `done` runs once, on this worker's thread, perhaps inside
     // this call (the memory store); `route` and `request` are only read during the call.

@@ -12,9 +12,11 @@ import random
 import signal
 import socket
 import threading
+import time
 
 from admin_api import Metrics
-from harness import LOOPBACK, SluiceTestCase, limited_route, redis_store, retry_after, wait_until, window_units
+from harness import (LOOPBACK, SluiceTestCase, decide_calls, limited_route, redis_store, retry_after, wait_until,
+                     window_units)
 
 RESERVE = 10
 INTERVAL_US = 86_400 * 1_000_000  # the buckets here refill one token a day: none while a test runs
@@ -93,7 +95,7 @@ class ResponseCostTest(SluiceTestCase):
             seconds, micros = self.redis.command("TIME")
             now = int(seconds) * 1_000_000 + int(micros)
             return round((int(self.redis.command("GET", key)) - now) / INTERVAL_US)
-        if limit == "tokens_window":
+        if limit in ("tokens_window", "answered"):
             return window_units(self.redis, key)
         return int(self.redis.command("GET", key).split(":")[1])
 
@@ -234,6 +236,57 @@ class ResponseCostTest(SluiceTestCase):
                                      result="refunded"), 1)
         self.instances[0].wait_log(r"route llm: settling the cost a response reported failed")
         wait_until(lambda: self.used("tokens_window") == 4 + 30, 5.0, message="the late settle")
+
+    def start_counted_and_reported(self, timeout="2s"):
+        """One instance, a route with a limit whose response reports its cost and one that
+        counts the responses answered 200."""
+        self.redis = self.start_redis()
+        limits = [{"name": "tokens_window", "algorithm": "sliding_window", "limit": 100, "window": "1h",
+                   "cost": {"response_header": "X-Tokens-Used", "reserve": RESERVE}},
+                  {"name": "answered", "algorithm": "sliding_window", "limit": 100, "window": "1h",
+                   "count": {"statuses": [200]}}]
+        self.start_instances(1, reporting(), [limited_route("llm", limits, path_prefix="/v1")],
+                             redis_store(self.redis, timeout=timeout))
+
+    def test_a_settle_and_a_charge_go_to_the_store_in_one_call(self):
+        self.start_counted_and_reported()
+        before = decide_calls(self.redis)
+        self.assertEqual(self.ask(0, 4).status, 200)
+        # The check before forwarding, then the settle and the charge together.
+        self.assertEqual(decide_calls(self.redis) - before, 2)
+        self.assertEqual(self.used("tokens_window"), 4)
+        self.assertEqual(self.used("answered"), 1)
+        self.assertEqual(self.metric("sluice_ratelimit_charges_total", route="llm", limit="tokens_window",
+                                     result="refunded"), 1)
+        self.assertEqual(self.metric("sluice_ratelimit_charges_total", route="llm", limit="answered",
+                                     result="charged"), 1)
+        # A report equal to the reservation settles nothing: the charge alone.
+        before = decide_calls(self.redis)
+        self.assertEqual(self.ask(0, RESERVE).status, 200)
+        self.assertEqual(decide_calls(self.redis) - before, 2)
+        self.assertEqual(self.used("tokens_window"), 4 + RESERVE)
+        self.assertEqual(self.used("answered"), 2)
+
+    def test_a_stalled_store_holds_a_settled_and_charged_response_up_once(self):
+        self.start_counted_and_reported(timeout="1s")
+        self.assertEqual(self.ask(0, 4).status, 200)
+        answer = reporting()
+
+        def pause_then_answer(req, conn):
+            self.redis.pause(4000)
+            answer(req, conn)
+        self.up.behaviour = pause_then_answer
+        started = time.monotonic()
+        self.assertEqual(self.ask(0, 30).status, 200)
+        elapsed = time.monotonic() - started
+        # One deadline of 1 s for both, not one after the other (2 s).
+        self.assertGreaterEqual(elapsed, 0.9)
+        self.assertLess(elapsed, 1.8)
+        for limit, result in (("tokens_window", "failed"), ("answered", "failed")):
+            self.assertEqual(self.metric("sluice_ratelimit_charges_total", route="llm", limit=limit,
+                                         result=result), 1, limit)
+        self.instances[0].wait_log(r"route llm: settling the cost a response reported failed")
+        self.instances[0].wait_log(r"route llm: charging a 200 response to the limits that count it failed")
 
     def test_costs_in_the_trailer_of_an_event_stream_are_settled_before_it_ends(self):
         self.redis = self.start_redis()
