@@ -1,6 +1,7 @@
 #include "redis/memory_policy.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <memory>
 
@@ -62,16 +63,21 @@ Reply command(const Connection& connection, const std::vector<std::string>& args
     };
     if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lengths.data()) != REDIS_OK)
         return failed("out of memory");
+    const auto too_late = [&] {
+        error = "no whole reply within " + std::to_string(connection.timeout.count()) + " ms";
+        return nullptr;
+    };
+    // A blocking read or write that reached the socket's timeout (the time left) fails with
+    // EAGAIN: the deadline passed.
+    const auto timed_out = [c] { return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK); };
     void* raw = nullptr;
     for (;;) {
         const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) {
-            error = "no whole reply within " + std::to_string(connection.timeout.count()) + " ms";
-            return nullptr;
-        }
+        if (left.count() <= 0) return too_late();
         redisSetTimeout(c, as_timeval(left));
         int written = 1;
-        if (c->obuf[0] != '\0' && redisBufferWrite(c, &written) != REDIS_OK) return failed("the write failed");
+        if (c->obuf[0] != '\0' && redisBufferWrite(c, &written) != REDIS_OK)
+            return timed_out() ? too_late() : failed("the write failed");
         if (!written) continue;
         if (redisReaderGetReply(c->reader, &raw) != REDIS_OK) return failed("the reply could not be read");
         if (raw != nullptr) break;
@@ -79,7 +85,7 @@ Reply command(const Connection& connection, const std::vector<std::string>& args
             error = "a reply of more than " + std::to_string(max_unparsed_reply_bytes >> 20) + " MiB";
             return nullptr;
         }
-        if (redisBufferRead(c) != REDIS_OK) return failed("no reply");
+        if (redisBufferRead(c) != REDIS_OK) return timed_out() ? too_late() : failed("no reply");
     }
     Reply r(static_cast<redisReply*>(raw));
     if (!r) {
