@@ -27,7 +27,15 @@ LimitedClients::Counts LimitedClients::take() {
 void merge(LimitedClients::Counts& into, const LimitedClients::Counts& from) {
     for (const auto& [route, clients] : from) {
         auto& target = into[route];
-        for (const auto& [client, n] : clients) target[client] += n;
+        for (const auto& [client, n] : clients) {
+            if (auto it = target.find(client); it != target.end()) {
+                it->second += n;
+            } else if (target.size() < LimitedClients::max_clients_per_route) {
+                target.emplace(client, n);
+            } else {
+                target["other"] += n;
+            }
+        }
     }
 }
 

@@ -534,8 +534,17 @@ void Server::install(std::shared_ptr<const config::Config> config, const std::st
     for (const auto& key : restart_only_changes(*config_, *next->config))
         spdlog::warn("reload: {} changed; that takes effect only after a restart", key);
     spdlog::default_logger()->set_level(spdlog::level::from_str(next->config->logging.level));
-    const bool summary_changed = next->config->logging.summary_interval != snapshot_->config->logging.summary_interval;
+    const auto summary_before = snapshot_->config->logging.summary_interval;
+    const bool summary_changed = next->config->logging.summary_interval != summary_before;
+    // What was counted before a new interval is not its first summary's: the old interval's
+    // last (partial) line, as at a stop, or, while there were no summaries, let go.
+    if (summary_changed && summary_before.count() > 0) write_summary();
     snapshot_ = next;
+    if (summary_changed && summary_before.count() <= 0) {
+        collect_limited();
+        limited_interval_.clear();
+        (void)summaries_.take(metrics_, limited_interval_);
+    }
     if (memory_limiter_) memory_limiter_->set_max_keys(next->config->store.memory.max_keys);
     for (auto& w : workers_) w->publish(next);
     // Routes reloads took away (those of this one go once the workers let go of the snapshot
@@ -595,7 +604,8 @@ void Server::schedule_summary() {
 void Server::collect_limited() {
     observe::LimitedClients::Counts limited;
     for (auto& w : workers_) observe::merge(limited, w->limited_clients().take());
-    observe::merge(limited_interval_, limited);
+    // (Kept for the summary line only while there are summaries.)
+    if (snapshot_->config->logging.summary_interval.count() > 0) observe::merge(limited_interval_, limited);
     recent_limited_.push(limited);
 }
 

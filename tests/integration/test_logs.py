@@ -435,6 +435,35 @@ class FinalSummaryTest(LogsTestCase):
                       "limited_pct=33.3 shadow_limited=0 store_errors=0 delayed=0 exempt=0 top_limited=127.0.0.1:2",
                       lines[0]["line"])
 
+    def test_a_reload_that_changes_the_interval_starts_a_fresh_one(self):
+        up = self.start_upstream(respond(200, b"ok"))
+        self.port = free_port()
+        config = lambda interval: proxy_config(  # noqa: E731
+            self.port, {"app": up.address}, [limit_route("login", "/login", 4)],
+            logging={"summary_interval": interval})
+        s = self.start_sluice(config("0s"))
+        c = self.client(self.port)
+
+        def reload(interval, n):
+            s.write_config(config(interval))
+            s.send_signal(signal.SIGHUP)
+            wait_until(lambda: s.stderr_text().count("reloaded ") == n, 5.0, message=f"reload {n}")
+
+        # Without summaries: nothing is kept for the first one to come.
+        self.assertEqual(self.send(c, "/login", 6), [200] * 4 + [429] * 2)
+        s.wait_access(target="/login", status="429")
+        reload(HOUR, 1)
+        self.assertEqual(self.send(c, "/login", 1), [429])
+        s.wait_access(target="/login", status="429", timeout=5.0)
+        # Another interval: the old one's last line, partial, then the new one from there.
+        reload("2h", 2)
+        self.assertEqual(self.send(c, "/login", 2), [429] * 2)
+        c.close()
+        self.assertEqual(s.stop(signal.SIGTERM), 0)
+        lines = [(line["interval"], line["requests"], line["limited"], line["top_limited"])
+                 for line in parse_summaries(s.stdout_text(), "login")]
+        self.assertEqual(lines, [("1h", 1, 1, "127.0.0.1:1"), ("2h", 2, 2, "127.0.0.1:2")], s.log_text())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -36,3 +36,20 @@ TEST_CASE("recent limited clients: a bucket keeps the 100 most limited per route
     CHECK(top.at("login").size() == RecentLimited::kept_per_route);
     CHECK(top.at("login").front().first == "203.0.113.7");
 }
+
+TEST_CASE("limited clients: what is merged keeps the bound of one interval per route", "[observe]") {
+    // A summary interval sums a collection every 5 s: new clients in each must not grow it
+    // past the bound (summary_interval: 1h, or summaries off, with clients that change).
+    LimitedClients::Counts sum;
+    for (int round = 0; round < 3; ++round) {
+        LimitedClients::Counts part;
+        for (std::size_t i = 0; i < LimitedClients::max_clients_per_route; ++i)
+            part["login"]["10." + std::to_string(round) + "." + std::to_string(i / 256) + "." + std::to_string(i % 256)] = 2;
+        part["api"]["192.0.2.1"] = 1;
+        sluice::observe::merge(sum, part);
+    }
+    CHECK(sum.at("login").size() == LimitedClients::max_clients_per_route + 1);
+    CHECK(sum.at("login").at("other") == 2 * 2 * LimitedClients::max_clients_per_route);
+    CHECK(sum.at("login").at("10.0.0.7") == 2);
+    CHECK(sum.at("api").at("192.0.2.1") == 3);
+}
