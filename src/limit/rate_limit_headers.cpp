@@ -108,19 +108,21 @@ HeaderList rate_limit_headers(std::span<const config::LimitConfig> limits, const
     // (The window only goes into the policy: not worked out where that was made already.)
     const auto [quota, window] = made && !legacy ? std::pair<std::uint64_t, std::uint64_t>{0, 0} : quota_and_window(limit);
     out.reserve(6);  // room for Retry-After too
-    // t (and X-RateLimit-Reset): when more quota is there. On a refusal that is when the
-    // refusing limit admits this request again, the same figure as Retry-After (draft-ietf-
-    // httpapi-ratelimit-headers-10: "seconds until additional quota ... is made available");
-    // otherwise when the limit is back to its full quota.
-    auto reset = decision.limited_by == index ? retry_after_seconds(result.retry_after) : ceil_seconds(result.reset);
+    // X-RateLimit-Reset: when the limit is back to its full quota (the contract's "seconds
+    // until full quota"), on every response. t: when more quota is there: on a refusal, when
+    // the refusing limit admits this request again, the same figure as Retry-After (draft-
+    // ietf-httpapi-ratelimit-headers-10: "seconds until additional quota ... is made
+    // available"); otherwise the same as X-RateLimit-Reset.
+    const auto full = ceil_seconds(result.reset);
     if (ietf) {
+        const auto t = decision.limited_by == index ? retry_after_seconds(result.retry_after) : full;
         out.emplace_back("RateLimit-Policy", made ? policies[*index] : structured(limit.name, 'q', quota, 'w', window));
-        out.emplace_back("RateLimit", structured(limit.name, 'r', result.remaining, 't', reset));
+        out.emplace_back("RateLimit", structured(limit.name, 'r', result.remaining, 't', t));
     }
     if (legacy) {
         out.emplace_back("X-RateLimit-Limit", number(quota));
         out.emplace_back("X-RateLimit-Remaining", number(result.remaining));
-        out.emplace_back("X-RateLimit-Reset", number(reset));
+        out.emplace_back("X-RateLimit-Reset", number(full));
     }
     return out;
 }

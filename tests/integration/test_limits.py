@@ -462,18 +462,19 @@ class LimitedResponseTest(LimitsTestCase):
                 h = [ratelimit_headers(r) for r in rs]
                 # After 1 request: minute 4 left, burst 1 left -> burst is advertised
                 # (bucket of 2 at 1 per 4 s: q=2, w=8; full again 4 s after).
-                # After 2: burst 0 left, full again in 8 s. Then burst rejects: its reset is
-                # when it admits the request again (the next token, 4 s), as Retry-After.
-                want = [("burst", 2, 8, 1, 4), ("burst", 2, 8, 0, 8), ("burst", 2, 8, 0, 4)]
-                for i, (name, q, w, rem, reset) in enumerate(want):
-                    resets = ceil_after(reset, elapsed) - ({0} if i == 2 else set())
+                # After 2: burst 0 left, full again in 8 s. Then burst rejects: its t is when
+                # it admits the request again (the next token, 4 s), as Retry-After; its
+                # X-RateLimit-Reset still when it is full again (8 s).
+                want = [("burst", 2, 8, 1, 4, 4), ("burst", 2, 8, 0, 8, 8), ("burst", 2, 8, 0, 4, 8)]
+                for i, (name, q, w, rem, t, full) in enumerate(want):
                     if style in ("ietf", "both"):
                         self.assertEqual(h[i]["policy"], (name, q, w), f"{style} {i}")
                         self.assertEqual(h[i]["state"][:2], (name, rem), f"{style} {i}")
-                        self.assertIn(h[i]["state"][2], resets, f"{style} {i}")
+                        self.assertIn(h[i]["state"][2], ceil_after(t, elapsed) - ({0} if i == 2 else set()),
+                                      f"{style} {i}")
                     if style in ("legacy", "both"):
                         self.assertEqual((h[i]["limit"], h[i]["remaining"]), (q, rem), f"{style} {i}")
-                        self.assertIn(h[i]["reset"], resets, f"{style} {i}")
+                        self.assertIn(h[i]["reset"], ceil_after(full, elapsed), f"{style} {i}")
                 self.assert_limited_problem(rs[2], "h", "burst")
                 # The next token of "burst" comes 4 s after the first decision.
                 self.assertIn(retry_after(rs[2]), ceil_after(4, elapsed) - {0})

@@ -87,8 +87,12 @@ TEST_CASE("a rejected request advertises the limit that rejected it") {
     // (what Retry-After says: 1.5 s, rounded up), not when its whole quota is back (59 s).
     CHECK(find(h, "RateLimit") == "\"minute\";r=0;t=2");
     CHECK(limit::retry_after_seconds(decision.limits[1].retry_after) == 2);
+    // X-RateLimit-Reset is what INTERFACE.md says it is: the seconds until the full quota is back.
     h = limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::legacy);
-    CHECK(find(h, "X-RateLimit-Reset") == "2");
+    CHECK(find(h, "X-RateLimit-Reset") == "59");
+    h = limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::both);
+    CHECK(find(h, "RateLimit") == "\"minute\";r=0;t=2");
+    CHECK(find(h, "X-RateLimit-Reset") == "59");
 }
 
 TEST_CASE("policies made beforehand give the same headers, in every style") {
