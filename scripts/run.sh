@@ -44,6 +44,11 @@ if ! listening "$backend_addr"; then
   children+=($!)
 fi
 for _ in $(seq 50); do listening "$backend_addr" && break; sleep 0.1; done
+# (sluice reads the Redis's memory settings as it starts: a Redis still starting would only
+# get a "not checked" warning)
+if [[ $redis_addr != unix:* ]]; then
+  for _ in $(seq 50); do listening "$redis_addr" && break; sleep 0.1; done
+fi
 
 echo "make run: sluice -c $config (Ctrl-C stops everything)"
 "$bin" -c "$config" &

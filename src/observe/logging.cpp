@@ -43,6 +43,15 @@ void hand_over(ThreadLines& t) {
 
 }  // namespace
 
+void set_process_log_time(spdlog::logger& log, bool local_time) {
+    // Its times as the access and summary lines': RFC 3339 with milliseconds, in UTC ("Z"), or
+    // with logging.time_zone: local in local time with its offset.
+    if (local_time)
+        log.set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ %v", spdlog::pattern_time_type::local);
+    else
+        log.set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %^%l%$ %v", spdlog::pattern_time_type::utc);
+}
+
 void setup_logging(const config::LoggingConfig& logging) {
     spdlog::init_thread_pool(queue_lines, 1);
     auto pool = spdlog::thread_pool();
@@ -50,7 +59,7 @@ void setup_logging(const config::LoggingConfig& logging) {
 
     auto process_log = std::make_shared<spdlog::async_logger>(
         "sluice", std::make_shared<spdlog::sinks::stderr_sink_mt>(), pool, policy);
-    process_log->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+    set_process_log_time(*process_log, logging.local_time);
     process_log->set_level(spdlog::level::from_str(logging.level));
     process_log->flush_on(spdlog::level::trace);
     spdlog::set_default_logger(process_log);

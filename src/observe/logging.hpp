@@ -14,10 +14,17 @@
 #include "config/config.hpp"
 #include "observe/access_log.hpp"
 
+namespace spdlog {
+class logger;
+}
+
 namespace sluice::observe {
 
 // Throws std::runtime_error when the access log file cannot be opened.
 void setup_logging(const config::LoggingConfig& logging);
+// The process log's times in UTC or, `local_time`, in local time with its offset (at start,
+// and on a reload that changes logging.time_zone).
+void set_process_log_time(spdlog::logger& log, bool local_time);
 
 // Whether access lines go anywhere (access_log is not off).
 bool access_log_enabled();

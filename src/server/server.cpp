@@ -534,6 +534,8 @@ void Server::install(std::shared_ptr<const config::Config> config, const std::st
     for (const auto& key : restart_only_changes(*config_, *next->config))
         spdlog::warn("reload: {} changed; that takes effect only after a restart", key);
     spdlog::default_logger()->set_level(spdlog::level::from_str(next->config->logging.level));
+    if (next->config->logging.local_time != snapshot_->config->logging.local_time)
+        observe::set_process_log_time(*spdlog::default_logger(), next->config->logging.local_time);
     const auto summary_before = snapshot_->config->logging.summary_interval;
     const bool summary_changed = next->config->logging.summary_interval != summary_before;
     // What was counted before a new interval is not its first summary's: the old interval's

@@ -331,6 +331,15 @@ class AccessLineTest(LogsTestCase):
         m = s.wait_log(r"(\S+) 203\.0\.113\.7 \"GET /p\?q=1\" 200 \d+\.\dms id=([0-9a-f]{32})\n")
         self.assertRegex(m.group(1), r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+05:30$")
         self.assertEqual(self.up.last().header_values("X-Request-Id"), [m.group(2)])
+        # The process log's lines too.
+        self.assertRegex(s.stderr_text(), r"(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+05:30 info sluice .* listening on ")
+
+    def test_process_log_lines_start_with_their_time_in_utc(self):
+        s = self.start({})
+        lines = s.stderr_text().splitlines()
+        self.assertTrue(lines)
+        for line in lines:
+            self.assertRegex(line, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (trace|debug|info|warning|error|critical) ")
 
     def test_operator_field_list(self):
         s = self.start({"access_format": ["status", "request", "user_agent", "wait_ms"]})
