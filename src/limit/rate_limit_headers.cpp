@@ -112,10 +112,16 @@ HeaderList rate_limit_headers(std::span<const config::LimitConfig> limits, const
     // until full quota"), on every response. t: when more quota is there: on a refusal, when
     // the refusing limit admits this request again, the same figure as Retry-After (draft-
     // ietf-httpapi-ratelimit-headers-10: "seconds until additional quota ... is made
-    // available"); otherwise the same as X-RateLimit-Reset.
-    const auto full = ceil_seconds(result.reset);
+    // available"); otherwise the same as X-RateLimit-Reset. On a refusal the full quota is
+    // never sooner than Retry-After (a request costing more than the whole quota is refused
+    // however full the limit is), and a concurrency limit's is Retry-After's figure: when all
+    // its slots are free again waits on requests still running, not on a time.
+    const bool refused = decision.limited_by == index;
+    const std::uint64_t retry = refused ? retry_after_seconds(result.retry_after) : 0;
+    std::uint64_t full = ceil_seconds(result.reset);
+    if (refused) full = limit.algorithm == config::Algorithm::concurrency ? retry : std::max(full, retry);
     if (ietf) {
-        const auto t = decision.limited_by == index ? retry_after_seconds(result.retry_after) : full;
+        const auto t = refused ? retry : full;
         out.emplace_back("RateLimit-Policy", made ? policies[*index] : structured(limit.name, 'q', quota, 'w', window));
         out.emplace_back("RateLimit", structured(limit.name, 'r', result.remaining, 't', t));
     }

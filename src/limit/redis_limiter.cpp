@@ -331,6 +331,10 @@ std::optional<Decision> RedisLimiter::remembered(const LimitKeys& keys,
         results[i].allowed = false;
         results[i].remaining = 0;
         results[i].retry_after = std::chrono::ceil<std::chrono::milliseconds>(it->second.ends - now);
+        // The time to the full quota counts down as the retry time does (it was answered
+        // with the same `sent`).
+        const auto full_at = it->second.ends - it->second.result.retry_after + it->second.result.reset;
+        results[i].reset = std::max(std::chrono::milliseconds(0), std::chrono::ceil<std::chrono::milliseconds>(full_at - now));
         return Decision::from_results(std::move(results), 0);
     }
     return std::nullopt;

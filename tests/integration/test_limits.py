@@ -13,7 +13,7 @@ import math
 import time
 import unittest
 
-from harness import (SluiceTestCase, build_request, free_port, limited_route, proxy_config,
+from harness import (SluiceTestCase, build_request, decide_calls, free_port, limited_route, proxy_config,
                      ratelimit_headers, redis_store, respond, retry_after, sliding_window,
                      token_bucket, wait_until)
 
@@ -478,6 +478,28 @@ class LimitedResponseTest(LimitsTestCase):
                 self.assert_limited_problem(rs[2], "h", "burst")
                 # The next token of "burst" comes 4 s after the first decision.
                 self.assertIn(retry_after(rs[2]), ceil_after(4, elapsed) - {0})
+
+    def test_a_remembered_refusal_counts_down_to_the_full_quota_too(self):
+        # A worker answers a refusal it had from Redis from memory until its retry time: the
+        # full quota's time (X-RateLimit-Reset) counts down with Retry-After.
+        self.start_proxy([limited_route("b", [token_bucket("slow", 1, "20s", 2, key=[])])],
+                         responses={"headers": "both"})
+        c = self.client(self.port)
+        self.assert_statuses([self.get(c, "/b") for _ in range(2)], [200, 200])
+        first = self.get(c, "/b")
+        self.assertEqual(first.status, 429)
+        # One token in 20 s, the two of a full bucket in 40 s.
+        self.assertEqual(retry_after(first), 20)
+        self.assertEqual(ratelimit_headers(first)["reset"], 40)
+        calls = decide_calls(self.redis)
+        time.sleep(1.2)
+        again = self.get(c, "/b")
+        self.assertEqual(again.status, 429)
+        self.assertEqual(decide_calls(self.redis), calls, "answered from the worker's memory")
+        h = ratelimit_headers(again)
+        self.assertLessEqual(retry_after(again), 19)
+        self.assertEqual(h["state"][2], retry_after(again))
+        self.assertEqual(h["reset"], retry_after(again) + 20)
 
     def test_sliding_window_headers_when_limited(self):
         self.start_proxy([limited_route("s", [sliding_window("win", 2, "10s", key=[])])],

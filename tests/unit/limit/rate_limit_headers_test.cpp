@@ -95,6 +95,25 @@ TEST_CASE("a rejected request advertises the limit that rejected it") {
     CHECK(find(h, "X-RateLimit-Reset") == "59");
 }
 
+TEST_CASE("a refusal's X-RateLimit-Reset is never before its Retry-After") {
+    config::RouteConfig route;
+    route.name = "api";
+    SECTION("a request costing more than the whole quota, refused by an empty window") {
+        route.limits = {window("minute", 30, 60s)};
+        const auto decision = limit::Decision::from_results({result(false, 30, 0ms, 60000ms)}, 0);
+        const auto h = limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::both);
+        CHECK(find(h, "RateLimit") == "\"minute\";r=30;t=60");
+        CHECK(find(h, "X-RateLimit-Reset") == "60");
+    }
+    SECTION("a concurrency limit: when a slot is free, not its leases' end") {
+        route.limits = {test::slots_limit("slots", 1, 60s)};
+        const auto decision = limit::Decision::from_results({result(false, 0, 60000ms, 1000ms)}, 0);
+        const auto h = limit::rate_limit_headers(route.limits, decision, config::HeaderStyle::both);
+        CHECK(find(h, "RateLimit") == "\"slots\";r=0;t=1");
+        CHECK(find(h, "X-RateLimit-Reset") == "1");
+    }
+}
+
 TEST_CASE("policies made beforehand give the same headers, in every style") {
     config::RouteConfig route;
     route.name = "api";
