@@ -422,14 +422,15 @@ class Sluice:
         if self.port is None:
             raise AssertionError("Sluice.wait_ready needs the listen port (port=...)")
         deadline = time.monotonic() + timeout
+        accepted = False  # (probed once: the probes wait in the backlog until the workers accept)
         while True:
             if self.proc.poll() is not None:
                 self.returncode = self.proc.returncode
                 raise AssertionError(f"sluice exited with {self.returncode} before listening:\n"
                                      + self.log_text())
-            if _port_accepts(LOOPBACK, self.port) and (
-                    not self._start_line_expected()
-                    or "listening on" in self.stdout_text() + self.stderr_text()):
+            accepted = accepted or _port_accepts(LOOPBACK, self.port)
+            if accepted and (not self._start_line_expected()
+                             or "listening on" in self.stdout_text() + self.stderr_text()):
                 return
             if time.monotonic() >= deadline:
                 raise WaitTimeout(f"sluice did not listen on port {self.port} within "
