@@ -1,6 +1,9 @@
 #include "observe/limited_clients.hpp"
 
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace sluice::observe {
 
@@ -25,17 +28,29 @@ LimitedClients::Counts LimitedClients::take() {
 }
 
 void merge(LimitedClients::Counts& into, const LimitedClients::Counts& from) {
+    constexpr std::size_t kept = LimitedClients::max_clients_per_route;
     for (const auto& [route, clients] : from) {
         auto& target = into[route];
-        for (const auto& [client, n] : clients) {
-            if (auto it = target.find(client); it != target.end()) {
-                it->second += n;
-            } else if (target.size() < LimitedClients::max_clients_per_route) {
-                target.emplace(client, n);
-            } else {
-                target["other"] += n;
+        for (const auto& [client, n] : clients) target[client] += n;
+        if (target.size() <= kept + 1) continue;
+        // Past the bound: the most limited stay, the rest count as "other" (a flood of new
+        // addresses early in a long interval does not push out the heavy hitters after it).
+        std::uint64_t other = 0;
+        std::vector<std::pair<std::string, std::uint64_t>> all;
+        all.reserve(target.size());
+        for (auto& [client, n] : target) {
+            if (client == "other") other += n;
+            else all.emplace_back(client, n);
+        }
+        if (all.size() > kept) {
+            std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(kept), all.end(),
+                             [](const auto& a, const auto& b) { return a.second > b.second; });
+            for (auto it = all.begin() + static_cast<std::ptrdiff_t>(kept); it != all.end(); ++it) {
+                other += it->second;
+                target.erase(it->first);
             }
         }
+        target["other"] = other;
     }
 }
 

@@ -27,8 +27,8 @@ private:
     Counts counts_;
 };
 
-// Adds `from` into `into`, which keeps max_clients_per_route clients per route too: those
-// past it count under "other" (a summary interval sums many collections).
+// Adds `from` into `into`, which keeps max_clients_per_route clients per route too: past
+// it, the least limited count under "other" (a summary interval sums many collections).
 void merge(LimitedClients::Counts& into, const LimitedClients::Counts& from);
 
 // The `n` clients with the most limited requests, most first (ties by address).

@@ -39,17 +39,27 @@ TEST_CASE("recent limited clients: a bucket keeps the 100 most limited per route
 
 TEST_CASE("limited clients: what is merged keeps the bound of one interval per route", "[observe]") {
     // A summary interval sums a collection every 5 s: new clients in each must not grow it
-    // past the bound (summary_interval: 1h, or summaries off, with clients that change).
+    // past the bound (summary_interval: 1h, with clients that change), and the most limited
+    // stay, whenever they came.
     LimitedClients::Counts sum;
+    const auto address = [](int round, std::size_t i) {
+        return "10." + std::to_string(round) + "." + std::to_string(i / 256) + "." + std::to_string(i % 256);
+    };
     for (int round = 0; round < 3; ++round) {
         LimitedClients::Counts part;
         for (std::size_t i = 0; i < LimitedClients::max_clients_per_route; ++i)
-            part["login"]["10." + std::to_string(round) + "." + std::to_string(i / 256) + "." + std::to_string(i % 256)] = 2;
+            part["login"][address(round, i)] = round == 2 && i < 100 ? 50 : 2;
         part["api"]["192.0.2.1"] = 1;
         sluice::observe::merge(sum, part);
     }
-    CHECK(sum.at("login").size() == LimitedClients::max_clients_per_route + 1);
-    CHECK(sum.at("login").at("other") == 2 * 2 * LimitedClients::max_clients_per_route);
-    CHECK(sum.at("login").at("10.0.0.7") == 2);
+    const auto& login = sum.at("login");
+    CHECK(login.size() == LimitedClients::max_clients_per_route + 1);
+    std::uint64_t total = 0;
+    for (const auto& [client, n] : login) total += n;
+    CHECK(total == 3 * 2 * LimitedClients::max_clients_per_route + 100 * 48);
+    for (std::size_t i = 0; i < 100; ++i) CHECK(login.at(address(2, i)) == 50);
+    CHECK(login.at("other") == total - 100 * 50 - 2 * (LimitedClients::max_clients_per_route - 100));
+    const auto top = sluice::observe::top_clients(login, 1);
+    CHECK(top.front().first == "other");
     CHECK(sum.at("api").at("192.0.2.1") == 3);
 }
