@@ -21,8 +21,8 @@ import time
 import unittest
 
 from admin_api import admin_request, wait_admin
-from harness import (RawClient, SluiceTestCase, decide_calls, free_port, proxy_config, redis_store, respond,
-                     wait_until)
+from harness import (READY_TIMEOUT, RawClient, SluiceTestCase, decide_calls, free_port, proxy_config, redis_store,
+                     respond, wait_until)
 from test_keys import jwt_token
 
 SECRET = "a shared secret of at least 32 bytes!"
@@ -114,7 +114,8 @@ class PlansTest(SluiceTestCase):
         s.send_signal(signal.SIGHUP)
         s.send_signal(signal.SIGUSR1)
         s.wait_ready()
-        s.wait_log("reloaded")
+        # The reload reads the same 200,000-entry map again: the start's deadline.
+        s.wait_log("reloaded", timeout=READY_TIMEOUT)
         with RawClient(port) as c:
             self.assertEqual(c.request("GET", "/api/x", [("X-Api-Key", "key-7")]).status, 200)
         self.assertTrue(s.running())
