@@ -191,7 +191,7 @@ class UpstreamReuseTest(SluiceTestCase):
         for i in range(3):
             r = c.request("GET", f"/idle-close/{i}", timeout=3)
             self.assertEqual((r.status, r.body), (200, b"fresh"))
-            time.sleep(0.4)
+            wait_until(lambda: self.up.open_connections() == 0, 5.0, message="the upstream's close")
         self.assertEqual(len(self.up.requests), 3)
 
 
@@ -208,7 +208,8 @@ class UpstreamReuseTest(SluiceTestCase):
         for i in range(3):
             r = c.request("POST", f"/post-after-close/{i}", body=b"x" * 10, timeout=3)
             self.assertEqual((r.status, r.body), (200, b"got xxxxxxxxxx"))
-            time.sleep(0.2)
+            # Sent as soon as the upstream has closed the pooled connection.
+            wait_until(lambda: self.up.open_connections() == 0, 5.0, message="the upstream's close")
         self.assertEqual(len(self.up.requests), 3)
         self.assertEqual(self.up.connections, 3)
 
