@@ -972,6 +972,10 @@ net::awaitable<bool> Session::forward(Exchange& x) {
 
     BodyReader body = response_body_reader(framing);
     if (settles_trailer(x)) body.keep_trailers();
+    // Pooled only when the response ends exactly where its framing says, with nothing read
+    // past it (UpstreamPool::put checks the buffer), and the server keeps it open; not after
+    // a bodiless response whose fields announced a body (Framing::announced_body).
+    const bool pooled = upstream_keeps && !body_refused && !framing.announced_body && framing.body != Body::until_close;
 
     // The head leaves at once with the body bytes that came with it (one system call for a
     // small response); then the body as it arrives, piece by piece.
@@ -1005,6 +1009,10 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         if (!first && n == 0 && !body_done) continue;
         // A cost the trailer reports: settled before the body's end goes.
         if (body_done && x.unsettled) co_await settle_trailer(x, body.trailers());
+        // The upstream's response is whole: its connection goes back to the pool before the
+        // last bytes go to the client (a client slow to take them, or gone, does not keep it
+        // from the next request).
+        if (body_done && pooled) worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
         const auto out = gathered(writer.frame(std::string_view(relay.data(), n), body_done));
         boost::system::error_code wec;
         const std::size_t sent = stream_.send_now(out, wec);
@@ -1018,12 +1026,6 @@ net::awaitable<bool> Session::forward(Exchange& x) {
         rec.bytes_sent += n;
         if (body_done) break;
     }
-
-    // Pooled only when the response ended exactly where its framing said, with nothing
-    // read past it (UpstreamPool::put checks the buffer), and the server keeps it open; not
-    // after a bodiless response whose fields announced a body (Framing::announced_body).
-    if (upstream_keeps && !body_refused && !framing.announced_body && framing.body != Body::until_close)
-        worker_.upstream_pool().put(std::move(conn), upstream_cfg.max_idle);
     co_return keep;
 }
 

@@ -1,5 +1,6 @@
 """Keep-alive: client connections (HTTP/1.1 and 1.0) and the upstream connection pool."""
 
+import socket
 import threading
 import time
 import unittest
@@ -153,6 +154,32 @@ class UpstreamReuseTest(SluiceTestCase):
         self.assertEqual(self.up.open_connections(), 1)
         r = clients[0].request("GET", "/after")
         self.assertEqual((r.status, self.up.connections), (200, 4))  # the kept one is reused
+
+    def test_a_client_gone_before_the_end_of_its_response_leaves_the_upstream_connection_pooled(self):
+        # The upstream's response is whole before its last bytes go to the client: the
+        # connection is pooled then, whatever becomes of that write.
+        head_sent = threading.Event()
+
+        def head_then_rest(req, conn):
+            if req.target == "/gone":
+                conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n0123456789")
+                head_sent.set()
+                conn.sleep(0.5)
+                conn.send(b"abcdefghij")
+            else:
+                conn.send_response(200, [], b"next")
+
+        port = self.start(workers=1, behaviour=head_then_rest)
+        gone = socket.create_connection(("127.0.0.1", port), timeout=5)
+        gone.sendall(build_request("GET", "/gone", [("Host", "t")]))
+        self.assertTrue(head_sent.wait(5))
+        # The head has reached the client (left unread): it closes, and its connection is reset.
+        wait_until(lambda: len(gone.recv(4096, socket.MSG_PEEK)) > 0, 5.0, message="the head at the client")
+        gone.close()
+        self.sluice.wait_access(target="/gone")  # (the last bytes' write failed by then)
+        r = self.client(port).request("GET", "/next")
+        self.assertEqual((r.status, r.body), (200, b"next"))
+        self.assertEqual(self.up.connections, 1, "the first request's connection was not reused")
 
     def test_eof_framed_response_is_not_reused(self):
         port = self.start(workers=1, behaviour=close_delimited(b"until eof"))
