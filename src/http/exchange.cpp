@@ -210,12 +210,12 @@ void count_decision(const server::Snapshot& snap, std::size_t route_index, const
     using observe::DecisionKind;
     auto& route = *snap.route_metrics[route_index];
     const auto& limits = set.metrics;
-    auto bump = [](observe::LimitMetrics* m, DecisionKind kind) { m->count(kind); };
+    auto bump = [](const std::shared_ptr<observe::LimitMetrics>& m, DecisionKind kind) { m->count(kind); };
     if (decision.outcome == limit::Decision::Outcome::store_error) {
         observe::add(snap.metrics->store_errors);
         observe::add(route.here().store_errors);
         auto kind = policy == config::OnError::allow ? DecisionKind::store_error_allowed : DecisionKind::store_error_denied;
-        for (auto* m : limits) bump(m, kind);
+        for (const auto& m : limits) bump(m, kind);
         return;
     }
     for (std::size_t i = 0; i < limits.size() && i < decision.limits.size(); ++i) {
@@ -373,7 +373,7 @@ void count_settle(const Exchange& x, const SettleCall& call, const limit::Decisi
     const server::ChargeSet& settles = x.limit_set->settles;
     for (const std::size_t j : call.changed) {
         if (!failed && (j >= outcome.limits.size() || !outcome.limits[j].applies)) continue;
-        auto* metrics = x.limit_set->metrics[settles.index[j]];
+        const auto& metrics = x.limit_set->metrics[settles.index[j]];
         if (failed) metrics->count_charge(false);
         else if (call.limits[j].refund_at_us > 0) metrics->count_refund();
         else metrics->count_charge(true);

@@ -116,8 +116,7 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
         if (!route.plans) {
             LimitSet set{"", route.limits, limit::make_key_plan(route.name, route.limits), {}, {}, {}, {}, {}};
             for (const auto& limit : route.limits) {
-                set.metrics_held.push_back(metrics.limit_held(rm, limit.name));
-                set.metrics.push_back(set.metrics_held.back().get());
+                set.metrics.push_back(metrics.limit_held(rm, limit.name));
                 set.policies.push_back(limit::rate_limit_policy(limit));
             }
             add_charge_sets(set, route.name, route.limits);
@@ -133,8 +132,7 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
             LimitSet set{plan_set.plan, plan_set.limits, limit::make_key_plan(route.name, plan_set.limits, every), {}, {}, {}, {}, {}};
             // Counted per plan: "PLAN/LIMIT" (a client's overrides count with its plan).
             for (const auto& limit : plan_set.limits) {
-                set.metrics_held.push_back(metrics.limit_held(rm, plan_set.plan + "/" + limit.name));
-                set.metrics.push_back(set.metrics_held.back().get());
+                set.metrics.push_back(metrics.limit_held(rm, plan_set.plan + "/" + limit.name));
                 set.policies.push_back(limit::rate_limit_policy(limit));
             }
             add_charge_sets(set, route.name, every);
@@ -172,7 +170,7 @@ std::shared_ptr<const Snapshot> make_snapshot(std::shared_ptr<const config::Conf
             for (std::size_t i = 0; i < set.limits.size(); ++i)
                 shown.push_back({set.plan.empty() ? set.limits[i].name : std::string(set.plan) + "/" + set.limits[i].name,
                                  std::string(config::algorithm_name(set.limits[i].algorithm)),
-                                 limit::describe_limit(set.limits[i]), set.metrics_held[i]});
+                                 limit::describe_limit(set.limits[i]), set.metrics[i]});
         }
         metrics.describe(*snap->route_metrics[r], std::move(shown));
     }

@@ -46,8 +46,8 @@ struct LimitSet {
     std::string_view plan;  // "" for a route without plans
     std::span<const config::LimitConfig> limits;
     limit::KeyPlan key_plan;
-    std::vector<observe::LimitMetrics*> metrics;  // per limit
-    std::vector<std::shared_ptr<observe::LimitMetrics>> metrics_held;  // (what keeps them: Metrics::prune)
+    // Per limit; held (Metrics::prune lets go of the counters no configuration's set holds).
+    std::vector<std::shared_ptr<observe::LimitMetrics>> metrics;
     // Where some limits count statuses: one charge set per group of them that a status
     // charges together, and which one a response of each status (100 to 599) charges.
     std::vector<ChargeSet> charges;
